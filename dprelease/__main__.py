@@ -1,0 +1,3 @@
+from dprelease.cli import main
+
+main()

@@ -1,0 +1,263 @@
+"""The ``dprelease`` command line.
+
+Exit codes, the same for every command: 0 ok; 1 internal error (a bug); 2 invalid usage,
+spec or data; 3 over budget; 4 already released or reserved; 5 not approved.
+
+``validate``, ``plan`` and ``ledger`` never import Prefect (it costs over a second).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import traceback
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.console import Console
+
+from dprelease.accounting import NotANumber, fraction_text, parse_budget
+from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
+from dprelease.ledger import Ledger, LedgerLocation, resolve_location
+
+app = typer.Typer(name="dprelease", add_completion=False, no_args_is_help=True,
+                  pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help="Declarative, census-style releases of differentially private tables.")
+ledger_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
+                         help="Show lifetime budgets and releases per dataset, or change a cap.")
+app.add_typer(ledger_app, name="ledger")
+
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+LedgerOpt = Annotated[Optional[str], typer.Option(
+    "--ledger", metavar="URL", help="Ledger database: a path or SQLAlchemy URL. Default: $DPRELEASE_LEDGER, "
+    "then the spec's ledger:, then ~/.local/share/dprelease/ledger.sqlite.")]
+
+
+def say(message: str) -> None:
+    """A status line on stderr (stdout stays clean for --json)."""
+    err.print(message, markup=False)
+
+
+def handled(command: Callable[..., None]) -> Callable[..., None]:
+    """Map every outcome of a command to a documented exit code, never a raw traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except (typer.Exit, typer.BadParameter):
+            raise
+        except SpecError as exc:
+            print(exc, file=sys.stderr)
+            raise typer.Exit(exc.exit_code) from None
+        except DPReleaseError as exc:
+            if exc.exit_code == ExitCode.INTERNAL:
+                _bug(exc)
+            else:
+                print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(exc.exit_code) from None
+        except Exception as exc:  # a bug: say so, with the traceback that helps fix it
+            _bug(exc)
+            raise typer.Exit(ExitCode.INTERNAL) from None
+
+    return wrapper
+
+
+def _bug(exc: BaseException) -> None:
+    traceback.print_exc()
+    print(f"internal error (a bug in dprelease; please report it): {type(exc).__name__}: {exc}",
+          file=sys.stderr)
+
+
+# ---------------------------------------------------------------- validate
+
+
+@app.command()
+@handled
+def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help="Release spec files.")]) -> None:
+    """Check release specs against the schema and the semantic rules. Never opens the data."""
+    from dprelease.spec import load_spec
+
+    failed = 0
+    for path in specs:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            failed += 1
+            print(exc, file=sys.stderr)
+            continue
+        total = sum((t.epsilon for t in spec.tables), Fraction(0))
+        out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables, total ε = "
+                  f"{fraction_text(total)} of {fraction_text(spec.budget_epsilon)}", markup=False)
+    if failed:
+        say(f"{failed} of {len(specs)} spec(s) invalid")
+        raise typer.Exit(ExitCode.INVALID)
+
+
+# ---------------------------------------------------------------- plan
+
+
+@app.command()
+@handled
+def plan(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
+    ledger: LedgerOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    target_moe: Annotated[Optional[int], typer.Option(
+        "--target-moe", min=0, metavar="N", help="Print the ε each table needs for a margin of error of N.")] = None,
+    confidence: Annotated[Optional[str], typer.Option(
+        metavar="C", help="Confidence level of the margins, e.g. 0.90 (default: the spec's, else 0.95).")] = None,
+) -> None:
+    """Show what a release would spend and how accurate it would be. Never opens the data.
+
+    Exit 0 if it fits, 3 if it exceeds the release or the lifetime budget, 4 if the release
+    already exists in the ledger, 2 if the spec is invalid.
+    """
+    import dataclasses
+
+    from dprelease.plan import plan_release
+    from dprelease.spec import load_spec
+
+    spec = load_spec(spec_path)
+    if confidence is not None:
+        spec = dataclasses.replace(spec, confidence=_confidence(confidence))
+    location = resolve_location(ledger, spec.ledger, spec.source.parent)
+    opened = Ledger.open(location, create=False)
+    try:
+        state = opened.state(spec.dataset.name) if opened else None
+    finally:
+        if opened:
+            opened.close()
+    the_plan = plan_release(spec, state)
+    say(_ledger_line(location, opened is not None))
+    if target_moe is not None:
+        _print_target(spec, the_plan, target_moe, as_json)
+        return
+    from dprelease.cli.render import plan_json, print_plan
+
+    if as_json:
+        print(json.dumps(plan_json(the_plan, location, opened is not None), indent=2))
+    else:
+        print_plan(out, the_plan, str(spec_path))
+    if the_plan.existing_run is not None:
+        raise typer.Exit(ExitCode.ALREADY_RELEASED)
+    if not the_plan.fits:
+        if not as_json:
+            which = [w for w, ok in (("release", the_plan.fits_release), ("lifetime", the_plan.fits_lifetime))
+                     if not ok]
+            say(f"plan exceeds the {' and the '.join(which)} budget")
+        raise typer.Exit(ExitCode.OVER_BUDGET)
+
+
+def _confidence(text: str) -> Fraction:
+    try:
+        value = parse_budget(text, text, what="confidence")
+    except NotANumber as exc:
+        raise typer.BadParameter(str(exc), param_hint="--confidence") from None
+    if not 0 < value < 1:
+        raise typer.BadParameter("must lie strictly between 0 and 1, e.g. 0.90", param_hint="--confidence")
+    return value
+
+
+def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from dprelease.cli.render import both, pct
+    from dprelease.plan import epsilon_for_target
+
+    needs = epsilon_for_target(spec, target)
+    total = sum((e for _, e in needs), Fraction(0))
+    if as_json:
+        print(json.dumps({"target_moe": target, "confidence": fraction_text(spec.confidence),
+                          "total_epsilon": fraction_text(total),
+                          "tables": [{"name": n, "epsilon": fraction_text(e),
+                                      "current_epsilon": fraction_text(t.epsilon), "current_moe": t.moe}
+                                     for (n, e), t in zip(needs, the_plan.tables)]}, indent=2))
+        return
+    out.print(f"ε per table for a margin of error of ±{target} at {pct(spec.confidence)} "
+              "(rounded up to 3 significant digits, so the target is met):", markup=False)
+    for (name, need), t in zip(needs, the_plan.tables):
+        out.print(f"  {name}: ε = {both(need)} (now {both(t.epsilon)}, ±{t.moe})", markup=False)
+    out.print(f"  total: ε = {both(total)} (release budget {both(spec.budget_epsilon)})", markup=False)
+
+
+def _ledger_line(location: LedgerLocation, exists: bool, created: bool = False) -> str:
+    from dprelease.cli.render import ledger_line
+
+    return ledger_line(location, exists, created)
+
+
+# ---------------------------------------------------------------- ledger
+
+
+@ledger_app.callback()
+@handled
+def ledger_show(
+    ctx: typer.Context,
+    ledger: LedgerOpt = None,
+    dataset: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this dataset.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """List lifetime spend per dataset and its releases."""
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = ledger
+        return
+    from dprelease.cli.render import ledger_json, print_ledger
+
+    location = resolve_location(ledger)
+    opened = Ledger.open(location, create=False)
+    say(_ledger_line(location, opened is not None))
+    states = []
+    if opened is not None:
+        try:
+            names = [dataset] if dataset else opened.datasets()
+            states = [s for s in (opened.state(n) for n in names) if s is not None]
+        finally:
+            opened.close()
+    if dataset and not states:
+        raise UserError(f"dataset {dataset!r} is not in the ledger at {location.shown}")
+    if as_json:
+        print(json.dumps(ledger_json(states, location, opened is not None), indent=2))
+    else:
+        print_ledger(out, states)
+
+
+@ledger_app.command("set-budget")
+@handled
+def ledger_set_budget(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: Annotated[str, typer.Option(metavar="E", help="The new lifetime cap, e.g. 6 or \"11/2\".")],
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why the cap changes; shown in every report.")],
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """Change a dataset's lifetime cap: an explicit, recorded decision. Spends are never reduced."""
+    try:
+        cap = parse_budget(epsilon, epsilon, what="--epsilon")
+    except NotANumber as exc:
+        raise typer.BadParameter(str(exc), param_hint="--epsilon") from None
+    location = resolve_location(ledger or ctx.obj)
+    opened = Ledger.open(location, create=True)
+    assert opened is not None
+    say(_ledger_line(location, True, created=opened.created))
+    try:
+        before = opened.state(dataset)
+        state = opened.set_budget(dataset, cap, reason=reason, by=by)
+    finally:
+        opened.close()
+    was = f"from {fraction_text(before.budget)} " if before else "(new dataset) "
+    out.print(f"lifetime cap of {dataset} set {was}to {fraction_text(state.budget)}; spent "
+              f"{fraction_text(state.spent)}, remaining {fraction_text(state.remaining)}", markup=False)
+    if state.remaining < 0:
+        say("warning: the new cap is below what is already spent; no further release can run")
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def main() -> None:
+    app()

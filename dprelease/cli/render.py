@@ -1,0 +1,150 @@
+"""How plans and ledgers look in the terminal and in JSON. No decisions are made here."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dprelease.accounting import decimal_text, fraction_text
+from dprelease.ledger import DatasetState, LedgerLocation
+from dprelease.plan import Plan
+
+
+def pct(confidence: Fraction) -> str:
+    return decimal_text(confidence * 100, 4).lstrip("≈") + "%"
+
+
+def both(x: Fraction) -> str:
+    """``3/4 (0.75)``: the exact value, and a decimal for reading."""
+    exact = fraction_text(x)
+    dec = decimal_text(x, 4)
+    return exact if exact == dec else f"{exact} ({dec})"
+
+
+def ledger_line(location: LedgerLocation, exists: bool, created: bool = False) -> str:
+    state = " — created now" if created else ("" if exists else " — none yet; the first run creates it")
+    return f"ledger: {location.shown} [{location.source}]{state}"
+
+
+# ---------------------------------------------------------------- plan
+
+
+def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict[str, Any]:
+    return {
+        "release": plan.release,
+        "dataset": plan.dataset,
+        "fits": plan.fits,
+        "fits_release_budget": plan.fits_release,
+        "fits_lifetime_budget": plan.fits_lifetime,
+        "already_released": plan.existing_run is not None,
+        "total_epsilon": fraction_text(plan.total_epsilon),
+        "release_budget": fraction_text(plan.release_budget),
+        "confidence": fraction_text(plan.confidence),
+        "lifetime": {
+            "budget": fraction_text(plan.lifetime_budget),
+            "spent": fraction_text(plan.lifetime_spent),
+            "remaining": fraction_text(plan.lifetime_remaining),
+            "spent_after": fraction_text(plan.lifetime_spent + plan.total_epsilon),
+            "remaining_after": fraction_text(plan.lifetime_remaining_after),
+            "new_dataset": plan.lifetime_is_new,
+        },
+        "fingerprint": plan.fingerprint,
+        "ledger": {"url": location.shown, "source": location.source, "exists": ledger_exists},
+        "tables": [
+            {"name": t.name, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
+             "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
+             "moe95": t.moe95, "moe": t.moe}
+            for t in plan.tables
+        ],
+    }
+
+
+def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
+    conf = pct(plan.confidence)
+    table = Table(title=f"Plan for release {plan.release} ({spec_path})", title_justify="left")
+    for header, justify in (("table", "left"), ("ε", "right"), ("mechanism", "left"),
+                            ("sensitivity", "right"), ("noise scale", "right"), ("cells", "right"),
+                            (f"± MoE {conf}", "right")):
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for t in plan.tables:
+        table.add_row(t.name, both(t.epsilon), t.mechanism, str(t.sensitivity), both(t.scale),
+                      f"{t.cells:,}", str(t.moe))
+    console.print(table)
+    console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
+                  "noise distribution (before clamping).", markup=False, highlight=False)
+    mark = "fits" if plan.fits_release else f"OVER by {both(plan.total_epsilon - plan.release_budget)}"
+    console.print(f"Release budget:  total ε = {both(plan.total_epsilon)} of {both(plan.release_budget)} — "
+                  f"{mark}", markup=False, highlight=False)
+    new = " (new to the ledger; cap from the spec)" if plan.lifetime_is_new else ""
+    after = plan.lifetime_spent + plan.total_epsilon
+    mark = ("fits" if plan.fits_lifetime
+            else f"OVER by {both(after - plan.lifetime_budget)}")
+    console.print(f"Lifetime budget of dataset {plan.dataset}{new}: cap {both(plan.lifetime_budget)}, "
+                  f"spent {both(plan.lifetime_spent)} → {both(after)} after this release, remaining "
+                  f"{both(plan.lifetime_remaining)} → {both(plan.lifetime_remaining_after)} — {mark}",
+                  markup=False, highlight=False)
+    if plan.data_versions > 1:
+        console.print(f"Note: earlier releases of {plan.dataset} read {plan.data_versions} different versions "
+                      "of the data file; they are the same people and spend from one budget.",
+                      markup=False, highlight=False)
+    if plan.existing_run is not None:
+        r = plan.existing_run
+        console.print(f"Release {plan.release} is already {r.state} in the ledger (run {r.run_id}, "
+                      f"{r.created_at}): a run would be refused.", markup=False, highlight=False)
+    console.print(f"Plan fingerprint: {plan.fingerprint}", markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------- ledger
+
+
+def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bool) -> dict[str, Any]:
+    return {
+        "ledger": {"url": location.shown, "source": location.source, "exists": exists},
+        "datasets": [
+            {
+                "name": s.name,
+                "definition": s.definition,
+                "budget": fraction_text(s.budget),
+                "spent": fraction_text(s.spent),
+                "remaining": fraction_text(s.remaining),
+                "data_versions": s.data_versions,
+                "budget_changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by,
+                                    "at": c.set_at} for c in s.caps],
+                "releases": [
+                    {"release": r.release, "epsilon": fraction_text(r.epsilon), "state": r.state,
+                     "created_at": r.created_at, "created_by": r.created_by, "run_id": r.run_id,
+                     "spec_fingerprint": r.spec_fingerprint, "data_fingerprint": r.data_fingerprint,
+                     "tables": [{"name": n, "epsilon": fraction_text(e)} for n, e in r.charges]}
+                    for r in s.runs
+                ],
+            }
+            for s in states
+        ],
+    }
+
+
+def print_ledger(console: Console, states: list[DatasetState]) -> None:
+    if not states:
+        console.print("No datasets in this ledger yet.")
+        return
+    for s in states:
+        console.print(f"\nDataset {s.name} ({s.definition} DP): cap ε = {both(s.budget)}, spent {both(s.spent)}, "
+                      f"remaining {both(s.remaining)}", markup=False, highlight=False)
+        if len(s.caps) > 1:
+            for c in s.caps:
+                console.print(f"  cap set to {fraction_text(c.epsilon)} on {c.set_at[:19]} by {c.set_by}: "
+                              f"{c.reason}", markup=False, highlight=False)
+        if s.data_versions > 1:
+            console.print(f"  releases read {s.data_versions} versions of the data file: the same people, one "
+                          "budget", markup=False, highlight=False)
+        if not s.runs:
+            continue
+        table = Table(show_edge=False)
+        for header in ("release", "ε", "state", "created (UTC)", "by", "run"):
+            table.add_column(header)
+        for r in s.runs:
+            table.add_row(r.release, both(r.epsilon), r.state, r.created_at[:19], r.created_by, r.run_id[:12])
+        console.print(table)

@@ -1,0 +1,16 @@
+"""The lifetime privacy ledger and where it lives."""
+
+from dprelease.ledger.location import ENV, LedgerLocation, default_path, resolve_location
+from dprelease.ledger.store import (
+    CapChange,
+    DatasetState,
+    Ledger,
+    RunRecord,
+    check_lifetime_matches,
+    over_lifetime_message,
+)
+
+__all__ = [
+    "ENV", "CapChange", "DatasetState", "Ledger", "LedgerLocation", "RunRecord",
+    "check_lifetime_matches", "default_path", "over_lifetime_message", "resolve_location",
+]

@@ -1,0 +1,377 @@
+"""The lifetime privacy ledger: an append-only record of budget caps and spends.
+
+One database (SQLite by default, PostgreSQL for a team) through SQLAlchemy Core.
+
+* Rows are only ever inserted. A run's state changes by appending an event
+  (``reserved`` → ``committed`` or ``voided``); a cap changes by appending a cap row with
+  who and why. Spent amounts are never reduced or reset.
+* Amounts are exact fractions stored as text (``"3/4"``).
+* Reservation is one serialised transaction (``BEGIN IMMEDIATE`` on SQLite, a row lock on
+  PostgreSQL): two runs racing for the last of a budget cannot both win.
+* A reserved run counts as spent until it is committed or explicitly voided.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dprelease.accounting import fraction_text, parse_exact
+from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
+from dprelease.ledger.location import LedgerLocation
+
+SCHEMA_VERSION = 1
+LIVE_STATES = ("reserved", "committed")  # states whose charges count as spent
+
+metadata = sa.MetaData()
+meta_t = sa.Table("dprelease_meta", metadata,
+                  sa.Column("key", sa.String(64), primary_key=True),
+                  sa.Column("value", sa.Text, nullable=False))
+datasets_t = sa.Table("datasets", metadata,
+                      sa.Column("name", sa.String(100), primary_key=True),
+                      sa.Column("definition", sa.String(16), nullable=False),
+                      sa.Column("created_at", sa.String(40), nullable=False),
+                      sa.Column("created_by", sa.String(200), nullable=False))
+caps_t = sa.Table("budget_caps", metadata,
+                  sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                  sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
+                  sa.Column("epsilon", sa.String(200), nullable=False),
+                  sa.Column("reason", sa.Text, nullable=False),
+                  sa.Column("set_by", sa.String(200), nullable=False),
+                  sa.Column("set_at", sa.String(40), nullable=False))
+runs_t = sa.Table("runs", metadata,
+                  sa.Column("run_id", sa.String(64), primary_key=True),
+                  sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
+                  sa.Column("release", sa.String(100), nullable=False),
+                  sa.Column("spec_fingerprint", sa.String(80), nullable=False),
+                  sa.Column("data_fingerprint", sa.String(80)),
+                  sa.Column("spec_path", sa.Text),
+                  sa.Column("created_at", sa.String(40), nullable=False),
+                  sa.Column("created_by", sa.String(200), nullable=False),
+                  sa.Index("ix_runs_dataset_release", "dataset", "release"))
+charges_t = sa.Table("charges", metadata,
+                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
+                     sa.Column("table_name", sa.String(100), nullable=False),
+                     sa.Column("epsilon", sa.String(200), nullable=False))
+events_t = sa.Table("run_events", metadata,
+                    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
+                    sa.Column("state", sa.String(16), nullable=False),
+                    sa.Column("at", sa.String(40), nullable=False),
+                    sa.Column("by", sa.String(200), nullable=False),
+                    sa.Column("reason", sa.Text))
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def current_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name (containers): fall back to the uid
+        return f"uid:{os.getuid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class CapChange:
+    epsilon: Fraction
+    reason: str
+    set_by: str
+    set_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    run_id: str
+    release: str
+    state: str
+    epsilon: Fraction
+    charges: tuple[tuple[str, Fraction], ...]
+    spec_fingerprint: str
+    data_fingerprint: str | None
+    created_at: str
+    created_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetState:
+    name: str
+    definition: str
+    budget: Fraction
+    spent: Fraction
+    caps: tuple[CapChange, ...]
+    runs: tuple[RunRecord, ...] = field(default=())
+
+    @property
+    def remaining(self) -> Fraction:
+        return self.budget - self.spent
+
+    def live_run(self, release: str) -> RunRecord | None:
+        """The reserved or committed run of ``release``, if any."""
+        return next((r for r in self.runs if r.release == release and r.state in LIVE_STATES), None)
+
+    @property
+    def data_versions(self) -> int:
+        return len({r.data_fingerprint for r in self.runs if r.data_fingerprint})
+
+
+class Ledger:
+    """An open ledger. ``Ledger.open(location, create=False)`` never creates anything."""
+
+    def __init__(self, location: LedgerLocation, engine: Engine, created: bool):
+        self.location = location
+        self.engine = engine
+        self.created = created  # True when this call created the database
+
+    # -- opening
+
+    @classmethod
+    def open(cls, location: LedgerLocation, *, create: bool) -> Ledger | None:
+        """Open the ledger; with ``create=False`` return None where none exists yet."""
+        path = location.sqlite_path
+        created = False
+        if path is not None:
+            if not path.exists():
+                if not create:
+                    return None
+                _create_private_file(path)
+                created = True
+        engine = _engine(location)
+        try:
+            inspector = sa.inspect(engine)
+            if not inspector.has_table("dprelease_meta"):
+                if not create:
+                    engine.dispose()
+                    return None
+                cls._create_schema(engine)
+                created = True
+            else:
+                cls._check_version(engine, location)
+        except sa.exc.OperationalError as exc:
+            engine.dispose()
+            raise LedgerError(f"cannot open the ledger at {location.shown}: {exc.orig}") from None
+        return cls(location, engine, created)
+
+    @staticmethod
+    def _create_schema(engine: Engine) -> None:
+        with engine.begin() as conn:
+            metadata.create_all(conn)
+            exists = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
+            if exists is None:
+                conn.execute(meta_t.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+
+    @staticmethod
+    def _check_version(engine: Engine, location: LedgerLocation) -> None:
+        with engine.connect() as conn:
+            row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
+        version = int(row[0]) if row else 0
+        if version != SCHEMA_VERSION:
+            raise LedgerError(f"the ledger at {location.shown} has schema version {version}; this dprelease "
+                              f"reads version {SCHEMA_VERSION}. Use the dprelease that wrote it.")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """One serialised write transaction (see module docstring)."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(dprelease_write=True)
+            with conn.begin():
+                yield conn
+
+    # -- reading
+
+    def datasets(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(sa.select(datasets_t.c.name).order_by(datasets_t.c.name))]
+
+    def state(self, dataset: str) -> DatasetState | None:
+        with self.engine.connect() as conn:
+            return _state(conn, dataset)
+
+    # -- writing
+
+    def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
+                   definition: str = "pure") -> DatasetState:
+        """Record a new lifetime cap for ``dataset`` (creating it if new). Spends are untouched."""
+        if epsilon <= 0:
+            raise LedgerError(f"a lifetime budget must be positive, not {fraction_text(epsilon)}")
+        if not reason.strip():
+            raise LedgerError("say why the cap changes: --reason TEXT")
+        by = by or current_user()
+        with self._write() as conn:
+            _lock_dataset(conn, dataset)
+            if _state(conn, dataset) is None:
+                _insert_dataset(conn, dataset, definition, by)
+            conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(epsilon),
+                                                reason=reason, set_by=by, set_at=now()))
+            state = _state(conn, dataset)
+        assert state is not None
+        return state
+
+    def reserve(self, *, dataset: str, release: str, charges: list[tuple[str, Fraction]],
+                spec_fingerprint: str, lifetime_from_spec: Fraction | None,
+                data_fingerprint: str | None = None, spec_path: str | None = None,
+                definition: str = "pure", by: str | None = None) -> str:
+        """Reserve ``charges`` for ``release`` atomically; return the new run id.
+
+        Refuses (nothing written) when the release already has a live run
+        (:class:`AlreadyReleasedError`) or the lifetime budget cannot cover the charges
+        (:class:`OverBudgetError`). A dataset seen for the first time is created with the
+        spec's lifetime budget.
+        """
+        by = by or current_user()
+        total = sum((e for _, e in charges), Fraction(0))
+        run_id = uuid.uuid4().hex
+        with self._write() as conn:
+            _lock_dataset(conn, dataset)
+            state = _state(conn, dataset)
+            if state is None:
+                if lifetime_from_spec is None:
+                    raise LedgerError(f"dataset {dataset!r} is new to this ledger and the spec declares no "
+                                      "dataset.lifetime_budget; declare one")
+                _insert_dataset(conn, dataset, definition, by)
+                conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(lifetime_from_spec),
+                                                    reason=f"initial cap from {spec_path or 'the spec'}",
+                                                    set_by=by, set_at=now()))
+                state = _state(conn, dataset)
+                assert state is not None
+            check_lifetime_matches(state, lifetime_from_spec)
+            live = state.live_run(release)
+            if live is not None:
+                raise AlreadyReleasedError(
+                    f"release {release!r} of dataset {dataset!r} is already {live.state} in the ledger "
+                    f"(run {live.run_id}, {live.created_at}); choose a new release name")
+            if state.spent + total > state.budget:
+                raise OverBudgetError(over_lifetime_message(state, total))
+            at = now()
+            conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
+                                                spec_fingerprint=spec_fingerprint,
+                                                data_fingerprint=data_fingerprint, spec_path=spec_path,
+                                                created_at=at, created_by=by))
+            conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e)}
+                                              for t, e in charges])
+            conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
+        return run_id
+
+    def commit(self, run_id: str, *, by: str | None = None) -> None:
+        """Mark a reserved run as published. Its charges stay spent for ever."""
+        self._transition(run_id, "committed", by=by, reason=None)
+
+    def void(self, run_id: str, *, reason: str, by: str | None = None) -> None:
+        """Release a reservation whose noise was never drawn (an operator's recorded decision)."""
+        if not reason.strip():
+            raise LedgerError("say why the reservation is voided: --reason TEXT")
+        self._transition(run_id, "voided", by=by, reason=reason)
+
+    def _transition(self, run_id: str, state: str, *, by: str | None, reason: str | None) -> None:
+        with self._write() as conn:
+            row = conn.execute(sa.select(runs_t.c.dataset).where(runs_t.c.run_id == run_id)).first()
+            if row is None:
+                raise LedgerError(f"no run {run_id!r} in the ledger at {self.location.shown}")
+            _lock_dataset(conn, row[0])
+            current = _run_state(conn, run_id)
+            if current != "reserved":
+                raise LedgerError(f"run {run_id} is {current}; only a reserved run can become {state}")
+            conn.execute(events_t.insert().values(run_id=run_id, state=state, at=now(),
+                                                  by=by or current_user(), reason=reason))
+
+
+def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None) -> None:
+    """A spec may restate the ledger's cap, never silently ask for a different one."""
+    if from_spec is not None and from_spec != state.budget:
+        last = state.caps[-1]
+        raise LedgerError(
+            f"dataset {state.name!r} has a lifetime budget of ε = {fraction_text(state.budget)} in the ledger "
+            f"(set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
+            f"{fraction_text(from_spec)}. Make dataset.lifetime_budget match, or change the cap with "
+            f"`dprelease ledger set-budget {state.name} --epsilon E --reason TEXT`")
+
+
+def over_lifetime_message(state: DatasetState, requested: Fraction) -> str:
+    over = state.spent + requested - state.budget
+    return (f"over the lifetime budget of dataset {state.name!r}: requested ε = {fraction_text(requested)}, "
+            f"remaining {fraction_text(state.remaining)} (cap {fraction_text(state.budget)}, spent "
+            f"{fraction_text(state.spent)}); over by {fraction_text(over)}")
+
+
+# ---------------------------------------------------------------- internals
+
+
+def _create_private_file(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+
+
+def _engine(location: LedgerLocation) -> Engine:
+    url = location.url
+    if url.get_backend_name() == "sqlite":
+        engine = sa.create_engine(url, connect_args={"timeout": 60}, poolclass=sa.pool.NullPool)
+
+        @sa.event.listens_for(engine, "connect")
+        def _no_implicit_transactions(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            dbapi_conn.execute("PRAGMA foreign_keys = ON")
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(conn):  # type: ignore[no-untyped-def]
+            # writers take the write lock before they read what they check
+            write = conn.get_execution_options().get("dprelease_write")
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        return engine
+    try:
+        return sa.create_engine(url, poolclass=sa.pool.NullPool)
+    except ModuleNotFoundError as exc:
+        raise LedgerError(f"the ledger URL needs the {exc.name!r} driver: "
+                          "pip install 'dprelease[postgres]'") from None
+
+
+def _lock_dataset(conn: Connection, dataset: str) -> None:
+    """Serialise writers of one dataset. SQLite holds a database write lock already."""
+    if conn.dialect.name == "postgresql":
+        # a transaction-scoped advisory lock also covers a dataset that has no row yet
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": "dprelease:" + dataset})
+
+
+def _insert_dataset(conn: Connection, dataset: str, definition: str, by: str) -> None:
+    conn.execute(datasets_t.insert().values(name=dataset, definition=definition, created_at=now(),
+                                            created_by=by))
+
+
+def _run_state(conn: Connection, run_id: str) -> str:
+    return conn.execute(sa.select(events_t.c.state).where(events_t.c.run_id == run_id)
+                        .order_by(events_t.c.id.desc()).limit(1)).scalar_one()
+
+
+def _state(conn: Connection, dataset: str) -> DatasetState | None:
+    row = conn.execute(sa.select(datasets_t).where(datasets_t.c.name == dataset)).first()
+    if row is None:
+        return None
+    caps = tuple(CapChange(parse_exact(c.epsilon), c.reason, c.set_by, c.set_at) for c in conn.execute(
+        sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
+    if not caps:
+        raise LedgerError(f"dataset {dataset!r} has no lifetime cap in the ledger; the ledger is damaged")
+    runs = []
+    for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
+        charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in conn.execute(
+            sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
+        runs.append(RunRecord(run.run_id, run.release, _run_state(conn, run.run_id),
+                              sum((e for _, e in charges), Fraction(0)), charges, run.spec_fingerprint,
+                              run.data_fingerprint, run.created_at, run.created_by))
+    spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
+    return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs))

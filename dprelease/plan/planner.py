@@ -1,0 +1,111 @@
+"""Spec + ledger state → Plan. Pure: no data, no I/O.
+
+Privacy contract of the plan (pure ε-DP, add/remove one row, one row per person):
+
+* each table is one histogram over the full declared cross product of its group_by domains;
+  adding or removing one row changes exactly one cell by 1 (or none, if the row is filtered
+  out), so the L1 sensitivity is 1 and the discrete Laplace mechanism with scale 1/ε gives
+  ε-DP for the whole table (the cells are disjoint: parallel composition);
+* tables compose sequentially: the release costs the exact sum of its tables' ε;
+* the release must fit its own budget and the dataset's remaining lifetime budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dprelease.accounting import compose_sequential
+from dprelease.errors import LedgerError
+from dprelease.ledger.store import DatasetState, RunRecord, check_lifetime_matches
+from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
+from dprelease.spec import Spec, fingerprint
+
+CONFIDENCE_95 = Fraction(95, 100)
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    name: str
+    epsilon: Fraction
+    mechanism: str
+    sensitivity: int  # L1, under add/remove one row
+    scale: Fraction  # sensitivity / epsilon
+    cells: int
+    moe: int  # at the plan's confidence
+    moe95: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    release: str
+    dataset: str
+    fingerprint: str
+    tables: tuple[TablePlan, ...]
+    total_epsilon: Fraction
+    release_budget: Fraction
+    confidence: Fraction
+    lifetime_budget: Fraction
+    lifetime_spent: Fraction  # before this release
+    lifetime_is_new: bool  # the dataset is not in the ledger yet
+    existing_run: RunRecord | None  # a live run of the same release, if any
+    data_versions: int  # distinct data fingerprints among earlier releases
+
+    @property
+    def fits_release(self) -> bool:
+        return self.total_epsilon <= self.release_budget
+
+    @property
+    def fits_lifetime(self) -> bool:
+        return self.lifetime_spent + self.total_epsilon <= self.lifetime_budget
+
+    @property
+    def fits(self) -> bool:
+        return self.fits_release and self.fits_lifetime
+
+    @property
+    def lifetime_remaining(self) -> Fraction:
+        return self.lifetime_budget - self.lifetime_spent
+
+    @property
+    def lifetime_remaining_after(self) -> Fraction:
+        return self.lifetime_remaining - self.total_epsilon
+
+
+def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
+    """Plan ``spec`` against the dataset's ledger state (None: not in the ledger yet).
+
+    Raises :class:`LedgerError` when the spec's lifetime budget disagrees with the ledger's,
+    or when a new dataset declares none. Over-budget is not an error here: it is the plan's
+    verdict (``fits``), so a reviewer sees by how much.
+    """
+    if state is None:
+        if spec.dataset.lifetime_epsilon is None:
+            raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is not in the ledger yet, so the "
+                              "spec must declare dataset.lifetime_budget: {epsilon: E}")
+        lifetime, spent = spec.dataset.lifetime_epsilon, Fraction(0)
+    else:
+        check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
+        lifetime, spent = state.budget, state.spent
+    tables = tuple(_plan_table(spec, t.name, t.epsilon, spec.cells(t)) for t in spec.tables)
+    return Plan(
+        release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
+        total_epsilon=compose_sequential(t.epsilon for t in tables), release_budget=spec.budget_epsilon,
+        confidence=spec.confidence, lifetime_budget=lifetime, lifetime_spent=spent,
+        lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
+        data_versions=state.data_versions if state else 0,
+    )
+
+
+def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int) -> TablePlan:
+    sensitivity = 1  # add/remove one row moves one count by one: see the module docstring
+    scale = Fraction(sensitivity) / epsilon
+    return TablePlan(name=name, epsilon=epsilon, mechanism="discrete_laplace", sensitivity=sensitivity,
+                     scale=scale, cells=cells, moe=margin_of_error(scale, spec.confidence),
+                     moe95=margin_of_error(scale, CONFIDENCE_95))
+
+
+def epsilon_for_target(spec: Spec, target_moe: int) -> list[tuple[str, Fraction]]:
+    """Per table, the ε (rounded up) whose margin at the spec's confidence is ≤ ``target_moe``."""
+    need = epsilon_for_margin(target_moe, spec.confidence, Fraction(1))
+    return [(t.name, need) for t in spec.tables]

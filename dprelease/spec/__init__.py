@@ -1,0 +1,19 @@
+"""Release specs: YAML in, typed immutable objects out."""
+
+from dprelease.spec.canonical import canonical, fingerprint
+from dprelease.spec.load import load_spec, schema
+from dprelease.spec.model import (
+    BinnedColumn,
+    CategoricalColumn,
+    Column,
+    Condition,
+    Dataset,
+    RangeColumn,
+    Spec,
+    Table,
+)
+
+__all__ = [
+    "BinnedColumn", "CategoricalColumn", "Column", "Condition", "Dataset", "RangeColumn", "Spec",
+    "Table", "canonical", "fingerprint", "load_spec", "schema",
+]

@@ -1,0 +1,65 @@
+"""The canonical form of a resolved spec, and its fingerprint.
+
+The fingerprint is what a reviewer approves: SHA-256 over canonical JSON of the *resolved*
+spec, with domain files inlined (editing a domain file changes it) and budgets as exact
+fractions (``0.1`` and ``"1/10"`` fingerprint alike). The ledger location is not part of it:
+where the budget is recorded does not change what is released.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from dprelease.accounting import fraction_text
+from dprelease.spec.model import BinnedColumn, CategoricalColumn, Column, RangeColumn, Spec
+
+FORMAT_VERSION = 1
+
+
+def canonical(spec: Spec) -> dict[str, Any]:
+    d = spec.dataset
+    return {
+        "format": FORMAT_VERSION,
+        "release": spec.release,
+        "description": spec.description,
+        "dataset": {
+            "name": d.name, "path": d.path, "format": d.format, "na_values": list(d.na_values),
+            "delimiter": d.delimiter,
+            "lifetime_epsilon": fraction_text(d.lifetime_epsilon) if d.lifetime_epsilon else None,
+        },
+        "privacy": {"definition": spec.definition, "unit": spec.unit},
+        "budget": {"epsilon": fraction_text(spec.budget_epsilon)},
+        "confidence": fraction_text(spec.confidence),
+        "max_cells": spec.max_cells,
+        "columns": [_column(c) for c in spec.columns],
+        "tables": [
+            {
+                "name": t.name, "description": t.description, "group_by": list(t.group_by),
+                "where": [[c.column, c.op, list(c.operand)] for c in t.where],
+                "epsilon": fraction_text(t.epsilon), "post_process": t.post_process,
+            }
+            for t in spec.tables
+        ],
+    }
+
+
+def _column(c: Column) -> dict[str, Any]:
+    match c:
+        case CategoricalColumn():
+            return {"name": c.name, "kind": "categorical", "values": list(c.values),
+                    "labels": list(c.labels) if c.labels else None, "missing": c.missing,
+                    "on_out_of_domain": c.on_out_of_domain}
+        case RangeColumn():
+            return {"name": c.name, "kind": "range", "low": c.low, "high": c.high, "missing": c.missing,
+                    "on_out_of_domain": c.on_out_of_domain}
+        case BinnedColumn():
+            return {"name": c.name, "kind": "bins", "from": c.source, "edges": list(c.edges),
+                    "labels": list(c.labels), "missing": c.missing}
+    raise AssertionError(c)  # pragma: no cover
+
+
+def fingerprint(spec: Spec) -> str:
+    text = json.dumps(canonical(spec), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,537 @@
+"""YAML spec → :class:`~dprelease.spec.model.Spec`, reporting every problem with its position.
+
+Three passes over one document: the JSON Schema shipped in this package (the contract),
+then the semantic checks a schema cannot express (declared columns, domains, bins, budgets,
+cell limits), then construction of the typed spec. The data file is never opened; domain
+files (public metadata) are.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from fractions import Fraction
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from dprelease.accounting import NotANumber, parse_budget
+from dprelease.errors import Problem, SpecError
+from dprelease.spec.model import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_MAX_CELLS,
+    BinnedColumn,
+    CategoricalColumn,
+    Column,
+    Condition,
+    Dataset,
+    RangeColumn,
+    Spec,
+    Table,
+)
+from dprelease.spec.yamlsource import Document, Path_, YamlProblem, load_document
+
+_INT = re.compile(r"[+-]?\d+")
+_MAX_DOMAIN_FILE_BYTES = 256 * 1024 * 1024
+_FORMATS = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The JSON Schema (Draft 2020-12) that every spec must satisfy."""
+    return json.loads(resources.files("dprelease.spec").joinpath("schema.json").read_text("utf-8"))
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Load and validate a release spec; raise :class:`SpecError` listing every problem."""
+    path = Path(path)
+    try:
+        doc = load_document(path)
+    except YamlProblem as exc:
+        raise SpecError([exc.problem]) from None
+    problems = _schema_problems(doc)
+    checker = _Checker(doc, skip={p.field for p in problems})
+    spec = checker.build()
+    problems += checker.problems
+    if problems:
+        raise SpecError(_dedupe(problems))
+    assert spec is not None
+    return spec
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for p in problems:
+        if (p.line, p.column, p.field, p.message) not in seen:
+            seen.add((p.line, p.column, p.field, p.message))
+            out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------- pass 1: the schema
+
+
+def _schema_problems(doc: Document) -> list[Problem]:
+    validator = jsonschema.Draft202012Validator(schema())
+    problems: list[Problem] = []
+    for error in validator.iter_errors(doc.data):
+        problems += _explain(doc, error)
+    return problems
+
+
+def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
+    path: Path_ = tuple(error.absolute_path)
+    if "propertyNames" in error.schema_path and isinstance(error.instance, str):
+        path += (error.instance,)  # a bad key: point at the key itself
+        return [doc.problem(path, f"{error.instance!r} is not a column name: use letters, digits and '_', "
+                            "starting with a letter or '_'", at_key=True)]
+    match error.validator:
+        case "additionalProperties" if isinstance(error.instance, dict):
+            known = sorted(error.schema.get("properties", {}))
+            out = []
+            for key in error.instance:
+                if key not in known:
+                    hint = difflib.get_close_matches(key, known, n=1)
+                    fix = f"did you mean {hint[0]!r}?" if hint else f"expected one of: {', '.join(known)}"
+                    out.append(doc.problem(path + (key,), f"unknown key {key!r}; {fix}", at_key=True))
+            return out
+        case "required":
+            missing = error.message.split("'")[1] if "'" in error.message else error.message
+            return [doc.problem(path, f"missing required key {missing!r}")]
+        case "pattern" if error.schema.get("pattern", "").startswith("^[a-z0-9]"):
+            return [doc.problem(path, f"{error.instance!r} is not a safe name: use lower-case letters, "
+                                "digits, '.', '_' and '-', starting with a letter or digit")]
+        case "pattern" if error.schema.get("pattern", "").startswith("^[A-Za-z_]"):
+            return [doc.problem(path, f"{error.instance!r} is not a column name: use letters, digits "
+                                "and '_', starting with a letter or '_'")]
+        case "oneOf" if "exact_number" in str(error.schema_path) or _is_exact_number(error.schema):
+            return [doc.problem(path, f"{doc.text(path) or error.instance!r} is not a decimal or a "
+                                "fraction; write e.g. 0.1 or \"1/10\"")]
+        case "minItems" if error.schema.get("minItems") == 1:
+            return [doc.problem(path, "the list is empty; give at least one item")]
+        case "enum":
+            allowed = " | ".join(str(v) for v in error.schema["enum"])
+            return [doc.problem(path, f"{error.instance!r} is not allowed; use one of: {allowed}")]
+        case "const":
+            return [doc.problem(path, f"{error.instance!r} is not supported; only {error.schema['const']!r}")]
+        case "type" if isinstance(error.schema["type"], list) and "boolean" in error.schema["type"]:
+            return [doc.problem(path, f"expected a single value such as 1 or \"text\", found "
+                                f"{doc.text(path) if doc.text(path) is not None else _kind(error.instance)!r}")]
+        case "type":
+            want = error.schema["type"]
+            want = " or ".join(want) if isinstance(want, list) else want
+            shown = doc.text(path) if doc.text(path) is not None else _kind(error.instance)
+            return [doc.problem(path, f"expected {_article(want)}, found {shown!r}")]
+    return [doc.problem(path, error.message)]
+
+
+def _is_exact_number(schema_: dict[str, Any]) -> bool:
+    return isinstance(schema_.get("oneOf"), list) and any(
+        s.get("type") == "number" for s in schema_["oneOf"] if isinstance(s, dict))
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _article(noun: str) -> str:
+    nouns = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+             "number": "a number", "boolean": "true/false"}
+    return " or ".join(nouns.get(n, n) for n in noun.split(" or "))
+
+
+# ---------------------------------------------------------------- pass 2 and 3
+
+
+class _Checker:
+    """Semantic checks on a document that may also have schema problems.
+
+    Every accessor is defensive: a part with the wrong shape is skipped here (the schema pass
+    has already reported it), so one mistake is reported once.
+    """
+
+    def __init__(self, doc: Document, skip: set[str]):
+        self.doc = doc
+        self.skip = skip
+        self.problems: list[Problem] = []
+        self.base = doc.file.parent
+        self.broken: set[str] = set()  # declared columns whose declaration has problems
+
+    def fail(self, path: Path_, message: str, *, at_key: bool = False) -> None:
+        problem = self.doc.problem(path, message, at_key=at_key)
+        if problem.field not in self.skip:
+            self.problems.append(problem)
+
+    def get(self, path: Path_, kind: type | tuple[type, ...], default: Any = None) -> Any:
+        node: Any = self.doc.data
+        for part in path:
+            if isinstance(part, int) and isinstance(node, list) and part < len(node):
+                node = node[part]
+            elif isinstance(part, str) and isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return default
+        return node if isinstance(node, kind) and not (kind is int and isinstance(node, bool)) else default
+
+    # -- budgets
+
+    def budget(self, path: Path_, what: str = "ε") -> Fraction | None:
+        node = self.get(path[:-1], dict, {})
+        if path[-1] not in node:
+            return None
+        try:
+            return parse_budget(self.doc.text(path), node[path[-1]], what=what)
+        except NotANumber as exc:
+            self.fail(path, str(exc))
+            return None
+
+    # -- the whole spec
+
+    def build(self) -> Spec | None:
+        if not isinstance(self.doc.data, dict):
+            self.fail((), "a spec is a mapping with release, dataset, privacy, budget, columns and tables")
+            return None
+        dataset = self.dataset()
+        budget = self.budget(("budget", "epsilon"))
+        confidence = self.confidence()
+        max_cells = self.get(("limits", "max_cells"), int, DEFAULT_MAX_CELLS)
+        columns = self.columns()
+        columns += self.derived({c.name: c for c in columns})
+        tables = self.tables({c.name: c for c in columns}, max_cells)
+        ledger = self.get(("ledger",), str)
+        if ledger is not None and "\0" in ledger:
+            self.fail(("ledger",), "contains a NUL byte")
+        release = self.get(("release",), str)
+        if self.problems or dataset is None or budget is None or release is None:
+            return None
+        return Spec(source=self.doc.file, release=release, dataset=dataset, definition="pure",
+                    unit="row", budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
+                    ledger=ledger, confidence=confidence, max_cells=max_cells,
+                    description=self.get(("description",), str))
+
+    def confidence(self) -> Fraction:
+        path = ("accuracy", "confidence")
+        node = self.get(path[:-1], dict, {})
+        if "confidence" not in node:
+            return DEFAULT_CONFIDENCE
+        try:
+            value = parse_budget(self.doc.text(path), node["confidence"], what="confidence")
+        except NotANumber as exc:
+            self.fail(path, str(exc))
+            return DEFAULT_CONFIDENCE
+        if not 0 < value < 1:
+            self.fail(path, f"confidence must lie strictly between 0 and 1 (e.g. 0.95 or 0.90), "
+                      f"not {self.doc.text(path)}")
+            return DEFAULT_CONFIDENCE
+        return value
+
+    def dataset(self) -> Dataset | None:
+        d = self.get(("dataset",), dict)
+        if d is None:
+            return None
+        name, path = self.get(("dataset", "name"), str), self.get(("dataset", "path"), str)
+        if path is not None and "\0" in path:
+            self.fail(("dataset", "path"), "contains a NUL byte")
+            return None
+        fmt = self.get(("dataset", "format"), str)
+        if fmt is None and path is not None:
+            fmt = _FORMATS.get(Path(path.removesuffix(".gz")).suffix.lower())
+            if fmt is None:
+                self.fail(("dataset", "path"), f"cannot tell the format of {path!r} from its extension; "
+                          "add dataset.format: csv or parquet")
+        na = tuple(self.doc.text(("dataset", "na_values", i)) or "" for i, _ in
+                   enumerate(self.get(("dataset", "na_values"), list, [])))
+        lifetime = None
+        if isinstance(d.get("lifetime_budget"), dict):
+            lifetime = self.budget(("dataset", "lifetime_budget", "epsilon"), "lifetime ε")
+        if name is None or path is None or fmt is None:
+            return None
+        resolved = (self.base / path) if not Path(path).is_absolute() else Path(path)
+        return Dataset(name=name, path=path, resolved_path=resolved, format=fmt, na_values=na,
+                       delimiter=self.get(("dataset", "delimiter"), str, ","), lifetime_epsilon=lifetime)
+
+    # -- columns
+
+    def columns(self) -> list[Column]:
+        out: list[Column] = []
+        for name, body in self.get(("columns",), dict, {}).items():
+            column = self.column(name, body) if isinstance(body, dict) else None
+            if column is None:
+                self.broken.add(name)
+            else:
+                out.append(column)
+        return out
+
+    def column(self, name: str, body: dict[str, Any]) -> Column | None:
+        at: Path_ = ("columns", name)
+        kinds = [k for k in ("domain", "domain_file", "range") if k in body]
+        if len(kinds) != 1:
+            self.fail(at, "declare exactly one of domain: [...], domain_file: PATH or range: [LOW, HIGH]"
+                      + (f" (found {', '.join(kinds)})" if kinds else ""), at_key=True)
+            return None
+        missing = self.get(at + ("missing",), str)
+        on_ood = self.get(at + ("on_out_of_domain",), str, "error")
+        if kinds[0] == "range":
+            if "labels" in body:
+                self.fail(at + ("labels",), "range columns take no labels; bin them with derived: instead")
+            bounds = self.int_list(at + ("range",))
+            if bounds is None or len(bounds) != 2:
+                return None
+            if bounds[0] > bounds[1]:
+                self.fail(at + ("range",), f"range [{bounds[0]}, {bounds[1]}] is empty; write [LOW, HIGH]")
+                return None
+            return RangeColumn(name, bounds[0], bounds[1], missing, on_ood)
+        if kinds[0] == "domain":
+            values = self.texts(at + ("domain",))
+        else:
+            values = self.domain_file(at + ("domain_file",))
+        if values is None:
+            return None
+        labels = self.texts(at + ("labels",)) if "labels" in body else None
+        if not self.distinct(at + (kinds[0],), values, "domain value"):
+            return None
+        if labels is not None:
+            if len(labels) != len(values):
+                self.fail(at + ("labels",), f"{len(labels)} labels for {len(values)} domain values; "
+                          "give one label per value")
+                return None
+            if not self.distinct(at + ("labels",), labels, "label"):
+                return None
+        if missing is not None and missing in (labels or values):
+            self.fail(at + ("missing",), f"the missing category's label {missing!r} is also a value; "
+                      "choose a distinct label")
+            return None
+        return CategoricalColumn(name, tuple(values), tuple(labels) if labels else None, missing,
+                                 on_ood, self.get(at + ("domain_file",), str))
+
+    def texts(self, path: Path_) -> list[str] | None:
+        items = self.get(path, list)
+        if items is None:
+            return None
+        out = []
+        for i, item in enumerate(items):
+            text = self.doc.text(path + (i,))
+            if item is None or text is None or text == "":
+                self.fail(path + (i,), "an empty value; write the value out (quote it if needed)")
+                return None
+            out.append(text)
+        return out
+
+    def int_list(self, path: Path_) -> list[int] | None:
+        items = self.get(path, list)
+        if items is None:
+            return None
+        out = []
+        for i, _ in enumerate(items):
+            text = (self.doc.text(path + (i,)) or "").strip()
+            if not _INT.fullmatch(text):
+                self.fail(path + (i,), f"{text!r} is not a whole number")
+                return None
+            out.append(int(text))
+        return out
+
+    def distinct(self, path: Path_, values: list[str], what: str) -> bool:
+        seen: set[str] = set()
+        for v in values:
+            if v in seen:
+                self.fail(path, f"{what} {v!r} is listed twice; each must appear once")
+                return False
+            seen.add(v)
+        return True
+
+    def domain_file(self, path: Path_) -> list[str] | None:
+        written = self.get(path, str)
+        if written is None:
+            return None
+        if "\0" in written:
+            self.fail(path, "contains a NUL byte")
+            return None
+        file = self.base / written
+        try:
+            if file.stat().st_size > _MAX_DOMAIN_FILE_BYTES:
+                self.fail(path, f"{written} is larger than 256 MiB")
+                return None
+            lines = file.read_text("utf-8-sig").splitlines()
+        except FileNotFoundError:
+            self.fail(path, f"domain file {written!r} not found (looked in {self.base.resolve()}); paths are "
+                      "relative to the spec file")
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            self.fail(path, f"cannot read domain file {written!r}: {exc}")
+            return None
+        values = [s.strip() for s in lines if s.strip() and not s.lstrip().startswith("#")]
+        if not values:
+            self.fail(path, f"domain file {written!r} lists no values (one value per line)")
+            return None
+        seen: set[str] = set()
+        for v in values:
+            if v in seen:
+                self.fail(path, f"domain file {written!r} lists {v!r} twice; each value must appear once")
+                return None
+            seen.add(v)
+        return values
+
+    def derived(self, declared: dict[str, Column]) -> list[Column]:
+        out: list[Column] = []
+        for name, body in self.get(("derived",), dict, {}).items():
+            at: Path_ = ("derived", name)
+            self.broken.add(name)  # until it proves good
+            if not isinstance(body, dict):
+                continue
+            if name in declared:
+                self.fail(at, f"{name!r} is already a declared column; choose another name", at_key=True)
+                continue
+            source_name = self.get(at + ("from",), str)
+            source = declared.get(source_name) if source_name else None
+            if source_name is not None and source is None:
+                if source_name not in self.broken:
+                    self.fail(at + ("from",), f"column {source_name!r} is not declared under columns:")
+                continue
+            if source is not None and not isinstance(source, RangeColumn):
+                self.fail(at + ("from",), f"bins need a range column; {source_name!r} declares a domain")
+                continue
+            edges = self.int_list(at + ("bins",))
+            if edges is None or source is None:
+                continue
+            column = self.bins(at, name, source, edges)
+            if column is not None:
+                out.append(column)
+                self.broken.discard(name)
+        return out
+
+    def bins(self, at: Path_, name: str, source: RangeColumn, edges: list[int]) -> Column | None:
+        if any(b <= a for a, b in zip(edges, edges[1:])):
+            self.fail(at + ("bins",), f"bins {edges} must increase strictly")
+            return None
+        if edges[0] > source.low or edges[-1] < source.high + 1:
+            self.fail(at + ("bins",), f"bins [{edges[0]}, {edges[-1]}) leave part of {source.name}'s range "
+                      f"[{source.low}, {source.high}] uncovered; bins are half-open, so start at "
+                      f"{source.low} or below and end at {source.high + 1} or above")
+            return None
+        if "labels" in self.get(at, dict, {}):
+            labels = self.texts(at + ("labels",))
+            if labels is None:
+                return None
+            if len(labels) != len(edges) - 1:
+                self.fail(at + ("labels",), f"{len(labels)} labels for {len(edges) - 1} bins; give one "
+                          "label per bin")
+                return None
+            if not self.distinct(at + ("labels",), labels, "label"):
+                return None
+        else:
+            labels = [f"{a}-{b - 1}" for a, b in zip(edges, edges[1:])]
+        return BinnedColumn(name, source.name, tuple(edges), tuple(labels), source.missing)
+
+    # -- tables
+
+    def tables(self, columns: dict[str, Column], max_cells: int) -> list[Table]:
+        out: list[Table] = []
+        names: dict[str, int] = {}
+        for i, body in enumerate(self.get(("tables",), list, [])):
+            if not isinstance(body, dict):
+                continue
+            at: Path_ = ("tables", i)
+            name = self.get(at + ("name",), str)
+            if name is not None and name in names:
+                self.fail(at + ("name",), f"table name {name!r} is already used by tables[{names[name]}]; "
+                          "names must be unique")
+            elif name is not None:
+                names[name] = i
+            group_by = self.group_by(at, columns)
+            where = self.where(at, columns)
+            epsilon = self.budget(at + ("epsilon",))
+            if group_by is not None and name is not None:
+                cells = 1
+                for c in group_by:
+                    cells *= columns[c].size
+                if cells > max_cells:
+                    self.fail(at + ("group_by",), f"table {name!r} has {cells:,} cells, over the limit of "
+                              f"{max_cells:,}; group by fewer or coarser columns, or raise limits.max_cells")
+                    continue
+            if None in (name, group_by, where, epsilon):
+                continue
+            out.append(Table(name, tuple(group_by), tuple(where), epsilon,
+                             self.get(at + ("post_process",), str, "clamp"),
+                             self.get(at + ("description",), str)))
+        return out
+
+    def group_by(self, at: Path_, columns: dict[str, Column]) -> list[str] | None:
+        items = self.get(at + ("group_by",), list)
+        if items is None:
+            return None
+        ok = True
+        for j, c in enumerate(items):
+            if not isinstance(c, str):
+                return None
+            if c not in columns:
+                if c not in self.broken:  # a broken declaration is reported once, where it is
+                    self.fail(at + ("group_by", j), self.unknown_column(c, columns))
+                ok = False
+            elif c in items[:j]:
+                self.fail(at + ("group_by", j), f"column {c!r} is listed twice")
+                ok = False
+        return items if ok else None
+
+    def unknown_column(self, name: str, columns: dict[str, Column]) -> str:
+        hint = difflib.get_close_matches(name, list(columns), n=1)
+        fix = f"did you mean {hint[0]!r}?" if hint else "declare it under columns: or derived:"
+        return f"column {name!r} is not declared; {fix}"
+
+    def where(self, at: Path_, columns: dict[str, Column]) -> list[Condition] | None:
+        body = self.get(at + ("where",), dict, {})
+        out: list[Condition] = []
+        ok = True
+        for name, comparison in body.items():
+            if not isinstance(comparison, dict):
+                ok = False
+                continue
+            if name not in columns:
+                if name not in self.broken:
+                    self.fail(at + ("where", name), self.unknown_column(name, columns), at_key=True)
+                ok = False
+                continue
+            for op in comparison:
+                condition = self.condition(at + ("where", name, op), columns[name], op)
+                if condition is None:
+                    ok = False
+                else:
+                    out.append(condition)
+        return out if ok else None
+
+    def condition(self, path: Path_, column: Column, op: str) -> Condition | None:
+        if op not in ("eq", "ne", "in", "not_in", "ge", "gt", "le", "lt"):
+            return None  # the schema reported it
+        if op in ("ge", "gt", "le", "lt") and not isinstance(column, RangeColumn):
+            self.fail(path, f"{op} compares numbers; {column.name!r} is not a range column, use in: [...]")
+            return None
+        texts = self.texts(path) if op in ("in", "not_in") else [self.doc.text(path) or ""]
+        if texts is None:
+            return None
+        operands: list[str | int] = []
+        for k, text in enumerate(texts):
+            where = path + (k,) if op in ("in", "not_in") else path
+            value = self.operand(where, column, text)
+            if value is None:
+                return None
+            operands.append(value)
+        return Condition(column.name, op, tuple(operands))  # type: ignore[arg-type]
+
+    def operand(self, path: Path_, column: Column, text: str) -> str | int | None:
+        match column:
+            case RangeColumn(low=low, high=high):
+                if not _INT.fullmatch(text.strip()) or not low <= int(text) <= high:
+                    self.fail(path, f"{text!r} is not a value of {column.name} (whole numbers {low} to {high})")
+                    return None
+                return int(text)
+            case CategoricalColumn(values=values) | BinnedColumn(labels=values):
+                if text not in values:
+                    shown = ", ".join(values[:12]) + (" ..." if len(values) > 12 else "")
+                    self.fail(path, f"{text!r} is not a declared value of {column.name} ({shown})")
+                    return None
+                return text
+        raise AssertionError(column)  # pragma: no cover
+

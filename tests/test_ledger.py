@@ -1,0 +1,215 @@
+"""The ledger: exact, append-only, location-stable, race-safe; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import stat
+from fractions import Fraction
+
+import pytest
+import sqlalchemy as sa
+
+from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
+from dprelease.ledger import Ledger, default_path, resolve_location
+from tests.conftest import SPECS, write_spec
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.sqlite")
+    return request.getfixturevalue("fresh_postgres")
+
+
+def open_ledger(url: str) -> Ledger:
+    ledger = Ledger.open(resolve_location(url), create=True)
+    assert ledger is not None
+    return ledger
+
+
+def reserve(ledger, release="r1", charges=((("t", Fraction(1, 4))),), cap=Fraction(1), dataset="ds"):
+    return ledger.reserve(dataset=dataset, release=release, charges=list(charges),
+                          spec_fingerprint="sha256:spec", lifetime_from_spec=cap)
+
+
+def test_reserve_commit_and_exact_spend(url):
+    ledger = open_ledger(url)
+    run = reserve(ledger, charges=[("a", Fraction(1, 10)), ("b", Fraction(2, 10))])
+    state = ledger.state("ds")
+    assert state.spent == Fraction(3, 10) and state.remaining == Fraction(7, 10)
+    assert state.runs[0].state == "reserved"
+    ledger.commit(run)
+    assert ledger.state("ds").runs[0].state == "committed"
+    reserve(ledger, release="r2", charges=[("c", Fraction(7, 10))])
+    state = ledger.state("ds")
+    assert state.spent == 1 and state.remaining == 0  # exactly: 1/10 + 2/10 + 7/10
+    with pytest.raises(OverBudgetError, match="over by 1/1000000"):
+        reserve(ledger, release="r3", charges=[("d", Fraction(1, 10**6))])
+    ledger.close()
+
+
+def test_a_release_cannot_be_reserved_twice(url):
+    ledger = open_ledger(url)
+    run = reserve(ledger)
+    with pytest.raises(AlreadyReleasedError):
+        reserve(ledger)
+    ledger.commit(run)
+    with pytest.raises(AlreadyReleasedError, match="already committed"):
+        reserve(ledger)
+    ledger.close()
+
+
+def test_voiding_frees_a_reservation_but_never_a_commit(url):
+    ledger = open_ledger(url)
+    run = reserve(ledger)
+    ledger.void(run, reason="crashed before any noise was drawn")
+    assert ledger.state("ds").spent == 0
+    run2 = reserve(ledger)  # the release name may be used again
+    ledger.commit(run2)
+    with pytest.raises(LedgerError, match="only a reserved run"):
+        ledger.void(run2, reason="try to get the budget back")
+    assert ledger.state("ds").spent == Fraction(1, 4)
+    ledger.close()
+
+
+def test_changing_the_cap_is_recorded_and_never_reduces_spend(url):
+    ledger = open_ledger(url)
+    reserve(ledger, charges=[("t", Fraction(3, 4))])
+    state = ledger.set_budget("ds", Fraction(2), reason="board decision 2026-11", by="alice")
+    assert state.budget == 2 and state.spent == Fraction(3, 4)
+    assert [c.epsilon for c in state.caps] == [1, 2]
+    assert state.caps[-1].set_by == "alice" and state.caps[-1].reason == "board decision 2026-11"
+    with pytest.raises(LedgerError, match="the spec asks 1"):
+        reserve(ledger, release="r2", cap=Fraction(1))  # the spec still says 1
+    reserve(ledger, release="r2", cap=Fraction(2))
+    with pytest.raises(LedgerError, match="say why"):
+        ledger.set_budget("ds", Fraction(3), reason=" ")
+    ledger.close()
+
+
+def test_the_ledger_is_append_only(url):
+    ledger = open_ledger(url)
+    statements: list[str] = []
+    sa.event.listen(ledger.engine, "before_cursor_execute",
+                    lambda conn, cursor, statement, *a: statements.append(statement.split()[0].upper()))
+    run = reserve(ledger)
+    ledger.commit(run)
+    ledger.set_budget("ds", Fraction(3), reason="more")
+    run = reserve(ledger, release="r2", cap=Fraction(3))
+    ledger.void(run, reason="never ran")
+    assert "UPDATE" not in statements and "DELETE" not in statements
+    assert "INSERT" in statements
+    ledger.close()
+
+
+def test_amounts_are_stored_as_exact_text(url):
+    ledger = open_ledger(url)
+    reserve(ledger, charges=[("t", Fraction(1, 3))])
+    with ledger.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT epsilon FROM charges")).scalar_one() == "1/3"
+        assert conn.execute(sa.text("SELECT value FROM dprelease_meta")).scalar_one() == "1"
+    ledger.close()
+
+
+def test_a_new_dataset_needs_a_lifetime_budget(url):
+    ledger = open_ledger(url)
+    with pytest.raises(LedgerError, match="declares no dataset.lifetime_budget"):
+        reserve(ledger, cap=None)
+    ledger.close()
+
+
+def _race(url: str, release: str, barrier) -> str:
+    ledger = Ledger.open(resolve_location(url), create=False)
+    barrier.wait()
+    try:
+        ledger.reserve(dataset="ds", release=release, charges=[("t", Fraction(1, 2))],
+                       spec_fingerprint="sha256:x", lifetime_from_spec=Fraction(1))
+        return "won"
+    except OverBudgetError:
+        return "refused"
+    finally:
+        ledger.close()
+
+
+def test_racing_runs_for_the_last_of_a_budget_exactly_one_wins(url):
+    ledger = open_ledger(url)
+    reserve(ledger, release="first", charges=[("t", Fraction(1, 2))])
+    ledger.close()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(4)
+        with ctx.Pool(4) as pool:
+            outcomes = pool.starmap(_race, [(url, f"racer-{i}", barrier) for i in range(4)])
+    assert sorted(outcomes) == ["refused", "refused", "refused", "won"]
+    ledger = open_ledger(url)
+    assert ledger.state("ds").spent == 1
+    ledger.close()
+
+
+# ---------------------------------------------------------------- location (SQLite only)
+
+
+def test_location_precedence(tmp_path, monkeypatch):
+    spec_dir = tmp_path / "specs"
+    assert resolve_location().source == "default"
+    assert resolve_location().sqlite_path == default_path()
+    assert resolve_location(None, "l.sqlite", spec_dir).sqlite_path == spec_dir / "l.sqlite"
+    monkeypatch.setenv("DPRELEASE_LEDGER", str(tmp_path / "env.sqlite"))
+    assert resolve_location(None, "l.sqlite", spec_dir).sqlite_path == tmp_path / "env.sqlite"
+    assert resolve_location(str(tmp_path / "cli.sqlite"), "l.sqlite", spec_dir).source == "--ledger"
+
+
+def test_default_follows_xdg_data_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert default_path() == tmp_path / "data" / "dprelease" / "ledger.sqlite"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_path() == tmp_path / "home" / ".local" / "share" / "dprelease" / "ledger.sqlite"
+
+
+def test_the_working_directory_never_means_a_fresh_budget(tmp_path, cli_process):
+    """The same spec planned from two directories sees the same spend."""
+    spec = write_spec(tmp_path, (SPECS / "good" / "three_tables.yaml").read_text()
+                      .replace("budget: {epsilon: 1}", "budget: {epsilon: 1}\nledger: ledger.sqlite"))
+    ledger = Ledger.open(resolve_location(None, "ledger.sqlite", tmp_path), create=True)
+    reserve(ledger, dataset="three-tables-data", release="old", cap=Fraction(10), charges=[("t", Fraction(3))])
+    ledger.close()
+    for cwd in (tmp_path, tmp_path.parent, tmp_path / "elsewhere"):
+        cwd.mkdir(exist_ok=True)
+        result = cli_process("plan", spec, "--json", cwd=cwd)
+        assert json.loads(result.stdout)["lifetime"]["spent"] == "3", cwd
+        assert f"ledger: sqlite:///{tmp_path / 'ledger.sqlite'} [spec ledger:]" in result.stderr
+
+
+def test_relative_sqlite_urls_become_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_location("sqlite:///rel.sqlite").sqlite_path == tmp_path / "rel.sqlite"
+    with pytest.raises(LedgerError, match="in-memory"):
+        resolve_location("sqlite://")
+    with pytest.raises(LedgerError, match="not supported"):
+        resolve_location("mysql://u@h/db")
+
+
+def test_ledger_file_and_directory_are_owner_only(tmp_path):
+    path = tmp_path / "new" / "ledger.sqlite"
+    Ledger.open(resolve_location(str(path)), create=True).close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+def test_open_without_create_creates_nothing(tmp_path):
+    path = tmp_path / "absent" / "ledger.sqlite"
+    assert Ledger.open(resolve_location(str(path)), create=False) is None
+    assert not path.parent.exists()
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    ledger = open_ledger(str(tmp_path / "l.sqlite"))
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO dprelease_meta VALUES ('x', 'y')"))
+        conn.exec_driver_sql("UPDATE dprelease_meta SET value = '99' WHERE key = 'schema_version'")
+    ledger.close()
+    with pytest.raises(LedgerError, match="schema version 99"):
+        Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=False)

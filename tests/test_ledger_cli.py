@@ -1,0 +1,82 @@
+"""`dprelease ledger` and `dprelease ledger set-budget`."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+from dprelease.ledger import Ledger, resolve_location
+
+
+def seed(url: str | None = None) -> None:
+    ledger = Ledger.open(resolve_location(url), create=True)
+    run = ledger.reserve(dataset="acs", release="acs-2019", charges=[("a", Fraction(1, 4)), ("b", Fraction(3, 4))],
+                         spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4), data_fingerprint="sha256:d1")
+    ledger.commit(run)
+    ledger.reserve(dataset="acs", release="acs-2020", charges=[("a", Fraction(1, 2))],
+                   spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4), data_fingerprint="sha256:d2")
+    ledger.close()
+
+
+def test_ledger_json_lists_spend_per_dataset(cli):
+    seed()
+    result = cli("ledger", "--json")
+    assert result.code == 0, result
+    data = json.loads(result.stdout)
+    [acs] = data["datasets"]
+    assert (acs["name"], acs["budget"], acs["spent"], acs["remaining"]) == ("acs", "4", "3/2", "5/2")
+    assert [(r["release"], r["epsilon"], r["state"]) for r in acs["releases"]] == [
+        ("acs-2019", "1", "committed"), ("acs-2020", "1/2", "reserved")]
+    assert all(r["created_at"] for r in acs["releases"])
+    assert acs["data_versions"] == 2
+
+
+def test_ledger_text_and_dataset_filter(cli):
+    seed()
+    result = cli("ledger", "--dataset", "acs")
+    assert result.code == 0
+    assert "cap ε = 4, spent 3/2 (1.5), remaining 5/2 (2.5)" in result.stdout
+    assert "acs-2020" in result.stdout and "reserved" in result.stdout
+    assert "2 versions of the data file" in result.stdout
+    missing = cli("ledger", "--dataset", "nope")
+    assert missing.code == 2 and "not in the ledger" in missing.stderr
+
+
+def test_ledger_on_an_empty_location_creates_nothing(cli, isolated_ledger):
+    result = cli("ledger")
+    assert result.code == 0
+    assert "none yet" in result.stderr
+    assert not isolated_ledger.exists()
+
+
+def test_set_budget_is_recorded_and_shown(cli, tmp_path):
+    url = str(tmp_path / "l.sqlite")
+    first = cli("ledger", "set-budget", "acs", "--epsilon", "4", "--reason", "initial", "--ledger", url)
+    assert first.code == 0, first
+    assert "created now" in first.stderr
+    second = cli("ledger", "set-budget", "acs", "--epsilon", "11/2", "--reason", "board decision", "--by", "alice",
+                 "--ledger", url)
+    assert second.code == 0 and "set from 4 to 11/2" in second.stdout
+    shown = cli("ledger", "--ledger", url)
+    assert "cap set to 11/2" in shown.stdout and "alice: board decision" in shown.stdout
+    data = json.loads(cli("ledger", "--ledger", url, "--json").stdout)
+    assert [c["epsilon"] for c in data["datasets"][0]["budget_changes"]] == ["4", "11/2"]
+
+
+def test_set_budget_refuses_bad_numbers_and_empty_reasons(cli, tmp_path):
+    url = str(tmp_path / "l.sqlite")
+    for eps in ("0", "-1", "abc", ".inf"):
+        result = cli("ledger", "set-budget", "acs", "--epsilon", eps, "--reason", "x", "--ledger", url)
+        assert result.code == 2, (eps, result)
+    result = cli("ledger", "set-budget", "acs", "--epsilon", "1", "--reason", "  ", "--ledger", url)
+    assert result.code == 2 and "say why" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_ledger_env_variable_is_used(cli, tmp_path, monkeypatch):
+    url = str(tmp_path / "env.sqlite")
+    seed(url)
+    monkeypatch.setenv("DPRELEASE_LEDGER", url)
+    result = cli("ledger", "--json")
+    assert json.loads(result.stdout)["ledger"]["source"] == "$DPRELEASE_LEDGER"
+    assert json.loads(result.stdout)["datasets"][0]["name"] == "acs"

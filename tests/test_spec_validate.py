@@ -1,0 +1,139 @@
+"""Spec validation: every bad spec is refused with file, line and field; good ones load."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from dprelease.errors import SpecError
+from dprelease.spec import CategoricalColumn, load_spec
+from tests.conftest import ROOT, SPECS, write_spec
+
+BAD = sorted((SPECS / "bad").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "configs").glob("*.yaml")) + sorted((SPECS / "good").glob("*.yaml"))
+
+
+def expectation(path: Path) -> tuple[str, int | None]:
+    """Each bad spec says what it expects: ``# expect: FIELD @ LINE``."""
+    m = re.search(rb"# expect: (.*?)(?: @ (\d+))?\n", path.read_bytes())
+    assert m, f"{path.name} has no '# expect:' line"
+    return m.group(1).decode(), int(m.group(2)) if m.group(2) else None
+
+
+def test_corpus_is_large_and_distinct():
+    assert len(BAD) >= 25
+    assert len({p.read_bytes() for p in BAD}) == len(BAD)
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_bad_spec_is_refused_with_file_line_and_field(path, cli):
+    field, line = expectation(path)
+    result = cli("validate", path)
+    assert result.code == 2, result
+    assert "Traceback" not in result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith(f"{path}:")]
+    assert lines, result.stderr
+    m = re.match(rf"{re.escape(str(path))}:(\d+):(\d+): (\S.*?): (.+)$", lines[0])
+    assert m, lines[0]
+    assert int(m.group(1)) >= 1 and int(m.group(2)) >= 1
+    if line is not None:
+        assert int(m.group(1)) == line, lines[0]
+    assert m.group(3).startswith(field), lines[0]
+
+
+def test_all_bad_specs_in_one_process_call_exit_2_without_traceback(cli_process):
+    result = cli_process("validate", *BAD)
+    assert result.code == 2
+    assert "Traceback" not in result.output
+    for path in BAD:
+        assert f"{path}:" in result.stderr, path.name
+    assert f"{len(BAD)} of {len(BAD)} spec(s) invalid" in result.stderr
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_configs_validate(path, cli):
+    result = cli("validate", path)
+    assert result.code == 0, result
+    assert result.stdout.startswith(f"ok {path}")
+
+
+def test_every_error_is_reported_not_just_the_first(tmp_path, cli):
+    spec = write_spec(tmp_path, (SPECS / "good" / "minimal.yaml").read_text()
+                      .replace("epsilon: 0.5", "epsilon: -1")
+                      .replace("group_by: [SEX]", "group_by: [SEXX]")
+                      .replace("release: test-release", "release: Test Release"))
+    result = cli("validate", spec)
+    assert result.code == 2
+    fields = [ln.split(": ")[1] for ln in result.stderr.splitlines() if ln.startswith(str(spec))]
+    assert fields == ["release", "tables[0].group_by[0]", "tables[0].epsilon"]
+
+
+def test_values_are_taken_as_written(tmp_path):
+    spec = load_spec(write_spec(tmp_path, (SPECS / "good" / "minimal.yaml").read_text().replace(
+        "SEX: {domain: [1, 2], labels: [Male, Female]}", "SEX: {domain: [01, 08, NO, 1.50, 010]}")
+        .replace("group_by: [SEX, AGE_GROUP]", "group_by: [AGE_GROUP]")))
+    sex = spec.column("SEX")
+    assert isinstance(sex, CategoricalColumn)
+    assert sex.values == ("01", "08", "NO", "1.50", "010")  # YAML 1.1 would give 1, '08', False, 1.5, 8
+
+
+def test_range_bounds_are_decimal_not_octal(tmp_path):
+    spec = load_spec(write_spec(tmp_path, (SPECS / "good" / "minimal.yaml").read_text()
+                                .replace("AGEP: {range: [0, 99]}", "AGEP: {range: [00, 099]}")))
+    assert (spec.column("AGEP").low, spec.column("AGEP").high) == (0, 99)
+
+
+@pytest.mark.parametrize("written, exact", [
+    ("0.1", Fraction(1, 10)), ('"0.1"', Fraction(1, 10)), ("1e-1", Fraction(1, 10)),
+    ('"1/10"', Fraction(1, 10)), ("1/10", Fraction(1, 10)), ("0.3333", Fraction(3333, 10000)),
+    ("2", Fraction(2)), (".5", Fraction(1, 2)),
+])
+def test_epsilon_is_read_exactly_from_its_text(tmp_path, written, exact):
+    spec = load_spec(write_spec(tmp_path, (SPECS / "good" / "minimal.yaml").read_text()
+                                .replace("epsilon: 0.5\n", f"epsilon: {written}\n", 1)))
+    assert spec.tables[0].epsilon == exact
+
+
+def test_a_tenth_plus_two_tenths_plus_seven_tenths_is_exactly_one(tmp_path):
+    body = (SPECS / "good" / "three_tables.yaml").read_text()
+    spec = load_spec(write_spec(tmp_path, body))
+    assert [t.epsilon for t in spec.tables] == [Fraction(1, 10), Fraction(2, 10), Fraction(7, 10)]
+    assert sum(t.epsilon for t in spec.tables) == 1
+
+
+def test_domain_file_is_relative_to_the_spec_not_the_cwd(tmp_path, monkeypatch):
+    (tmp_path / "sub" / "domains").mkdir(parents=True)
+    (tmp_path / "sub" / "domains" / "sex.txt").write_text("# comment\n1\n\n2\n")
+    spec_path = write_spec(tmp_path / "sub", (SPECS / "good" / "minimal.yaml").read_text().replace(
+        "SEX: {domain: [1, 2], labels: [Male, Female]}", "SEX: {domain_file: domains/sex.txt}"))
+    monkeypatch.chdir(tmp_path)
+    assert load_spec(Path("sub/spec.yaml")).column("SEX").values == ("1", "2")
+    assert load_spec(spec_path).dataset.resolved_path == tmp_path / "sub" / "data.csv"
+
+
+def test_missing_category_and_bins_size_the_domain():
+    spec = load_spec(SPECS / "good" / "minimal.yaml")
+    assert spec.column("MSP").size == 7  # six values + "Not applicable"
+    assert spec.column("AGE_GROUP").categories == ("0-17", "18-64", "65+")
+    assert spec.cells(spec.tables[1]) == 2 * 3
+
+
+def test_spec_error_is_not_raised_for_a_missing_data_file(tmp_path):
+    spec = load_spec(write_spec(tmp_path, (SPECS / "good" / "minimal.yaml").read_text()
+                                .replace("path: data.csv", "path: /nonexistent/never/there.csv")))
+    assert not spec.dataset.resolved_path.exists()
+
+
+def test_validate_reports_a_missing_spec_file(cli):
+    result = cli("validate", "no/such/spec.yaml")
+    assert result.code == 2
+    assert "no/such/spec.yaml: (document): no such file" in result.stderr
+
+
+def test_spec_error_lists_problems_sorted_by_position():
+    with pytest.raises(SpecError) as info:
+        load_spec(SPECS / "bad" / "duplicate_table_name.yaml")
+    assert info.value.problems[0].line == 21
