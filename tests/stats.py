@@ -1,0 +1,66 @@
+"""Statistical test helpers (tested themselves by the negative controls that use them)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+
+def discrete_laplace_pmf(k: np.ndarray, scale: float) -> np.ndarray:
+    p = math.exp(-1 / scale)
+    return (1 - p) / (1 + p) * p ** np.abs(k)
+
+
+def chi_square_pvalue(samples: np.ndarray, pmf, min_expected: float = 5.0) -> float:
+    """Goodness of fit of integer ``samples`` to ``pmf`` (a function of an int array).
+
+    Bins are the integers whose expected count is ≥ ``min_expected``, taken as one contiguous
+    run around the mode; everything below and above is pooled into two tail bins.
+    """
+    n = samples.size
+    lo, hi = int(samples.min()), int(samples.max())
+    span = np.arange(min(lo, -10) - 1, max(hi, 10) + 2)
+    expected = n * pmf(span)
+    keep = np.flatnonzero(expected >= min_expected)
+    first, last = span[keep[0]], span[keep[-1]]
+    inner = np.arange(first, last + 1)
+    observed_inner = np.bincount(samples[(samples >= first) & (samples <= last)] - first,
+                                 minlength=inner.size)
+    expected_inner = n * pmf(inner)
+    observed = np.concatenate([[np.sum(samples < first)], observed_inner, [np.sum(samples > last)]])
+    p_inner = pmf(inner).sum()
+    # tail probabilities: the pmf is symmetric around 0 for the distributions tested here
+    lower = _tail_below(pmf, first)
+    upper = max(0.0, 1.0 - p_inner - lower)
+    expected = np.concatenate([[n * lower], expected_inner, [n * upper]])
+    mask = expected > 0
+    # pool a tail into its neighbour if it is too small to test
+    observed, expected = _pool_small_tails(observed[mask], expected[mask], min_expected)
+    chi2 = float(np.sum((observed - expected) ** 2 / expected))
+    return float(stats.chi2.sf(chi2, df=observed.size - 1))
+
+
+def _tail_below(pmf, first: int) -> float:
+    k = np.arange(first - 1, first - 200_000, -1)
+    return float(pmf(k).sum())
+
+
+def _pool_small_tails(observed, expected, min_expected):
+    observed, expected = list(observed), list(expected)
+    while len(expected) > 2 and expected[0] < min_expected:
+        observed[1] += observed.pop(0)
+        expected[1] += expected.pop(0)
+    while len(expected) > 2 and expected[-1] < min_expected:
+        observed[-2] += observed.pop()
+        expected[-2] += expected.pop()
+    return np.array(observed, dtype=float), np.array(expected, dtype=float)
+
+
+def empirical_epsilon(exceed_x: np.ndarray, exceed_x1: np.ndarray) -> tuple[float, float]:
+    """ε̂ = ln(P̂1/P̂0) of one event on two neighbouring inputs, and its delta-method SE."""
+    p0, p1 = exceed_x.mean(), exceed_x1.mean()
+    n0, n1 = exceed_x.size, exceed_x1.size
+    se = math.sqrt((1 - p0) / (n0 * p0) + (1 - p1) / (n1 * p1))
+    return math.log(p1 / p0), se
