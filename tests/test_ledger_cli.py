@@ -11,10 +11,13 @@ from dprelease.ledger import Ledger, resolve_location
 def seed(url: str | None = None) -> None:
     ledger = Ledger.open(resolve_location(url), create=True)
     run = ledger.reserve(dataset="acs", release="acs-2019", charges=[("a", Fraction(1, 4)), ("b", Fraction(3, 4))],
-                         spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4), data_fingerprint="sha256:d1")
-    ledger.commit(run)
-    ledger.reserve(dataset="acs", release="acs-2020", charges=[("a", Fraction(1, 2))],
-                   spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4), data_fingerprint="sha256:d2")
+                         spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4))
+    ledger.commit(run, data_fingerprint="sha256:d1")
+    run = ledger.reserve(dataset="acs", release="acs-2020", charges=[("a", Fraction(1, 2))],
+                         spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4))
+    ledger.fail(run, reason="disk full after noise", data_fingerprint="sha256:d2")
+    ledger.reserve(dataset="acs", release="acs-2021", charges=[("a", Fraction(1, 4))],
+                   spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4))
     ledger.close()
 
 
@@ -24,9 +27,9 @@ def test_ledger_json_lists_spend_per_dataset(cli):
     assert result.code == 0, result
     data = json.loads(result.stdout)
     [acs] = data["datasets"]
-    assert (acs["name"], acs["budget"], acs["spent"], acs["remaining"]) == ("acs", "4", "3/2", "5/2")
+    assert (acs["name"], acs["budget"], acs["spent"], acs["remaining"]) == ("acs", "4", "7/4", "9/4")
     assert [(r["release"], r["epsilon"], r["state"]) for r in acs["releases"]] == [
-        ("acs-2019", "1", "committed"), ("acs-2020", "1/2", "reserved")]
+        ("acs-2019", "1", "committed"), ("acs-2020", "1/2", "failed"), ("acs-2021", "1/4", "reserved")]
     assert all(r["created_at"] for r in acs["releases"])
     assert acs["data_versions"] == 2
 
@@ -35,8 +38,8 @@ def test_ledger_text_and_dataset_filter(cli):
     seed()
     result = cli("ledger", "--dataset", "acs")
     assert result.code == 0
-    assert "cap ε = 4, spent 3/2 (1.5), remaining 5/2 (2.5)" in result.stdout
-    assert "acs-2020" in result.stdout and "reserved" in result.stdout
+    assert "cap ε = 4, spent 7/4 (1.75), remaining 9/4 (2.25)" in result.stdout
+    assert "acs-2021" in result.stdout and "reserved" in result.stdout
     assert "2 versions of the data file" in result.stdout
     missing = cli("ledger", "--dataset", "nope")
     assert missing.code == 2 and "not in the ledger" in missing.stderr

@@ -190,6 +190,27 @@ def _ledger_line(location: LedgerLocation, exists: bool, created: bool = False) 
     return ledger_line(location, exists, created)
 
 
+# ---------------------------------------------------------------- run
+
+
+@app.command()
+@handled
+def run(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
+    ledger: LedgerOpt = None,
+    output_dir: Annotated[Path, typer.Option("--output-dir", metavar="DIR",
+                                             help="Where releases land (default: ./outputs).")] = Path("outputs"),
+) -> None:
+    """Publish a release: plan, reserve in the ledger, then measure and publish with Prefect.
+
+    Exit 0 published; 2 invalid spec or data (nothing spent); 3 over budget (data not read);
+    4 already released or reserved; 1 any other failure (nothing published).
+    """
+    from dprelease.cli.running import run_release_command
+
+    run_release_command(spec_path, ledger, output_dir, say=say, out=out)
+
+
 # ---------------------------------------------------------------- ledger
 
 

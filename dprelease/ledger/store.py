@@ -8,7 +8,9 @@ One database (SQLite by default, PostgreSQL for a team) through SQLAlchemy Core.
 * Amounts are exact fractions stored as text (``"3/4"``).
 * Reservation is one serialised transaction (``BEGIN IMMEDIATE`` on SQLite, a row lock on
   PostgreSQL): two runs racing for the last of a budget cannot both win.
-* A reserved run counts as spent until it is committed or explicitly voided.
+* A reserved run counts as spent until it is committed or explicitly voided. A run that
+  failed after drawing noise is ``failed``: still spent (re-drawing until a result pleases
+  would leak), never published.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
 from dprelease.ledger.location import LedgerLocation
 
 SCHEMA_VERSION = 1
-LIVE_STATES = ("reserved", "committed")  # states whose charges count as spent
+LIVE_STATES = ("reserved", "committed", "failed")  # states whose charges count as spent
 
 metadata = sa.MetaData()
 meta_t = sa.Table("dprelease_meta", metadata,
@@ -54,8 +56,8 @@ runs_t = sa.Table("runs", metadata,
                   sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
                   sa.Column("release", sa.String(100), nullable=False),
                   sa.Column("spec_fingerprint", sa.String(80), nullable=False),
-                  sa.Column("data_fingerprint", sa.String(80)),
                   sa.Column("spec_path", sa.Text),
+                  sa.Column("output_dir", sa.Text),
                   sa.Column("created_at", sa.String(40), nullable=False),
                   sa.Column("created_by", sa.String(200), nullable=False),
                   sa.Index("ix_runs_dataset_release", "dataset", "release"))
@@ -70,7 +72,8 @@ events_t = sa.Table("run_events", metadata,
                     sa.Column("state", sa.String(16), nullable=False),
                     sa.Column("at", sa.String(40), nullable=False),
                     sa.Column("by", sa.String(200), nullable=False),
-                    sa.Column("reason", sa.Text))
+                    sa.Column("reason", sa.Text),
+                    sa.Column("data_fingerprint", sa.String(80)))
 
 
 def now() -> str:
@@ -103,6 +106,13 @@ class RunRecord:
     data_fingerprint: str | None
     created_at: str
     created_by: str
+    output_dir: str | None = None
+    state_at: str | None = None  # when the current state was reached
+    reason: str | None = None  # of the latest state change, if one was given
+
+    @property
+    def unfinished(self) -> bool:
+        return self.state == "reserved"
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +234,7 @@ class Ledger:
 
     def reserve(self, *, dataset: str, release: str, charges: list[tuple[str, Fraction]],
                 spec_fingerprint: str, lifetime_from_spec: Fraction | None,
-                data_fingerprint: str | None = None, spec_path: str | None = None,
+                spec_path: str | None = None, output_dir: str | None = None,
                 definition: str = "pure", by: str | None = None) -> str:
         """Reserve ``charges`` for ``release`` atomically; return the new run id.
 
@@ -259,17 +269,21 @@ class Ledger:
                 raise OverBudgetError(over_lifetime_message(state, total))
             at = now()
             conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
-                                                spec_fingerprint=spec_fingerprint,
-                                                data_fingerprint=data_fingerprint, spec_path=spec_path,
-                                                created_at=at, created_by=by))
+                                                spec_fingerprint=spec_fingerprint, spec_path=spec_path,
+                                                output_dir=output_dir, created_at=at, created_by=by))
             conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e)}
                                               for t, e in charges])
             conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
         return run_id
 
-    def commit(self, run_id: str, *, by: str | None = None) -> None:
+    def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None) -> None:
         """Mark a reserved run as published. Its charges stay spent for ever."""
-        self._transition(run_id, "committed", by=by, reason=None)
+        self._transition(run_id, "committed", by=by, reason=None, data_fingerprint=data_fingerprint)
+
+    def fail(self, run_id: str, *, reason: str, data_fingerprint: str | None = None,
+             by: str | None = None) -> None:
+        """Record that a run drew noise and then failed: spent, never published."""
+        self._transition(run_id, "failed", by=by, reason=reason, data_fingerprint=data_fingerprint)
 
     def void(self, run_id: str, *, reason: str, by: str | None = None) -> None:
         """Release a reservation whose noise was never drawn (an operator's recorded decision)."""
@@ -277,7 +291,8 @@ class Ledger:
             raise LedgerError("say why the reservation is voided: --reason TEXT")
         self._transition(run_id, "voided", by=by, reason=reason)
 
-    def _transition(self, run_id: str, state: str, *, by: str | None, reason: str | None) -> None:
+    def _transition(self, run_id: str, state: str, *, by: str | None, reason: str | None,
+                    data_fingerprint: str | None = None) -> None:
         with self._write() as conn:
             row = conn.execute(sa.select(runs_t.c.dataset).where(runs_t.c.run_id == run_id)).first()
             if row is None:
@@ -286,8 +301,8 @@ class Ledger:
             current = _run_state(conn, run_id)
             if current != "reserved":
                 raise LedgerError(f"run {run_id} is {current}; only a reserved run can become {state}")
-            conn.execute(events_t.insert().values(run_id=run_id, state=state, at=now(),
-                                                  by=by or current_user(), reason=reason))
+            conn.execute(events_t.insert().values(run_id=run_id, state=state, at=now(), by=by or current_user(),
+                                                  reason=reason, data_fingerprint=data_fingerprint))
 
 
 def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None) -> None:
@@ -354,8 +369,11 @@ def _insert_dataset(conn: Connection, dataset: str, definition: str, by: str) ->
 
 
 def _run_state(conn: Connection, run_id: str) -> str:
-    return conn.execute(sa.select(events_t.c.state).where(events_t.c.run_id == run_id)
-                        .order_by(events_t.c.id.desc()).limit(1)).scalar_one()
+    return _events(conn, run_id)[-1].state
+
+
+def _events(conn: Connection, run_id: str) -> list:  # type: ignore[type-arg]
+    return list(conn.execute(sa.select(events_t).where(events_t.c.run_id == run_id).order_by(events_t.c.id)))
 
 
 def _state(conn: Connection, dataset: str) -> DatasetState | None:
@@ -370,8 +388,10 @@ def _state(conn: Connection, dataset: str) -> DatasetState | None:
     for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
         charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in conn.execute(
             sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
-        runs.append(RunRecord(run.run_id, run.release, _run_state(conn, run.run_id),
-                              sum((e for _, e in charges), Fraction(0)), charges, run.spec_fingerprint,
-                              run.data_fingerprint, run.created_at, run.created_by))
+        events = _events(conn, run.run_id)
+        data = next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
+        runs.append(RunRecord(run.run_id, run.release, events[-1].state, sum((e for _, e in charges), Fraction(0)),
+                              charges, run.spec_fingerprint, data, run.created_at, run.created_by,
+                              run.output_dir, events[-1].at, events[-1].reason))
     spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
     return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs))

@@ -1,0 +1,26 @@
+"""Fault injection for the crash tests. Inert unless ``DPRELEASE_FAULT_AT`` is set.
+
+At the named stage the run writes the stage name to ``$DPRELEASE_FAULT_FLAG`` (if set) and
+then waits to be killed, so a test can SIGKILL it at a known point. Stages, in order:
+``reserved``, ``load``, ``histogram``, ``noise`` (noise drawn for the first table),
+``publish`` (outputs staged, ledger not yet committed), ``commit`` (ledger committed, outputs
+not yet moved into place).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+STAGES = ("reserved", "load", "histogram", "noise", "publish", "commit")
+
+
+def checkpoint(stage: str) -> None:
+    if os.environ.get("DPRELEASE_FAULT_AT") != stage:
+        return
+    flag = os.environ.get("DPRELEASE_FAULT_FLAG")
+    if flag:
+        Path(flag).write_text(stage)
+    while True:  # until killed
+        time.sleep(0.5)

@@ -1,0 +1,37 @@
+"""Measurement: the only step that spends privacy budget (and the only one that draws noise)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dprelease.mechanisms import discrete_laplace
+from dprelease.plan import TablePlan
+
+
+def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Add discrete Laplace noise of scale Δ/ε to every cell of a full-domain histogram.
+
+    Neighbouring relation: add/remove one row (one row per person). Sensitivity: the caller
+    passes a histogram over the declared domain, whose L1 sensitivity is ``table.sensitivity``
+    (1: one row is in at most one cell). Guarantee: the returned vector is
+    ``table.epsilon``-DP (pure), every cell with independent noise. ``rng`` is the test-only
+    seam of :func:`~dprelease.mechanisms.discrete_laplace`; release code never passes it.
+    """
+    if counts.dtype != np.int64:
+        raise TypeError("counts must be int64")
+    if counts.size != table.cells:
+        raise ValueError(f"table {table.name}: {counts.size} cells, the plan says {table.cells}")
+    return counts + discrete_laplace(table.scale, counts.size, rng=rng)
+
+
+def post_process(noisy: np.ndarray, method: str) -> np.ndarray:
+    """A pure function of the noisy measurement (free: post-processing costs no budget).
+
+    ``clamp``: max(0, x) per cell (non-negative, biased upwards near zero); ``none``: as is.
+    """
+    match method:
+        case "clamp":
+            return np.maximum(noisy, 0)
+        case "none":
+            return noisy.copy()
+    raise ValueError(f"unknown post-processing {method!r}")

@@ -1,0 +1,92 @@
+"""Prefect orchestration: the only module of the library that imports Prefect.
+
+The flow adds nothing to the privacy logic. Its tasks take a run id and a table name, never
+data: the confidential records and counts stay in this process's memory (``_RUNS``), so
+nothing confidential reaches Prefect's parameters, results, cache or logs. Every task sets
+``retries=0`` (a retry would re-draw noise) and ``cache_policy=NO_CACHE`` with
+``persist_result=False`` (a cache could replay noise; a stored result could leak data).
+A failing step's message may quote a data value, so tasks raise a bare :class:`StepFailed`
+to Prefect and keep the real exception for the operator's terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+# Quiet, offline defaults, set before Prefect is imported; the user's environment wins.
+for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
+                     "PREFECT_SERVER_LOGGING_LEVEL": "WARNING"}.items():
+    os.environ.setdefault(_key, _value)
+
+from prefect import flow, task  # noqa: E402
+from prefect.artifacts import create_markdown_artifact  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
+
+from dprelease.release import ReleaseRun  # noqa: E402
+
+_RUNS: dict[str, ReleaseRun] = {}
+_TASK = {"retries": 0, "cache_policy": NO_CACHE, "persist_result": False, "log_prints": False}
+
+
+class StepFailed(RuntimeError):
+    """What Prefect sees of a failed step: the step, never the message."""
+
+
+def _step(run_id: str, step, *args) -> None:  # type: ignore[no-untyped-def]
+    run = _RUNS[run_id]
+    try:
+        step(run, *args)
+    except Exception as exc:
+        run.error = exc
+        raise StepFailed(f"{step.__name__} failed ({type(exc).__name__}); details on the operator's "
+                         "terminal") from None
+
+
+@task(name="load", **_TASK)
+def load_task(run_id: str) -> None:
+    _step(run_id, ReleaseRun.load)
+
+
+@task(name="measure", task_run_name="measure-{table}", **_TASK)
+def measure_task(run_id: str, table: str) -> None:
+    _step(run_id, ReleaseRun.measure_table, table)
+
+
+@task(name="publish", **_TASK)
+def publish_task(run_id: str) -> None:
+    _step(run_id, ReleaseRun.publish)
+
+
+@flow(name="dprelease-release", flow_run_name="{release}", retries=0, persist_result=False,
+      validate_parameters=False, log_prints=False)
+def release_flow(run_id: str, release: str) -> None:
+    """Load once, one task per table (histogram → noise → post-process), publish, report."""
+    from prefect.runtime import flow_run
+
+    run = _RUNS[run_id]
+    run.flow_run_id = str(flow_run.id) if flow_run.id else None
+    load_task(run_id)
+    for table in run.spec.tables:
+        measure_task(run_id, table.name)
+    publish_task(run_id)
+    create_markdown_artifact(key=artifact_key(release), markdown=run.report_md or "",
+                             description=f"Budget report of release {release}")
+
+
+def artifact_key(release: str) -> str:
+    """Prefect artifact keys allow lower-case letters, digits and dashes only."""
+    return "budget-report-" + re.sub(r"[^a-z0-9-]", "-", release)
+
+
+def run_release(run: ReleaseRun) -> None:
+    """Run the flow in this process (ephemeral Prefect, or the server at PREFECT_API_URL)."""
+    _RUNS[run.run_id] = run
+    try:
+        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            release_flow(run.run_id, run.spec.release)
+    except StepFailed:
+        raise run.error if run.error is not None else RuntimeError("a release step failed") from None
+    finally:
+        _RUNS.pop(run.run_id, None)

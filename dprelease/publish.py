@@ -1,0 +1,152 @@
+"""Publication: write a release into a staging directory, then move it into place.
+
+Everything written here is published, so it holds nothing derived from the confidential data
+except the noisy outputs. Data fingerprints, row counts and timings belong to the internal
+run record (:func:`write_internal_record`), which is never published.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dprelease import __version__
+from dprelease.accounting import fraction_text
+from dprelease.plan import Plan, TablePlan
+from dprelease.spec import Spec, Table
+
+MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a release lives under an output directory."""
+
+    output_dir: Path
+    release: str
+    run_id: str
+
+    @property
+    def final(self) -> Path:
+        return self.output_dir / self.release
+
+    @property
+    def staging(self) -> Path:
+        return self.output_dir / ".staging" / f"{self.release}.{self.run_id}"
+
+    @property
+    def internal(self) -> Path:
+        return self.output_dir / "_internal" / self.release
+
+
+def cell_columns(spec: Spec, table: Table) -> dict[str, pa.Array]:
+    """The group_by columns of every cell, as published categories, in row-major order."""
+    sizes = [spec.column(c).size for c in table.group_by]
+    cells = int(np.prod(sizes)) if sizes else 1
+    out: dict[str, pa.Array] = {}
+    repeat = cells
+    for name, size in zip(table.group_by, sizes):
+        repeat //= size
+        index = np.tile(np.repeat(np.arange(size, dtype=np.int32), repeat), cells // (size * repeat))
+        categories = pa.array(spec.column(name).categories, pa.string())
+        out[name] = pa.DictionaryArray.from_arrays(pa.array(index), categories)
+    return out
+
+
+def write_table(spec: Spec, table: Table, values: np.ndarray, directory: Path) -> Path:
+    """``tables/<name>.csv``: the group_by columns with their labels, then ``count``."""
+    from pyarrow import csv
+
+    columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, table).items()}
+    columns["count"] = pa.array(values, pa.int64())
+    path = directory / "tables" / f"{table.name}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
+    return path
+
+
+def write_measurement(spec: Spec, table: Table, plan: TablePlan, noisy: np.ndarray, directory: Path) -> Path:
+    """``measurements/<name>.parquet``: the raw noisy counts, so post-processing can be re-run."""
+    import pyarrow.parquet as pq
+
+    columns = dict(cell_columns(spec, table))
+    columns["noisy_count"] = pa.array(noisy, pa.int64())
+    metadata = {"dprelease": json.dumps({"table": table.name, "epsilon": fraction_text(plan.epsilon),
+                                         "mechanism": plan.mechanism, "sensitivity": plan.sensitivity,
+                                         "scale": fraction_text(plan.scale)})}
+    arrow = pa.table(columns).replace_schema_metadata(metadata)
+    path = directory / "measurements" / f"{table.name}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(arrow, path)
+    return path
+
+
+def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, Any]:
+    """What was released, how, and what it cost; nothing data-dependent but the noisy outputs."""
+    by_name = {t.name: t for t in spec.tables}
+    return {
+        "format": MANIFEST_FORMAT,
+        "release": plan.release,
+        "dataset": plan.dataset,
+        "run_id": run_id,
+        "created_at": created_at,
+        "software": {"name": "dprelease", "version": __version__},
+        "spec_fingerprint": plan.fingerprint,
+        "privacy": {"definition": spec.definition, "unit": spec.unit,
+                    "neighbouring": "add or remove one row (one row per person)"},
+        "total_epsilon": fraction_text(plan.total_epsilon),
+        "release_budget": fraction_text(plan.release_budget),
+        "lifetime": {"budget": fraction_text(plan.lifetime_budget),
+                     "spent_before": fraction_text(plan.lifetime_spent),
+                     "spent_after": fraction_text(plan.lifetime_spent + plan.total_epsilon),
+                     "remaining": fraction_text(plan.lifetime_remaining_after)},
+        "confidence": fraction_text(plan.confidence),
+        "tables": [
+            {"name": t.name, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
+             "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
+             "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
+             "group_by": list(by_name[t.name].group_by),
+             "where": [[c.column, c.op, list(c.operand)] for c in by_name[t.name].where],
+             "file": f"tables/{t.name}.csv", "measurements": f"measurements/{t.name}.parquet"}
+            for t in plan.tables
+        ],
+    }
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def move_into_place(layout: Layout) -> None:
+    """One rename: the release appears whole or not at all."""
+    if layout.final.exists():
+        raise FileExistsError(f"{layout.final} appeared while the release was running")
+    os.rename(layout.staging, layout.final)
+    _fsync_dir(layout.output_dir)
+
+
+def discard_staging(layout: Layout) -> None:
+    shutil.rmtree(layout.staging, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,149 @@
+"""One release run, stage by stage: load → (histogram → noise → post-process) per table →
+publish with the ledger commit. The orchestration layer calls these steps; they hold the
+confidential data in memory and never hand it to an orchestrator.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dprelease import __version__
+from dprelease.data import Encoded, encode, file_fingerprint, histogram
+from dprelease.faults import checkpoint
+from dprelease.ledger import CapChange, Ledger, LedgerLocation
+from dprelease.measure import measure_counts, post_process
+from dprelease.plan import Plan
+from dprelease.publish import (
+    Layout,
+    discard_staging,
+    manifest,
+    move_into_place,
+    utc_now,
+    write_json,
+    write_measurement,
+    write_table,
+)
+from dprelease.report import budget_report_md
+from dprelease.spec import Spec
+
+STAGE_TIMINGS = ("load", "histogram", "noise", "postprocess", "publish")
+
+
+@dataclass(eq=False)
+class ReleaseRun:
+    """The mutable state of one run (in this process only)."""
+
+    spec: Spec
+    plan: Plan
+    run_id: str
+    location: LedgerLocation
+    layout: Layout
+    caps: tuple[CapChange, ...] = ()
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGE_TIMINGS, 0.0))
+    noise_drawn: bool = False
+    published: bool = False
+    stage: str = "reserved"
+    data: Encoded | None = None
+    data_fingerprint: str | None = None
+    results: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # noisy, published
+    flow_run_id: str | None = None
+    report_md: str | None = None
+    error: BaseException | None = None
+
+    def _timed(self, stage: str, start: float) -> None:
+        self.timings[stage] += time.perf_counter() - start
+
+    def load(self) -> None:
+        """Read and encode the data (confidential; kept in this process)."""
+        self.stage = "load"
+        checkpoint("load")
+        start = time.perf_counter()
+        self.data_fingerprint = file_fingerprint(self.spec.dataset.resolved_path)
+        self.data = encode(self.spec)
+        self._timed("load", start)
+
+    def measure_table(self, name: str) -> None:
+        """Histogram → noise (spends ε) → post-process, for one table."""
+        assert self.data is not None, "load() first"
+        table = next(t for t in self.spec.tables if t.name == name)
+        table_plan = next(t for t in self.plan.tables if t.name == name)
+        self.stage = "histogram"
+        checkpoint("histogram")
+        start = time.perf_counter()
+        counts = histogram(self.spec, table, self.data)
+        self._timed("histogram", start)
+        self.stage = "noise"
+        self.noise_drawn = True  # from here on the budget is spent, whatever happens next
+        start = time.perf_counter()
+        noisy = measure_counts(counts, table_plan)
+        del counts
+        self._timed("noise", start)
+        checkpoint("noise")
+        start = time.perf_counter()
+        self.results[name] = (noisy, post_process(noisy, table.post_process))
+        self._timed("postprocess", start)
+
+    def publish(self) -> None:
+        """Stage every file, commit the ledger, then move the release into place."""
+        self.stage = "publish"
+        start = time.perf_counter()
+        staging = self.layout.staging
+        discard_staging(self.layout)
+        staging.mkdir(parents=True, mode=0o755)
+        for table, table_plan in zip(self.spec.tables, self.plan.tables):
+            noisy, published = self.results[table.name]
+            write_table(self.spec, table, published, staging)
+            write_measurement(self.spec, table, table_plan, noisy, staging)
+        record = manifest(self.spec, self.plan, self.run_id, utc_now())
+        write_json(staging / "manifest.json", record)
+        self.report_md = budget_report_md(record, self.caps)
+        (staging / "budget_report.md").write_text(self.report_md, encoding="utf-8")
+        checkpoint("publish")
+        ledger = Ledger.open(self.location, create=False)
+        if ledger is None:
+            raise RuntimeError(f"the ledger at {self.location.shown} disappeared during the run")
+        try:
+            ledger.commit(self.run_id, data_fingerprint=self.data_fingerprint)
+        finally:
+            ledger.close()
+        checkpoint("commit")
+        move_into_place(self.layout)
+        self.published = True
+        self._timed("publish", start)
+
+    def internal_record(self) -> dict[str, Any]:
+        """What would leak if published: never leaves ``<output-dir>/_internal``."""
+        data = self.data
+        return {
+            "release": self.spec.release,
+            "run_id": self.run_id,
+            "software_version": __version__,
+            "spec": str(self.spec.source.resolve()),
+            "spec_fingerprint": self.plan.fingerprint,
+            "data_file": str(self.spec.dataset.resolved_path.resolve()),
+            "data_fingerprint": self.data_fingerprint,
+            "rows": {"read": data.rows_read, "dropped": data.rows_dropped, "used": data.rows} if data else None,
+            "ledger": self.location.shown,
+            "prefect_flow_run_id": self.flow_run_id,
+            "stage": self.stage,
+            "noise_drawn": self.noise_drawn,
+            "published": self.published,
+            "error": f"{type(self.error).__name__}: {self.error}" if self.error else None,
+            "timings": {**{k: round(v, 6) for k, v in self.timings.items()},
+                        "total": round(time.perf_counter() - self.started, 6)},
+            "output": str(self.layout.final.resolve()) if self.published else None,
+            "written_at": utc_now(),
+        }
+
+    def write_internal_record(self) -> Path:
+        path = self.layout.internal / "run.json"
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_json(path, self.internal_record())
+        path.chmod(0o600)
+        return path

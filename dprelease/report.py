@@ -1,0 +1,91 @@
+"""The budget report: what a release spent, what remains, how accurate each table should be.
+
+A pure function of the manifest (and of the ledger's recorded cap decisions), so it carries
+nothing data-dependent. Example of the layout::
+
+    # Budget report — acs-demo-2019
+    Dataset nist-acs-national-2019 · run 3f2a… · 2026-11-22T03:00:00+00:00 · dprelease 0.1.0
+    ## Guarantee
+    Pure ε-DP under add or remove one row (one row per person); total ε = 1 …
+    ## Spend per table
+    | table | ε | share | mechanism | sensitivity | noise scale | cells | ±MoE 95% | post-processing |
+    ## Lifetime budget of nist-acs-national-2019
+    | cap | spent before | this release | spent after | remaining |
+    ## Reading the tables
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Iterable
+
+from dprelease.accounting import decimal_text, fraction_text
+from dprelease.ledger import CapChange
+
+
+def _both(text: str) -> str:
+    x = Fraction(text)
+    dec = decimal_text(x, 4)
+    return text if dec == text else f"{text} ({dec})"
+
+
+def _pct(x: Fraction) -> str:
+    return decimal_text(x * 100, 2).lstrip("≈") + "%"
+
+
+def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -> str:
+    total = Fraction(manifest["total_epsilon"])
+    confidence = _pct(Fraction(manifest["confidence"]))
+    life = manifest["lifetime"]
+    lines = [
+        f"# Budget report — {manifest['release']}",
+        "",
+        f"Dataset `{manifest['dataset']}` · run `{manifest['run_id']}` · {manifest['created_at']} · "
+        f"dprelease {manifest['software']['version']}  ",
+        f"Spec fingerprint `{manifest['spec_fingerprint']}`",
+        "",
+        "## Guarantee",
+        "",
+        f"Pure ε-differential privacy with neighbouring datasets that differ by "
+        f"{manifest['privacy']['neighbouring']}. The {len(manifest['tables'])} tables compose "
+        f"sequentially: the release as a whole is ε = {_both(manifest['total_epsilon'])}-DP "
+        f"(release budget {_both(manifest['release_budget'])}). Each table is one histogram over the full "
+        "declared domain, so its cells together cost the table's ε once. Post-processing is free.",
+        "",
+        "## Spend per table",
+        "",
+        f"| table | ε | share | mechanism | sensitivity | noise scale | cells | ±MoE {confidence} | post-processing |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for t in manifest["tables"]:
+        share = _pct(Fraction(t["epsilon"]) / total)
+        lines.append(f"| {t['name']} | {_both(t['epsilon'])} | {share} | {t['mechanism']} | {t['sensitivity']} | "
+                     f"{_both(t['scale'])} | {t['cells']:,} | {t['moe']} | {t['post_process']} |")
+    lines += [
+        "",
+        f"## Lifetime budget of {manifest['dataset']}",
+        "",
+        "| cap | spent before | this release | spent after | remaining |",
+        "|---:|---:|---:|---:|---:|",
+        f"| {_both(life['budget'])} | {_both(life['spent_before'])} | {_both(manifest['total_epsilon'])} | "
+        f"{_both(life['spent_after'])} | {_both(life['remaining'])} |",
+        "",
+    ]
+    caps = list(caps)
+    if len(caps) > 1:
+        lines += ["The lifetime cap was changed by recorded decision:", ""]
+        lines += [f"- {c.set_at[:19]} by {c.set_by}: ε = {fraction_text(c.epsilon)} — {c.reason}" for c in caps]
+        lines.append("")
+    lines += [
+        "## Reading the tables",
+        "",
+        f"- ±MoE: for each cell, the noise exceeds the margin of error with probability at most "
+        f"{_pct(1 - Fraction(manifest['confidence']))}, computed from the exact discrete Laplace distribution "
+        "(before post-processing).",
+        "- `clamp` sets negative noisy counts to 0: every published count is a non-negative integer, but "
+        "cells whose true count is near 0 are biased upwards, and sums of cells are not unbiased.",
+        "- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost.",
+        "- Counts are unweighted person counts (one per row).",
+        "",
+    ]
+    return "\n".join(lines)
