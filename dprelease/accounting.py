@@ -13,9 +13,10 @@ import re
 from fractions import Fraction
 from typing import Iterable
 
-_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-_RATIO = re.compile(r"[+-]?\d+\s*/\s*\d+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # ASCII only
+_RATIO = re.compile(r"[+-]?[0-9]+\s*/\s*[0-9]+")
 _MAX_DIGITS = 40  # a budget written with more digits than this is a slip, not a need
+_MAX_EXPONENT = 400
 
 
 class NotANumber(ValueError):
@@ -34,7 +35,7 @@ def parse_exact(text: str, *, what: str = "ε") -> Fraction:
         return Fraction(num, den)
     if _DECIMAL.fullmatch(s):
         mantissa, _, exponent = s.lower().partition("e")
-        if exponent and abs(int(exponent)) > 2 * _MAX_DIGITS:
+        if exponent and abs(int(exponent)) > _MAX_EXPONENT:
             raise NotANumber(f"{what} {text!r} has an exponent out of range")
         return Fraction(s)
     if s.lower().lstrip("+-.") in {"inf", "infinity", "nan"}:

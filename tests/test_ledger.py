@@ -183,9 +183,21 @@ def test_the_working_directory_never_means_a_fresh_budget(tmp_path, cli_process)
         assert f"ledger: sqlite:///{tmp_path / 'ledger.sqlite'} [spec ledger:]" in result.stderr
 
 
-def test_relative_sqlite_urls_become_absolute(tmp_path, monkeypatch):
+def test_relative_locations_that_would_depend_on_the_cwd_are_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert resolve_location("sqlite:///rel.sqlite").sqlite_path == tmp_path / "rel.sqlite"
+    for relative in ("rel.sqlite", "sqlite:///rel.sqlite", "./x/l.sqlite"):
+        with pytest.raises(LedgerError, match="relative path"):
+            resolve_location(relative)
+        monkeypatch.setenv("DPRELEASE_LEDGER", relative)
+        with pytest.raises(LedgerError, match="relative path"):
+            resolve_location()
+        monkeypatch.delenv("DPRELEASE_LEDGER")
+    assert resolve_location("sqlite:///" + str(tmp_path / "a.sqlite")).sqlite_path == tmp_path / "a.sqlite"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/dir")  # ignored, as the XDG spec says
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert resolve_location().sqlite_path == tmp_path / "home" / ".local" / "share" / "dprelease" / "ledger.sqlite"
+    with pytest.raises(LedgerError, match="synchronous"):
+        resolve_location("postgresql+asyncpg://u@h/db")
     with pytest.raises(LedgerError, match="in-memory"):
         resolve_location("sqlite://")
     with pytest.raises(LedgerError, match="not supported"):
@@ -197,6 +209,24 @@ def test_ledger_file_and_directory_are_owner_only(tmp_path):
     Ledger.open(resolve_location(str(path)), create=True).close()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+def test_a_foreign_or_broken_database_is_refused_cleanly(tmp_path):
+    other = tmp_path / "other.sqlite"
+    engine = sa.create_engine(f"sqlite:///{other}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE accounts (id INTEGER)")
+    engine.dispose()
+    with pytest.raises(LedgerError, match="other tables"):
+        Ledger.open(resolve_location(str(other)), create=True)
+    garbage = tmp_path / "notes.txt"
+    garbage.write_text("release: not a database\n" * 100)
+    with pytest.raises(LedgerError, match="cannot open"):
+        Ledger.open(resolve_location(str(garbage)), create=True)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(LedgerError, match="cannot create"):
+        Ledger.open(resolve_location(str(blocker / "l.sqlite")), create=True)
 
 
 def test_open_without_create_creates_nothing(tmp_path):

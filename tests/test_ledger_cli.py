@@ -54,7 +54,10 @@ def test_ledger_on_an_empty_location_creates_nothing(cli, isolated_ledger):
 
 def test_set_budget_is_recorded_and_shown(cli, tmp_path):
     url = str(tmp_path / "l.sqlite")
-    first = cli("ledger", "set-budget", "acs", "--epsilon", "4", "--reason", "initial", "--ledger", url)
+    refused = cli("ledger", "set-budget", "acs", "--epsilon", "4", "--reason", "initial", "--ledger", url)
+    assert refused.code == 2 and "--create" in refused.stderr
+    assert not (tmp_path / "l.sqlite").exists()
+    first = cli("ledger", "set-budget", "acs", "--epsilon", "4", "--reason", "initial", "--ledger", url, "--create")
     assert first.code == 0, first
     assert "created now" in first.stderr
     second = cli("ledger", "set-budget", "acs", "--epsilon", "11/2", "--reason", "board decision", "--by", "alice",
@@ -68,12 +71,19 @@ def test_set_budget_is_recorded_and_shown(cli, tmp_path):
 
 def test_set_budget_refuses_bad_numbers_and_empty_reasons(cli, tmp_path):
     url = str(tmp_path / "l.sqlite")
-    for eps in ("0", "-1", "abc", ".inf"):
-        result = cli("ledger", "set-budget", "acs", "--epsilon", eps, "--reason", "x", "--ledger", url)
+    for eps in ("0", "-1", "abc", ".inf", "１"):
+        result = cli("ledger", "set-budget", "acs", "--epsilon", eps, "--reason", "x", "--ledger", url, "--create")
         assert result.code == 2, (eps, result)
-    result = cli("ledger", "set-budget", "acs", "--epsilon", "1", "--reason", "  ", "--ledger", url)
-    assert result.code == 2 and "say why" in result.stderr
+    result = cli("ledger", "set-budget", "acs", "--epsilon", "1", "--reason", "  ", "--ledger", url, "--create")
+    assert result.code == 2 and "say why" in result.output
+    for name in ("Bad Name!", "", "../x"):
+        result = cli("ledger", "set-budget", name, "--epsilon", "1", "--reason", "x", "--ledger", url, "--create")
+        assert result.code == 2, (name, result)
     assert "Traceback" not in result.output
+    assert not (tmp_path / "l.sqlite").exists()  # nothing was created by refused commands
+    seed(url)
+    typo = cli("ledger", "set-budget", "acss", "--epsilon", "5", "--reason", "x", "--ledger", url)
+    assert typo.code == 2 and "known: acs" in typo.stderr
 
 
 def test_ledger_env_variable_is_used(cli, tmp_path, monkeypatch):

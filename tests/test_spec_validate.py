@@ -137,3 +137,31 @@ def test_spec_error_lists_problems_sorted_by_position():
     with pytest.raises(SpecError) as info:
         load_spec(SPECS / "bad" / "duplicate_table_name.yaml")
     assert info.value.problems[0].line == 21
+
+
+def test_every_repeated_key_is_reported(tmp_path, cli):
+    spec = write_spec(tmp_path, (SPECS / "good" / "minimal.yaml").read_text()
+                      .replace("release: test-release\n", "release: test-release\nrelease: other\n")
+                      .replace("budget: {epsilon: 1}\n", "budget: {epsilon: 1}\nbudget: {epsilon: 2}\n")
+                      .replace("    epsilon: 0.5\n", "    epsilon: 0.5\n    epsilon: 0.1\n", 1))
+    result = cli("validate", spec)
+    assert result.code == 2
+    fields = [ln.split(": ")[1] for ln in result.stderr.splitlines() if ln.startswith(str(spec))]
+    assert fields == ["release", "budget", "tables[0].epsilon"]
+
+
+def test_validate_warns_when_tables_exceed_the_release_budget(tmp_path, cli):
+    spec = write_spec(tmp_path, (SPECS / "good" / "minimal.yaml").read_text().replace("epsilon: 0.5\n", "epsilon: 1\n", 1))
+    result = cli("validate", spec)
+    assert result.code == 0
+    assert "over the release budget of 1 by 1/2" in result.stderr
+
+
+def test_settings_that_release_nothing_do_not_change_the_fingerprint(tmp_path):
+    from dprelease.spec import fingerprint
+
+    body = (SPECS / "good" / "minimal.yaml").read_text()
+    base = fingerprint(load_spec(write_spec(tmp_path, body)))
+    for extra in ("accuracy: {confidence: 0.9}", "limits: {max_cells: 1000}", "ledger: /tmp/elsewhere.sqlite"):
+        assert fingerprint(load_spec(write_spec(tmp_path, body + extra + "\n"))) == base, extra
+    assert fingerprint(load_spec(write_spec(tmp_path, body.replace("epsilon: 0.5", "epsilon: 0.4", 1)))) != base

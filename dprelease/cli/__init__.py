@@ -52,6 +52,9 @@ def handled(command: Callable[..., None]) -> Callable[..., None]:
             command(*args, **kwargs)
         except (typer.Exit, typer.BadParameter):
             raise
+        except BrokenPipeError:  # e.g. `dprelease plan --json | head`: the reader left
+            sys.stderr.close()
+            raise typer.Exit(ExitCode.OK) from None
         except SpecError as exc:
             print(exc, file=sys.stderr)
             raise typer.Exit(exc.exit_code) from None
@@ -94,6 +97,10 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
         total = sum((t.epsilon for t in spec.tables), Fraction(0))
         out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables, total ε = "
                   f"{fraction_text(total)} of {fraction_text(spec.budget_epsilon)}", markup=False)
+        if total > spec.budget_epsilon:
+            say(f"warning: {path}: the tables' ε sum to {fraction_text(total)}, over the release budget of "
+                f"{fraction_text(spec.budget_epsilon)} by {fraction_text(total - spec.budget_epsilon)}; "
+                "`dprelease plan` and `run` will refuse it")
     if failed:
         say(f"{failed} of {len(specs)} spec(s) invalid")
         raise typer.Exit(ExitCode.INVALID)
@@ -128,13 +135,13 @@ def plan(
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = resolve_location(ledger, spec.ledger, spec.source.parent)
     opened = Ledger.open(location, create=False)
+    say(_ledger_line(location, opened is not None))
     try:
         state = opened.state(spec.dataset.name) if opened else None
     finally:
         if opened:
             opened.close()
     the_plan = plan_release(spec, state)
-    say(_ledger_line(location, opened is not None))
     if target_moe is not None:
         _print_target(spec, the_plan, target_moe, as_json)
         return
@@ -254,19 +261,33 @@ def ledger_set_budget(
     epsilon: Annotated[str, typer.Option(metavar="E", help="The new lifetime cap, e.g. 6 or \"11/2\".")],
     reason: Annotated[str, typer.Option(metavar="TEXT", help="Why the cap changes; shown in every report.")],
     by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
+    create: Annotated[bool, typer.Option("--create", help="Add the dataset if the ledger does not have it.")] = False,
     ledger: LedgerOpt = None,
 ) -> None:
     """Change a dataset's lifetime cap: an explicit, recorded decision. Spends are never reduced."""
+    import re
+
     try:
         cap = parse_budget(epsilon, epsilon, what="--epsilon")
     except NotANumber as exc:
         raise typer.BadParameter(str(exc), param_hint="--epsilon") from None
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}", dataset):
+        raise typer.BadParameter(f"{dataset!r} is not a dataset name (lower-case letters, digits, '.', '_', '-')",
+                                 param_hint="DATASET")
+    if not reason.strip():
+        raise typer.BadParameter("say why the cap changes", param_hint="--reason")
     location = resolve_location(ledger or ctx.obj)
-    opened = Ledger.open(location, create=True)
-    assert opened is not None
+    opened = Ledger.open(location, create=create)
+    if opened is None:
+        raise UserError(f"there is no ledger at {location.shown} yet; to start one with dataset {dataset!r}, "
+                        "add --create")
     say(_ledger_line(location, True, created=opened.created))
     try:
         before = opened.state(dataset)
+        if before is None and not create:
+            known = ", ".join(opened.datasets()) or "none"
+            raise UserError(f"dataset {dataset!r} is not in the ledger (known: {known}); to add it with this "
+                            "cap, add --create")
         state = opened.set_budget(dataset, cap, reason=reason, by=by)
     finally:
         opened.close()

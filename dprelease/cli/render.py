@@ -14,12 +14,14 @@ from dprelease.plan import Plan
 
 
 def pct(confidence: Fraction) -> str:
-    return decimal_text(confidence * 100, 4).lstrip("≈") + "%"
+    return decimal_text(confidence * 100, 4) + "%"
 
 
 def both(x: Fraction) -> str:
     """``3/4 (0.75)``: the exact value, and a decimal for reading."""
     exact = fraction_text(x)
+    if x != 0 and abs(x) < Fraction(1, 1000):
+        return f"{exact} (≈{float(x):.4g})"  # display only
     dec = decimal_text(x, 4)
     return exact if exact == dec else f"{exact} ({dec})"
 
@@ -50,6 +52,8 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
             "spent_after": fraction_text(plan.lifetime_spent + plan.total_epsilon),
             "remaining_after": fraction_text(plan.lifetime_remaining_after),
             "new_dataset": plan.lifetime_is_new,
+            "changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by, "at": c.set_at}
+                        for c in plan.lifetime_caps],
         },
         "fingerprint": plan.fingerprint,
         "ledger": {"url": location.shown, "source": location.source, "exists": ledger_exists},
@@ -86,6 +90,10 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                   f"spent {both(plan.lifetime_spent)} → {both(after)} after this release, remaining "
                   f"{both(plan.lifetime_remaining)} → {both(plan.lifetime_remaining_after)} — {mark}",
                   markup=False, highlight=False)
+    if len(plan.lifetime_caps) > 1:
+        for c in plan.lifetime_caps[1:]:
+            console.print(f"  the cap was changed to {fraction_text(c.epsilon)} on {c.set_at[:19]} by {c.set_by}: "
+                          f"{c.reason}", markup=False, highlight=False)
     if plan.data_versions > 1:
         console.print(f"Note: earlier releases of {plan.dataset} read {plan.data_versions} different versions "
                       "of the data file; they are the same people and spend from one budget.",
@@ -133,7 +141,7 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
     for s in states:
         console.print(f"\nDataset {s.name} ({s.definition} DP): cap ε = {both(s.budget)}, spent {both(s.spent)}, "
                       f"remaining {both(s.remaining)}", markup=False, highlight=False)
-        if len(s.caps) > 1:
+        if s.caps:
             for c in s.caps:
                 console.print(f"  cap set to {fraction_text(c.epsilon)} on {c.set_at[:19]} by {c.set_by}: "
                               f"{c.reason}", markup=False, highlight=False)

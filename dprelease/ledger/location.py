@@ -2,8 +2,9 @@
 
 Precedence: ``--ledger URL`` > ``$DPRELEASE_LEDGER`` > the spec's ``ledger:`` key (a path
 relative to the spec file) > ``$XDG_DATA_HOME/dprelease/ledger.sqlite`` (by default
-``~/.local/share/dprelease/ledger.sqlite``). Plain paths become absolute SQLite URLs, so
-the same ledger is found whichever directory a command is run from.
+``~/.local/share/dprelease/ledger.sqlite``; a relative ``XDG_DATA_HOME`` is ignored, as the
+XDG spec says). ``--ledger`` and ``$DPRELEASE_LEDGER`` must be absolute paths or URLs:
+resolving them against the working directory could silently mean a fresh budget.
 """
 
 from __future__ import annotations
@@ -37,27 +38,36 @@ class LedgerLocation:
 
 
 def default_path() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base).expanduser() / "dprelease" / "ledger.sqlite"
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "dprelease" / "ledger.sqlite"
 
 
 def resolve_location(cli: str | None = None, spec_value: str | None = None,
                      spec_dir: Path | None = None) -> LedgerLocation:
     if cli:
-        return LedgerLocation(_to_url(cli, Path.cwd()), "--ledger")
+        return LedgerLocation(_to_url(cli, None, "--ledger"), "--ledger")
     if os.environ.get(ENV):
-        return LedgerLocation(_to_url(os.environ[ENV], Path.cwd()), f"${ENV}")
+        return LedgerLocation(_to_url(os.environ[ENV], None, f"${ENV}"), f"${ENV}")
     if spec_value:
-        return LedgerLocation(_to_url(spec_value, spec_dir or Path.cwd()), "spec ledger:")
-    return LedgerLocation(_to_url(str(default_path()), Path.cwd()), "default")
+        if spec_dir is None:
+            raise LedgerError("a spec's ledger: path needs the spec's directory")  # pragma: no cover
+        return LedgerLocation(_to_url(spec_value, spec_dir.resolve(), "ledger:"), "spec ledger:")
+    return LedgerLocation(_to_url(str(default_path()), None, "default"), "default")
 
 
-def _to_url(value: str, base: Path) -> URL:
+def _to_url(value: str, base: Path | None, what: str) -> URL:
+    """An absolute URL; relative paths only against ``base`` (the spec's directory)."""
     if "\0" in value:
-        raise LedgerError("the ledger location contains a NUL byte")
+        raise LedgerError(f"{what}: the ledger location contains a NUL byte")
     if "://" not in value:
         path = Path(value).expanduser()
-        return make_url("sqlite://").set(database=str((base / path).resolve()))
+        if not path.is_absolute():
+            if base is None:
+                raise LedgerError(f"{what}: {value!r} is a relative path, which would depend on the working "
+                                  f"directory; give an absolute path, e.g. {Path.cwd() / path}")
+            path = base / path
+        return make_url("sqlite://").set(database=str(path.resolve()))
     try:
         url = make_url(value)
     except ArgumentError:
@@ -67,9 +77,12 @@ def _to_url(value: str, base: Path) -> URL:
     if backend == "sqlite":
         if not url.database or url.database == ":memory:":
             raise LedgerError("an in-memory SQLite ledger would forget every spend; give a file path")
-        return url.set(database=str((base / Path(url.database).expanduser()).resolve()))
+        return _to_url(url.database, base, what)
     if backend == "postgresql":
         if url.drivername == "postgresql":  # prefer psycopg 3, which the postgres extra installs
             url = url.set(drivername="postgresql+psycopg")
+        if url.drivername not in ("postgresql+psycopg", "postgresql+psycopg2"):
+            raise LedgerError(f"{what}: use a synchronous PostgreSQL driver (postgresql:// or "
+                              f"postgresql+psycopg://), not {url.drivername}")
         return url
     raise LedgerError(f"ledger backend {backend!r} is not supported; use SQLite or PostgreSQL")

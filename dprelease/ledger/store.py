@@ -149,15 +149,20 @@ class Ledger:
 
     @classmethod
     def open(cls, location: LedgerLocation, *, create: bool) -> Ledger | None:
-        """Open the ledger; with ``create=False`` return None where none exists yet."""
+        """Open the ledger; with ``create=False`` return None where none exists yet.
+
+        Never adds ledger tables to a database that already holds other tables.
+        """
         path = location.sqlite_path
         created = False
-        if path is not None:
-            if not path.exists():
+        try:
+            if path is not None and not path.exists():
                 if not create:
                     return None
                 _create_private_file(path)
                 created = True
+        except OSError as exc:
+            raise LedgerError(f"cannot create the ledger at {location.shown}: {exc.strerror or exc}") from None
         engine = _engine(location)
         try:
             inspector = sa.inspect(engine)
@@ -165,13 +170,20 @@ class Ledger:
                 if not create:
                     engine.dispose()
                     return None
+                others = inspector.get_table_names()
+                if others:
+                    raise LedgerError(f"{location.shown} is a database with other tables ({', '.join(others[:5])}) "
+                                      "and no dprelease ledger; refusing to add one there")
                 cls._create_schema(engine)
                 created = True
             else:
                 cls._check_version(engine, location)
-        except sa.exc.OperationalError as exc:
+        except sa.exc.DBAPIError as exc:
             engine.dispose()
-            raise LedgerError(f"cannot open the ledger at {location.shown}: {exc.orig}") from None
+            raise LedgerError(f"cannot open the ledger at {location.shown}: {_first_line(exc.orig)}") from None
+        except LedgerError:
+            engine.dispose()
+            raise
         return cls(location, engine, created)
 
     @staticmethod
@@ -324,6 +336,11 @@ def over_lifetime_message(state: DatasetState, requested: Fraction) -> str:
 
 
 # ---------------------------------------------------------------- internals
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _create_private_file(path: Path) -> None:

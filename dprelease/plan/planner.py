@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from dprelease.accounting import compose_sequential
 from dprelease.errors import LedgerError
-from dprelease.ledger.store import DatasetState, RunRecord, check_lifetime_matches
+from dprelease.ledger.store import CapChange, DatasetState, RunRecord, check_lifetime_matches
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
 from dprelease.spec import Spec, fingerprint
 
@@ -50,6 +50,7 @@ class Plan:
     lifetime_is_new: bool  # the dataset is not in the ledger yet
     existing_run: RunRecord | None  # a live run of the same release, if any
     data_versions: int  # distinct data fingerprints among earlier releases
+    lifetime_caps: tuple[CapChange, ...] = ()  # the ledger's recorded cap decisions
 
     @property
     def fits_release(self) -> bool:
@@ -93,7 +94,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         total_epsilon=compose_sequential(t.epsilon for t in tables), release_budget=spec.budget_epsilon,
         confidence=spec.confidence, lifetime_budget=lifetime, lifetime_spent=spent,
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
-        data_versions=state.data_versions if state else 0,
+        data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
     )
 
 

@@ -2,8 +2,8 @@
 
 The fingerprint is what a reviewer approves: SHA-256 over canonical JSON of the *resolved*
 spec, with domain files inlined (editing a domain file changes it) and budgets as exact
-fractions (``0.1`` and ``"1/10"`` fingerprint alike). The ledger location is not part of it:
-where the budget is recorded does not change what is released.
+fractions (``0.1`` and ``"1/10"`` fingerprint alike). Settings that change nothing released are
+left out: the ledger location, the confidence level of the displayed margins, the cell limit.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ def canonical(spec: Spec) -> dict[str, Any]:
         },
         "privacy": {"definition": spec.definition, "unit": spec.unit},
         "budget": {"epsilon": fraction_text(spec.budget_epsilon)},
-        "confidence": fraction_text(spec.confidence),
-        "max_cells": spec.max_cells,
         "columns": [_column(c) for c in spec.columns],
         "tables": [
             {

@@ -35,9 +35,10 @@ from dprelease.spec.model import (
 )
 from dprelease.spec.yamlsource import Document, Path_, YamlProblem, load_document
 
-_INT = re.compile(r"[+-]?\d+")
+_INT = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII digits only; far beyond any cell limit
 _MAX_DOMAIN_FILE_BYTES = 256 * 1024 * 1024
 _FORMATS = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+_SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")  # fullmatch: '$' in the schema allows a final newline
 
 
 @cache
@@ -53,7 +54,8 @@ def load_spec(path: str | Path) -> Spec:
         doc = load_document(path)
     except YamlProblem as exc:
         raise SpecError([exc.problem]) from None
-    problems = _schema_problems(doc)
+    noted = {p.field for p in doc.problems}  # a node the walk already refused is not re-reported
+    problems = list(doc.problems) + [p for p in _schema_problems(doc) if p.field not in noted]
     checker = _Checker(doc, skip={p.field for p in problems})
     spec = checker.build()
     problems += checker.problems
@@ -206,6 +208,12 @@ class _Checker:
         if ledger is not None and "\0" in ledger:
             self.fail(("ledger",), "contains a NUL byte")
         release = self.get(("release",), str)
+        for path in [("release",), ("dataset", "name")] + [("tables", i, "name") for i, _ in
+                                                          enumerate(self.get(("tables",), list, []))]:
+            name = self.get(path, str)
+            if name is not None and not _SAFE_NAME.fullmatch(name):
+                self.fail(path, f"{name!r} is not a safe name: use lower-case letters, digits, '.', '_' and '-', "
+                          "starting with a letter or digit")
         if self.problems or dataset is None or budget is None or release is None:
             return None
         return Spec(source=self.doc.file, release=release, dataset=dataset, definition="pure",
@@ -251,8 +259,9 @@ class _Checker:
         if name is None or path is None or fmt is None:
             return None
         resolved = (self.base / path) if not Path(path).is_absolute() else Path(path)
+        default_delimiter = "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
         return Dataset(name=name, path=path, resolved_path=resolved, format=fmt, na_values=na,
-                       delimiter=self.get(("dataset", "delimiter"), str, ","), lifetime_epsilon=lifetime)
+                       delimiter=self.get(("dataset", "delimiter"), str, default_delimiter), lifetime_epsilon=lifetime)
 
     # -- columns
 
@@ -284,7 +293,12 @@ class _Checker:
             if bounds[0] > bounds[1]:
                 self.fail(at + ("range",), f"range [{bounds[0]}, {bounds[1]}] is empty; write [LOW, HIGH]")
                 return None
-            return RangeColumn(name, bounds[0], bounds[1], missing, on_ood)
+            column = RangeColumn(name, bounds[0], bounds[1], missing, on_ood)
+            if missing is not None and missing in column.categories[:-1]:
+                self.fail(at + ("missing",), f"the missing category's label {missing!r} is also a value of the "
+                          "range; choose a distinct label")
+                return None
+            return column
         if kinds[0] == "domain":
             values = self.texts(at + ("domain",))
         else:
@@ -304,6 +318,13 @@ class _Checker:
         if missing is not None and missing in (labels or values):
             self.fail(at + ("missing",), f"the missing category's label {missing!r} is also a value; "
                       "choose a distinct label")
+            return None
+        na = {self.doc.text(("dataset", "na_values", i)) for i, _ in
+              enumerate(self.get(("dataset", "na_values"), list, []))}
+        clash = [v for v in values if v in na]
+        if clash:
+            self.fail(at + (kinds[0],), f"{clash[0]!r} is both a domain value of {name} and listed in "
+                      "dataset.na_values (so it would read as missing); remove it from one of them")
             return None
         return CategoricalColumn(name, tuple(values), tuple(labels) if labels else None, missing,
                                  on_ood, self.get(at + ("domain_file",), str))
@@ -424,6 +445,10 @@ class _Checker:
                 return None
         else:
             labels = [f"{a}-{b - 1}" for a, b in zip(edges, edges[1:])]
+        if source.missing is not None and source.missing in labels:
+            self.fail(at + ("labels",), f"label {source.missing!r} is also the missing category inherited from "
+                      f"{source.name}; choose a distinct label")
+            return None
         return BinnedColumn(name, source.name, tuple(edges), tuple(labels), source.missing)
 
     # -- tables

@@ -7,7 +7,8 @@ safe loader's resolver (no constructor ever runs, so no tag can execute code), t
 node graph ourselves:
 
 * keys are kept as their source text and must be plain scalars;
-* a key repeated in one mapping is an error, never "last one wins";
+* a key repeated in one mapping is an error, never "last one wins" (the first is kept, so the
+  rest of the document is still checked and every problem reported);
 * only the core tags (str, int, float, bool, null, timestamp, seq, map) are accepted;
 * anchors and aliases work, but expansion is bounded: a document that expands to more than
   ``MAX_NODES`` nodes or nests deeper than ``MAX_DEPTH`` is refused (alias bombs, recursion);
@@ -50,6 +51,7 @@ class Document:
     marks: dict[Path_, tuple[int, int]] = field(default_factory=dict)  # value node positions
     key_marks: dict[Path_, tuple[int, int]] = field(default_factory=dict)  # mapping keys
     texts: dict[Path_, str] = field(default_factory=dict)  # scalar source text
+    problems: list[Problem] = field(default_factory=list)  # non-fatal: the walk went on
 
     def problem(self, path: Path_, message: str, *, at_key: bool = False) -> Problem:
         line, col = self.position(path, at_key=at_key)
@@ -122,6 +124,10 @@ class _Walker:
         m = node.start_mark
         return YamlProblem(Problem(self.doc.file, m.line + 1, m.column + 1, format_path(path), message))
 
+    def _note(self, node: yaml.Node, path: Path_, message: str) -> None:
+        """A problem that does not stop the walk, so later problems are reported too."""
+        self.doc.problems.append(self._fail(node, path, message).problem)
+
     def walk(self, node: yaml.Node, path: Path_, depth: int) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
@@ -135,11 +141,13 @@ class _Walker:
             return self._scalar(node, path)
         if isinstance(node, yaml.SequenceNode):
             if node.tag != _T + "seq":
-                raise self._fail(node, path, f"YAML tag {node.tag!r} is not allowed in a spec")
+                self._note(node, path, f"YAML tag {node.tag!r} is not allowed in a spec")
+                return None
             return [self.walk(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
         if isinstance(node, yaml.MappingNode):
             if node.tag != _T + "map":
-                raise self._fail(node, path, f"YAML tag {node.tag!r} is not allowed in a spec")
+                self._note(node, path, f"YAML tag {node.tag!r} is not allowed in a spec")
+                return None
             return self._mapping(node, path, depth)
         raise self._fail(node, path, "unsupported YAML node")  # pragma: no cover
 
@@ -147,15 +155,18 @@ class _Walker:
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
-                raise self._fail(key_node, path, "mapping keys must be plain names")
+                self._note(key_node, path, "mapping keys must be plain names")
+                continue
             if key_node.tag == _T + "merge":
-                raise self._fail(key_node, path, "merge keys (<<) are not supported; write the keys out")
+                self._note(key_node, path, "merge keys (<<) are not supported; write the keys out")
+                continue
             key = key_node.value
             kpath = path + (key,)
             if key in out:
                 first = self.doc.key_marks[kpath][0]
-                raise self._fail(key_node, kpath, f"key {key!r} is repeated in this mapping "
-                                 f"(first at line {first}); keep one")
+                self._note(key_node, kpath, f"key {key!r} is repeated in this mapping (first at line {first}); "
+                           "keep one")
+                continue
             m = key_node.start_mark
             self.doc.key_marks[kpath] = (m.line + 1, m.column + 1)
             out[key] = self.walk(value_node, kpath, depth + 1)
@@ -164,16 +175,21 @@ class _Walker:
     def _scalar(self, node: yaml.ScalarNode, path: Path_) -> Any:
         tag = node.tag
         if tag not in _SCALAR_TAGS:
-            raise self._fail(node, path, f"YAML tag {tag!r} is not allowed in a spec")
+            self._note(node, path, f"YAML tag {tag!r} is not allowed in a spec; write a plain value")
+            return None
         self.doc.texts[path] = node.value
-        match tag.removeprefix(_T):
-            case "null":
-                return None
-            case "bool":
-                return self.constructor.construct_yaml_bool(node)
-            case "int":
-                return self.constructor.construct_yaml_int(node)
-            case "float":
-                return self.constructor.construct_yaml_float(node)
-            case _:  # str, and timestamps kept as the text written
-                return node.value
+        try:
+            match tag.removeprefix(_T):
+                case "null":
+                    return None
+                case "bool":
+                    return self.constructor.construct_yaml_bool(node)
+                case "int":
+                    return self.constructor.construct_yaml_int(node)
+                case "float":
+                    return self.constructor.construct_yaml_float(node)
+                case _:  # str, and timestamps kept as the text written
+                    return node.value
+        except ValueError:  # e.g. an integer longer than Python converts
+            self._note(node, path, f"the number {node.value[:20]}... is far too long")
+            return None
