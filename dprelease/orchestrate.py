@@ -11,9 +11,13 @@ to Prefect and keep the real exception for the operator's terminal.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 
+# An empty PREFECT_API_URL means "no server" to a user, but breaks Prefect's event worker.
+if os.environ.get("PREFECT_API_URL", None) == "":
+    del os.environ["PREFECT_API_URL"]
 # Quiet, offline defaults, set before Prefect is imported; the user's environment wins.
 for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
                      "PREFECT_SERVER_LOGGING_LEVEL": "WARNING"}.items():
@@ -27,6 +31,24 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from dprelease.release import ReleaseRun  # noqa: E402
 
 _RUNS: dict[str, ReleaseRun] = {}
+
+
+class _NoRunTracebacks(logging.Filter):
+    """Keep Prefect's failure tracebacks off the terminal: the CLI explains failures itself.
+
+    They still reach the Prefect API (and UI), where they hold only the sanitised StepFailed.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith(("prefect.flow_runs", "prefect.task_runs")) and record.exc_info)
+
+
+def _quiet_terminal() -> None:
+    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", ""):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and not any(
+                    isinstance(f, _NoRunTracebacks) for f in handler.filters):
+                handler.addFilter(_NoRunTracebacks())
 _TASK = {"retries": 0, "cache_policy": NO_CACHE, "persist_result": False, "log_prints": False}
 
 
@@ -83,6 +105,7 @@ def artifact_key(release: str) -> str:
 def run_release(run: ReleaseRun) -> None:
     """Run the flow in this process (ephemeral Prefect, or the server at PREFECT_API_URL)."""
     _RUNS[run.run_id] = run
+    _quiet_terminal()
     try:
         with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             release_flow(run.run_id, run.spec.release)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = Path(__file__).resolve().parent / "specs"
 
-pytest_plugins = ["tests.postgres"]
+pytest_plugins = ["tests.postgres", "tests.prefect_server"]
 
 
 @pytest.fixture(autouse=True)

@@ -243,3 +243,22 @@ def test_a_newer_schema_is_refused(tmp_path):
     ledger.close()
     with pytest.raises(LedgerError, match="schema version 99"):
         Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=False)
+
+
+def _open_fresh(url: str, barrier) -> str:
+    barrier.wait()
+    ledger = Ledger.open(resolve_location(url), create=True)
+    ledger.close()
+    return "ok"
+
+
+def test_processes_creating_one_new_ledger_at_once_all_succeed(url):
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(4)
+        with ctx.Pool(4) as pool:
+            assert pool.starmap(_open_fresh, [(url, barrier)] * 4) == ["ok"] * 4
+    ledger = open_ledger(url)
+    with ledger.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT COUNT(*) FROM dprelease_meta")).scalar_one() == 1
+    ledger.close()

@@ -123,6 +123,8 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                                     "at": c.set_at} for c in s.caps],
                 "releases": [
                     {"release": r.release, "epsilon": fraction_text(r.epsilon), "state": r.state,
+                     "unfinished": r.unfinished, "state_at": r.state_at, "reason": r.reason,
+                     "output_dir": r.output_dir,
                      "created_at": r.created_at, "created_by": r.created_by, "run_id": r.run_id,
                      "spec_fingerprint": r.spec_fingerprint, "data_fingerprint": r.data_fingerprint,
                      "tables": [{"name": n, "epsilon": fraction_text(e)} for n, e in r.charges]}
@@ -154,5 +156,11 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
         for header in ("release", "ε", "state", "created (UTC)", "by", "run"):
             table.add_column(header)
         for r in s.runs:
-            table.add_row(r.release, both(r.epsilon), r.state, r.created_at[:19], r.created_by, r.run_id[:12])
+            state = "reserved (unfinished)" if r.unfinished else r.state
+            table.add_row(r.release, both(r.epsilon), state, r.created_at[:19], r.created_by, r.run_id[:12])
         console.print(table)
+        unfinished = [r for r in s.runs if r.unfinished]
+        if unfinished:
+            console.print(f"  {len(unfinished)} unfinished reservation(s) still count as spent: "
+                          + ", ".join(f"run {r.run_id} ({r.release}, since {r.created_at[:19]})" for r in unfinished),
+                          markup=False, highlight=False)

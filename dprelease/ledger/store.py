@@ -165,19 +165,13 @@ class Ledger:
             raise LedgerError(f"cannot create the ledger at {location.shown}: {exc.strerror or exc}") from None
         engine = _engine(location)
         try:
-            inspector = sa.inspect(engine)
-            if not inspector.has_table("dprelease_meta"):
-                if not create:
-                    engine.dispose()
-                    return None
-                others = inspector.get_table_names()
-                if others:
-                    raise LedgerError(f"{location.shown} is a database with other tables ({', '.join(others[:5])}) "
-                                      "and no dprelease ledger; refusing to add one there")
-                cls._create_schema(engine)
-                created = True
-            else:
+            if sa.inspect(engine).has_table("dprelease_meta"):
                 cls._check_version(engine, location)
+            elif not create:
+                engine.dispose()
+                return None
+            else:
+                created = cls._create_schema(engine, location) or created
         except sa.exc.DBAPIError as exc:
             engine.dispose()
             raise LedgerError(f"cannot open the ledger at {location.shown}: {_first_line(exc.orig)}") from None
@@ -187,12 +181,23 @@ class Ledger:
         return cls(location, engine, created)
 
     @staticmethod
-    def _create_schema(engine: Engine) -> None:
-        with engine.begin() as conn:
-            metadata.create_all(conn)
-            exists = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
-            if exists is None:
+    def _create_schema(engine: Engine, location: LedgerLocation) -> bool:
+        """Create the tables in one locked transaction; False if another process won the race."""
+        with engine.connect() as conn:
+            conn = conn.execution_options(dprelease_write=True)
+            with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
+                inspector = sa.inspect(conn)
+                if inspector.has_table("dprelease_meta"):
+                    return False
+                others = inspector.get_table_names()
+                if others:
+                    raise LedgerError(f"{location.shown} is a database with other tables ({', '.join(others[:5])}) "
+                                      "and no dprelease ledger; refusing to add one there")
+                metadata.create_all(conn)
                 conn.execute(meta_t.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+        return True
 
     @staticmethod
     def _check_version(engine: Engine, location: LedgerLocation) -> None:
@@ -345,7 +350,10 @@ def _first_line(exc: BaseException) -> str:
 
 def _create_private_file(path: Path) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:  # another process created it first: fine
+        return
     os.close(fd)
 
 

@@ -1,0 +1,70 @@
+"""The Prefect layer: no retries, no cache, no stored results, nothing confidential in errors."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dprelease.measure import measure_counts, post_process
+from dprelease.plan import TablePlan
+
+
+@pytest.fixture(scope="module")
+def orchestrate():
+    from dprelease import orchestrate
+
+    return orchestrate
+
+
+def test_every_task_and_the_flow_refuse_retries_caching_and_result_storage(orchestrate):
+    from prefect.cache_policies import NO_CACHE
+
+    for task in (orchestrate.load_task, orchestrate.measure_task, orchestrate.publish_task):
+        assert task.retries == 0, task.name
+        assert task.cache_policy is NO_CACHE, task.name
+        assert task.persist_result is False, task.name
+    assert orchestrate.release_flow.retries == 0
+    assert orchestrate.release_flow.persist_result is False
+
+
+def test_a_failing_step_shows_prefect_no_data(orchestrate):
+    class Run:
+        error = None
+
+    def leaky(run):
+        raise ValueError("row 17 has AGEP='123-45-6789'")
+
+    orchestrate._RUNS["x"] = Run()
+    try:
+        with pytest.raises(orchestrate.StepFailed) as info:
+            orchestrate._step("x", leaky)
+    finally:
+        run = orchestrate._RUNS.pop("x")
+    assert "123-45-6789" not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert "123-45-6789" in str(run.error)  # kept for the operator's terminal
+
+
+def test_artifact_keys_are_valid(orchestrate):
+    assert orchestrate.artifact_key("acs-demo_2019.v2") == "budget-report-acs-demo-2019-v2"
+
+
+def test_measure_adds_noise_of_the_planned_scale_and_checks_the_shape():
+    plan = TablePlan("t", Fraction(1), "discrete_laplace", 1, Fraction(1), 200_000, 3, 3)
+    counts = np.full(200_000, 50, dtype=np.int64)
+    noisy = measure_counts(counts, plan)
+    assert noisy.dtype == np.int64 and not np.array_equal(noisy, counts)
+    assert abs(float(np.var(noisy - counts)) - 2 * np.exp(-1) / (1 - np.exp(-1)) ** 2) < 0.05
+    with pytest.raises(ValueError, match="cells"):
+        measure_counts(counts[:10], plan)
+    with pytest.raises(TypeError):
+        measure_counts(counts.astype(float), plan)
+
+
+def test_post_processing():
+    noisy = np.array([-3, 0, 5], dtype=np.int64)
+    assert post_process(noisy, "clamp").tolist() == [0, 0, 5]
+    assert post_process(noisy, "none").tolist() == [-3, 0, 5]
+    assert noisy.tolist() == [-3, 0, 5]  # the raw measurement is never modified

@@ -1,0 +1,193 @@
+"""`dprelease run` end to end, in child processes, on the real NIST data."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from math import prod
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dprelease.ledger import Ledger, resolve_location
+from dprelease.spec import load_spec
+from tests.conftest import ROOT, SPECS, write_spec
+
+DEMO = ROOT / "configs" / "acs_demo.yaml"
+
+
+def run(*args, env, cwd=ROOT, timeout=180):
+    proc = subprocess.run([sys.executable, "-m", "dprelease", "run", *[str(a) for a in args]], cwd=cwd,
+                          env=child_env(env), capture_output=True, text=True, timeout=timeout)
+    return proc
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment with ``extra``; a None value removes a variable."""
+    env = {**os.environ, **extra}
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def ledger_state(dataset: str, url: str | None = None):
+    ledger = Ledger.open(resolve_location(url), create=False)
+    assert ledger is not None
+    try:
+        return ledger.state(dataset)
+    finally:
+        ledger.close()
+
+
+def test_demo_release_is_published_whole(tmp_path, run_env):
+    out = tmp_path / "out"
+    proc = run(DEMO, "--output-dir", out, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    spec = load_spec(DEMO)
+    release = out / spec.release
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert manifest["total_epsilon"] == "1" and manifest["release"] == spec.release
+    assert manifest["lifetime"] == {"budget": "4", "spent_before": "0", "spent_after": "1", "remaining": "3"}
+    assert sum(Fraction(t["epsilon"]) for t in manifest["tables"]) == 1
+    for table in spec.tables:
+        rows = list(csv.DictReader((release / "tables" / f"{table.name}.csv").open()))
+        cells = prod(spec.column(c).size for c in table.group_by)
+        assert len(rows) == cells, table.name
+        assert list(rows[0]) == [*table.group_by, "count"]
+        counts = [int(r["count"]) for r in rows]  # int() refuses non-integers
+        assert min(counts) >= 0
+        # every cell of the declared domain, in order, once
+        expected = [spec.column(c).categories for c in table.group_by]
+        assert rows[0][table.group_by[0]] == expected[0][0]
+        assert len({tuple(r[c] for c in table.group_by) for r in rows}) == cells
+        raw = pq.read_table(release / "measurements" / f"{table.name}.parquet")
+        assert raw.num_rows == cells
+        noisy = raw.column("noisy_count").to_pylist()
+        assert [max(0, v) for v in noisy] == counts  # clamp of the kept measurement
+        entry = next(t for t in manifest["tables"] if t["name"] == table.name)
+        assert entry["scale"] == str(1 / table.epsilon).replace(" ", "") or Fraction(entry["scale"]) == 1 / table.epsilon
+        assert entry["cells"] == cells and entry["file"] == f"tables/{table.name}.csv"
+    report = (release / "budget_report.md").read_text()
+    assert "puma_by_sex" in report and "remaining" in report
+    internal = json.loads((out / "_internal" / spec.release / "run.json").read_text())
+    assert internal["rows"]["read"] == 27253
+    assert internal["data_fingerprint"].startswith("sha256:")
+    assert set(internal["timings"]) >= {"load", "histogram", "noise", "postprocess", "publish", "total"}
+    assert internal["prefect_flow_run_id"]
+    # nothing data-dependent in what is published: no row count, no data hash, no timings
+    published = "".join(p.read_text(errors="ignore") for p in release.rglob("*.json")) + report
+    assert "27253" not in published and internal["data_fingerprint"] not in published
+    assert "timings" not in published
+    state = ledger_state(spec.dataset.name)
+    assert [(r.release, r.state, r.epsilon) for r in state.runs] == [(spec.release, "committed", 1)]
+    assert state.runs[0].data_fingerprint == internal["data_fingerprint"]
+
+    again = run(DEMO, "--output-dir", out, env=run_env)
+    assert again.returncode == 4, again.stderr
+    assert str(release) in again.stderr and "Nothing was spent" in again.stderr
+    assert ledger_state(spec.dataset.name).spent == 1
+
+
+def _spec(tmp_path: Path, release: str, epsilon: str = "0.5", lifetime: str = "4", data: str | None = None) -> Path:
+    body = (DEMO.read_text().replace("release: acs-demo-2019", f"release: {release}")
+            .replace("\nbudget: {epsilon: 1}", "\nbudget: {epsilon: 10}")
+            .replace("lifetime_budget: {epsilon: 4}", f"lifetime_budget: {{epsilon: {lifetime}}}")
+            .replace("domains/puma.txt", str(ROOT / "configs" / "domains" / "puma.txt"))
+            .replace("../data/nist_acs/national2019.csv", data or str(ROOT / "data" / "nist_acs" / "national2019.csv")))
+    body = body.replace("epsilon: 0.25\n", f"epsilon: {epsilon}\n", 1)
+    return write_spec(tmp_path, body, f"{release}.yaml")
+
+
+def test_over_budget_is_refused_before_the_data_is_read(tmp_path, run_env):
+    spec = _spec(tmp_path, "too-big", epsilon="3.5", lifetime="4")  # 3.5 + 0.75 > 4
+    proc = run(spec, "--output-dir", tmp_path / "out", env={**run_env, "PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    assert proc.returncode == 3, proc.stderr
+    assert "lifetime budget" in proc.stderr and "The data was not read" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    ledger = Ledger.open(resolve_location(), create=False)
+    assert ledger.state("nist-acs-national-2019") is None or ledger.state("nist-acs-national-2019").spent == 0
+
+
+def test_a_data_error_voids_the_reservation_and_publishes_nothing(tmp_path, run_env):
+    data = tmp_path / "bad.csv"
+    original = (ROOT / "data" / "nist_acs" / "national2019.csv").read_text().splitlines()
+    data.write_text("\n".join(original[:100] + [original[100].replace("01-01301", "99-99999", 1)] + original[101:200]))
+    spec = _spec(tmp_path, "bad-data", data=str(data))
+    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    assert proc.returncode == 2, proc.stderr
+    assert "column PUMA" in proc.stderr and "outside the declared domain" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "bad-data").exists()
+    state = ledger_state("nist-acs-national-2019")
+    assert [(r.release, r.state) for r in state.runs] == [("bad-data", "voided")]
+    assert state.spent == 0
+
+
+def test_four_racing_runs_for_one_budget_publish_exactly_once(tmp_path, run_env):
+    """Lifetime 1, each release needs 3/4: only one fits. Repeated, with real processes."""
+    for round_ in range(3):
+        dataset_home = tmp_path / f"round{round_}"
+        dataset_home.mkdir()
+        env = {**run_env, "XDG_DATA_HOME": str(dataset_home / "xdg")}
+        specs = [_spec(dataset_home, f"race-{round_}-{i}", epsilon="0.25", lifetime="1") for i in range(4)]
+        for path in specs:  # 0.25 + 0.25 + 0.2 + 0.05: each release costs 3/4 of the lifetime 1
+            path.write_text(path.read_text().replace("epsilon: 0.3\n", "epsilon: 0.05\n"))
+            assert load_spec(path).dataset.lifetime_epsilon == 1
+        procs = [subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(p), "--output-dir",
+                                   str(dataset_home / "out")], cwd=ROOT, env={**os.environ, **env},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in specs]
+        codes = [p.wait(timeout=180) for p in procs]
+        errors = [p.stderr.read() for p in procs]
+        assert sorted(codes) == [0, 3, 3, 3], (codes, errors)
+        published = [d.name for d in (dataset_home / "out").iterdir() if d.name.startswith("race-")]
+        assert len(published) == 1
+        ledger = Ledger.open(resolve_location(str(dataset_home / "xdg" / "dprelease" / "ledger.sqlite")),
+                             create=False)
+        state = ledger.state("nist-acs-national-2019")
+        ledger.close()
+        assert state.spent <= state.budget == 1
+        assert [r.state for r in state.runs] == ["committed"]
+
+
+def test_sigkill_during_noise_publishes_nothing_and_leaves_the_reservation_counted(tmp_path, run_env):
+    spec = _spec(tmp_path, "killed")
+    flag = tmp_path / "flag"
+    env = {**os.environ, **run_env, "DPRELEASE_FAULT_AT": "noise", "DPRELEASE_FAULT_FLAG": str(flag)}
+    victim = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(spec), "--output-dir",
+                               str(tmp_path / "out")], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert victim.poll() is None, "the run ended before reaching the noise step"
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=30)
+    assert flag.read_text() == "noise"
+    assert not (tmp_path / "out" / "killed").exists()
+    state = ledger_state("nist-acs-national-2019")
+    [record] = state.runs
+    assert record.state == "reserved" and record.unfinished
+    assert state.spent == record.epsilon == Fraction(5, 4)  # 1/2 + 1/4 + 1/5 + 3/10, counted although nothing was published
+    listing = subprocess.run([sys.executable, "-m", "dprelease", "ledger"], cwd=ROOT, capture_output=True,
+                             text=True, env={**os.environ, **run_env})
+    assert "unfinished" in listing.stdout and record.run_id[:12] in listing.stdout
+    rerun = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    assert rerun.returncode == 4 and "dprelease ledger" in rerun.stderr
+
+
+def test_the_readme_command_runs_in_ephemeral_mode(tmp_path):
+    """No server: Prefect's ephemeral mode, a fresh PREFECT_HOME, as on a new machine."""
+    env = {"PREFECT_HOME": str(tmp_path / "prefect-home")}
+    proc = run(DEMO, "--output-dir", tmp_path / "out", env={**env, "PREFECT_API_URL": None}, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "acs-demo-2019" / "manifest.json").exists()
+    assert "ERROR" not in proc.stderr and "Traceback" not in proc.stderr
