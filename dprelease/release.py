@@ -31,7 +31,7 @@ from dprelease.publish import (
 from dprelease.report import budget_report_md
 from dprelease.spec import Spec
 
-STAGE_TIMINGS = ("load", "histogram", "noise", "postprocess", "publish")
+STAGE_TIMINGS = ("fingerprint", "load", "histogram", "noise", "postprocess", "publish")
 
 
 @dataclass(eq=False)
@@ -65,6 +65,8 @@ class ReleaseRun:
         checkpoint("load")
         start = time.perf_counter()
         self.data_fingerprint = file_fingerprint(self.spec.dataset.resolved_path)
+        self._timed("fingerprint", start)
+        start = time.perf_counter()
         self.data = encode(self.spec)
         self._timed("load", start)
 

@@ -144,3 +144,17 @@ def test_histograms_equal_pandas_on_the_nist_data():
         keys = [(a, b) for a in cols[0].values for b in (getattr(cols[1], "values", None) or cols[1].labels)]
         assert got.tolist() == [int(expected.get(k, 0)) for k in keys], name
     assert histogram(spec, spec.tables[0], data).sum() == len(df) == 27253
+
+
+@pytest.mark.parametrize("age_type", [pa.int8(), pa.int16(), pa.int64(), pa.float64(), pa.string()])
+def test_parquet_range_columns_of_any_type_with_bad_values_and_nulls(tmp_path, age_type):
+    ages = pa.array([3, None, 12, 7, 5], pa.int64()).cast(age_type)
+    table = pa.table({"G": ["01", "1", "NO", "01", "01"], "AGE": ages, "M": ["a", "b", None, None, "b"]})
+    pq.write_table(table, tmp_path / "data.parquet")
+    body = SPEC.format(path="data.parquet", g_extra="", age_extra=', missing: "?", on_out_of_domain: drop')
+    spec = load_spec(write_spec(tmp_path, body))
+    data = encode(spec)
+    assert (data.rows_read, data.rows_dropped) == (5, 1)  # 12 is outside [0, 9]
+    assert counts(spec, data, "by_g_band") == [1, 2, 0, 0, 0, 1, 0, 0, 0]
+    with pytest.raises(DataError, match="'12'|12"):
+        encode(load_spec(write_spec(tmp_path, SPEC.format(path="data.parquet", g_extra="", age_extra=', missing: "?"'))))

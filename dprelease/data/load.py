@@ -21,11 +21,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
 
 from dprelease.errors import UserError
 from dprelease.spec import BinnedColumn, CategoricalColumn, Column, RangeColumn, Spec
 
-CODE = np.int64
+CODE = np.int64  # the widest code type; columns use the narrowest that holds their domain
+
+
+def code_dtype(size: int) -> np.dtype:
+    """Signed (−1 marks 'no code' while encoding) and narrow: less memory traffic per row."""
+    return np.dtype(np.int16 if size < 2**15 else np.int32 if size < 2**31 else np.int64)
 
 
 class DataError(UserError):
@@ -66,7 +73,7 @@ def file_fingerprint(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def read_table(spec: Spec, names: list[str]) -> pa.Table:
+def read_table(spec: Spec, names: list[str], text_columns: list[str] = ()) -> pa.Table:  # type: ignore[assignment]
     """Read only ``names`` from the dataset, every CSV value as text."""
     d = spec.dataset
     path = d.resolved_path
@@ -75,14 +82,13 @@ def read_table(spec: Spec, names: list[str]) -> pa.Table:
     try:
         if d.format == "csv":
             return _read_csv(path, names, d.na_values, d.delimiter)
-        return _read_parquet(path, names)
+        return _read_parquet(path, names, list(text_columns))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read as {d.format}: {_first_line(exc)}") from None
 
 
 def _read_csv(path: Path, names: list[str], na_values: tuple[str, ...], delimiter: str) -> pa.Table:
-    from pyarrow import csv
-
+    csv = pa_csv
     header = _csv_header(path, delimiter)
     _require(path, header, names)
     table = csv.read_csv(
@@ -96,19 +102,18 @@ def _read_csv(path: Path, names: list[str], na_values: tuple[str, ...], delimite
 
 
 def _csv_header(path: Path, delimiter: str) -> list[str]:
-    from pyarrow import csv
-
-    reader = csv.open_csv(path, parse_options=csv.ParseOptions(delimiter=delimiter),
-                          read_options=csv.ReadOptions(block_size=1 << 16))
+    reader = pa_csv.open_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
+                             read_options=pa_csv.ReadOptions(block_size=1 << 16))
     return list(reader.schema.names)
 
 
-def _read_parquet(path: Path, names: list[str]) -> pa.Table:
-    import pyarrow.parquet as pq
-
+def _read_parquet(path: Path, names: list[str], text_columns: list[str]) -> pa.Table:
     schema = pq.read_schema(path)
     _require(path, list(schema.names), names)
-    return pq.read_table(path, columns=names)
+    text = [n for n in text_columns if pa.types.is_string(schema.field(n).type)
+            or pa.types.is_large_string(schema.field(n).type) or pa.types.is_dictionary(schema.field(n).type)]
+    # dictionary-encoded text: each distinct value is encoded once, then gathered
+    return pq.read_table(path, columns=names, read_dictionary=text)
 
 
 def _require(path: Path, header: list[str], names: list[str]) -> None:
@@ -133,14 +138,15 @@ def encode(spec: Spec) -> Encoded:
     """
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, BinnedColumn)]
-    table = read_table(spec, [c.name for c in declared])
+    table = read_table(spec, [c.name for c in declared],
+                       [c.name for c in declared if isinstance(c, CategoricalColumn)])
     n = table.num_rows
     codes: dict[str, np.ndarray] = {}
     keep = np.ones(n, dtype=bool)
     for column in declared:
         arr = table.column(column.name).combine_chunks() if n else pa.array([], pa.string())
         code, bad = _encode_column(spec, column, arr)
-        if bad.any():
+        if bad is not None:
             if column.on_out_of_domain == "drop":
                 keep &= ~bad
             else:
@@ -154,62 +160,128 @@ def encode(spec: Spec) -> Encoded:
     return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()))
 
 
-def _encode_column(spec: Spec, column: Column, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Codes (int64) and a mask of values that have no code."""
-    is_null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+def _encode_column(spec: Spec, column: Column, arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """Codes (int64) and a mask of values that have no code (None: every value has one)."""
+    is_null = _null_mask(arr)
     match column:
         case CategoricalColumn(values=values):
-            text = arr if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) else pc.cast(arr, pa.string())
-            index = pc.index_in(text, value_set=pa.array(values, pa.string()))
-            code = np.asarray(index.fill_null(-1).to_numpy(zero_copy_only=False), dtype=CODE)
-            bad = (code < 0) & ~is_null
+            code = _categorical_codes(arr, values, code_dtype(column.size))
+            bad = code < 0  # undeclared, or missing (handled below)
         case RangeColumn(low=low, high=high):
-            value, unparsable = _integers(arr, is_null)
-            code = value - low
-            bad = unparsable | (~is_null & ((value < low) | (value > high)))
+            value, unparsable = _integers(arr)
+            dtype = code_dtype(column.size)
+            if low == 0 and value.dtype.kind == "i" and value.dtype.itemsize <= dtype.itemsize:
+                code = value  # already the code: no copy
+            else:
+                code = value.astype(np.int64, copy=False) - low
+            if unparsable is None and (not code.size or (code.min() >= 0 and code.max() <= high - low)):
+                code = code.astype(dtype, copy=False)  # every value in range: the common case
+                if is_null is None:
+                    return code, None
+                code = code.copy() if code is value else code
+                bad = np.zeros(code.size, dtype=bool)
+            else:
+                bad = (code < 0) | (code > high - low)
+                if unparsable is not None:
+                    bad |= unparsable
         case _:
             raise AssertionError(column)  # pragma: no cover
-    if column.missing is not None:
-        code = np.where(is_null, column.size - 1, code)
-    else:
-        bad = bad | is_null
-    return np.where(bad, 0, code).astype(CODE, copy=False), bad
+    if is_null is not None:
+        if not code.flags.writeable:  # a zero-copy view of the loaded data
+            code = code.copy()
+        if column.missing is not None:
+            code[is_null] = column.size - 1
+            bad &= ~is_null
+        else:
+            bad |= is_null
+    code = code.astype(code_dtype(column.size), copy=False)
+    if not bad.any():
+        return code, None
+    code = code if code.flags.writeable else code.copy()
+    code[bad] = 0
+    return code, bad
 
 
-def _integers(arr: pa.Array, is_null: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Integer values and a mask of non-null values that are not whole numbers."""
+def _null_mask(arr: pa.Array) -> np.ndarray | None:
+    if arr.null_count == 0:
+        return None
+    return np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _lookup(keys: np.ndarray, codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """codes[i] where values == keys[i], else −1; a dense table when the keys are compact."""
+    if not keys.size:
+        return np.full(values.size, -1, dtype=codes.dtype)
+    lo, hi = int(keys.min()), int(keys.max())
+    if hi - lo < 1 << 22:
+        table = np.full(hi - lo + 1, -1, dtype=codes.dtype)
+        table[keys - lo] = codes
+        if not values.size or (values.min() >= lo and values.max() <= hi):  # the common case
+            return table[values - lo] if lo else table[values]
+        inside = (values >= lo) & (values <= hi)
+        out = table[np.clip(values - lo, 0, hi - lo)]
+        if not inside.all():
+            out[~inside] = -1
+        return out
+    order = np.argsort(keys)
+    pos = np.clip(np.searchsorted(keys[order], values), 0, keys.size - 1)
+    return np.where(keys[order][pos] == values, codes[order][pos], -1)
+
+
+def _categorical_codes(arr: pa.Array, values: tuple[str, ...], dtype: np.dtype) -> np.ndarray:
+    """Code of each value's *text* in ``values`` (−1: not declared, or missing)."""
+    if pa.types.is_dictionary(arr.type):  # encode the distinct values once, then gather
+        per_entry = _categorical_codes(arr.dictionary, values, dtype)
+        if not per_entry.size:
+            return np.full(len(arr), -1, dtype=dtype)
+        indices = arr.indices.fill_null(0) if arr.null_count else arr.indices
+        return per_entry[indices.to_numpy(zero_copy_only=False)]
+    if pa.types.is_integer(arr.type):  # the text of an integer is its decimal form: "1", never "01"
+        numeric = [(int(v), i) for i, v in enumerate(values) if v.lstrip("-").isdigit() and str(int(v)) == v]
+        keys = np.array([k for k, _ in numeric], dtype=np.int64)
+        codes = np.array([i for _, i in numeric], dtype=dtype)
+        ints = arr.fill_null(0) if arr.null_count else arr
+        return _lookup(keys, codes, ints.to_numpy(zero_copy_only=False))
+    text = arr if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) else pc.cast(arr, pa.string())
+    index = pc.index_in(text, value_set=pa.array(values, pa.string()))
+    return np.asarray(index.fill_null(-1).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _integers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """Integer values (nulls as 0) and a mask of non-null values that are not whole numbers."""
     if pa.types.is_integer(arr.type):
-        return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), np.zeros(len(arr), bool)
+        ints = arr.fill_null(0) if arr.null_count else arr
+        return ints.to_numpy(zero_copy_only=False), None  # native width; widened only where needed
     try:
         as_int = pc.cast(arr, pa.int64())
-        return np.asarray(as_int.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), np.zeros(len(arr), bool)
+        return np.asarray(as_int.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
-    # slower path: per value, for text such as "15400.0" or stray non-numbers
-    floats = np.full(len(arr), np.nan)
-    texts = arr.to_pylist() if not pa.types.is_floating(arr.type) else None
-    if texts is None:
+    # slower path: text such as "15400.0", or stray non-numbers
+    if pa.types.is_floating(arr.type):
         floats = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=float)
     else:
-        for i, t in enumerate(texts):
+        floats = np.full(len(arr), np.nan)
+        for i, t in enumerate(arr.to_pylist()):
             if t is not None:
                 try:
                     floats[i] = float(t)
                 except ValueError:
                     pass
     whole = np.isfinite(floats) & (floats == np.floor(floats)) & (np.abs(floats) < 2**53)
-    unparsable = ~is_null & ~whole
-    value = np.where(whole, floats, 0).astype(np.int64)
-    return value, unparsable
+    is_null = _null_mask(arr)
+    unparsable = ~whole if is_null is None else (~whole & ~is_null)
+    return np.where(whole, floats, 0).astype(np.int64), unparsable
 
 
 def _bin(column: BinnedColumn, source: Column, source_code: np.ndarray) -> np.ndarray:
+    """Bin codes by table lookup over the source's codes (its values, then missing)."""
     assert isinstance(source, RangeColumn)
-    value = source_code + source.low
-    code = np.searchsorted(np.asarray(column.edges), value, side="right") - 1
+    values = np.arange(source.low, source.high + 1)
+    table = np.searchsorted(np.asarray(column.edges), values, side="right") - 1
     if source.missing is not None:
-        code = np.where(source_code == source.size - 1, column.size - 1, code)
-    return code.astype(CODE, copy=False)
+        table = np.append(table, column.size - 1)
+    return table.astype(code_dtype(column.size))[source_code]
 
 
 def _bad_values_message(spec: Spec, column: Column, arr: pa.Array, bad: np.ndarray) -> str:
