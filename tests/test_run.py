@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from fractions import Fraction
 from math import prod
 from pathlib import Path
@@ -87,6 +88,16 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     state = ledger_state(spec.dataset.name)
     assert [(r.release, r.state, r.epsilon) for r in state.runs] == [(spec.release, "committed", 1)]
     assert state.runs[0].data_fingerprint == internal["data_fingerprint"]
+
+    # the budget report is also a Prefect markdown artifact
+    request = urllib.request.Request(run_env["PREFECT_API_URL"] + "/artifacts/filter", method="POST",
+                                     data=json.dumps({"artifacts": {"key": {"any_": ["budget-report-acs-demo-2019"]}}})
+                                     .encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        artifacts = json.loads(response.read())
+    assert artifacts and artifacts[0]["type"] == "markdown"
+    assert artifacts[0]["data"] == report
+    assert "27253" not in json.dumps(artifacts)
 
     again = run(DEMO, "--output-dir", out, env=run_env)
     assert again.returncode == 4, again.stderr
