@@ -83,3 +83,17 @@ def _exact_decimal(x: Fraction, digits: int) -> str:
     whole, rest = divmod(x.numerator * 10**digits // x.denominator, 10**digits)
     frac = str(rest).rjust(digits, "0").rstrip("0")
     return f"{sign}{whole}" + (f".{frac}" if frac else "")
+
+
+def exact_and_decimal(x: Fraction) -> str:
+    """For people: ``3/4 (0.75)``, ``1/3 (≈0.3333)``, ``2``; exact first, decimal for reading."""
+    exact = fraction_text(x)
+    if x != 0 and abs(x) < Fraction(1, 1000):
+        return f"{exact} (≈{float(x):.4g})"  # display only
+    dec = decimal_text(x, 4)
+    return exact if exact == dec else f"{exact} ({dec})"
+
+
+def percent_text(x: Fraction) -> str:
+    """``95%``, ``≈33.33%``: a share for display."""
+    return decimal_text(x * 100, 2) + "%"

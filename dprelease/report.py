@@ -19,18 +19,15 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Iterable
 
-from dprelease.accounting import decimal_text, fraction_text
+from dprelease.accounting import exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import CapChange
 
 
 def _both(text: str) -> str:
-    x = Fraction(text)
-    dec = decimal_text(x, 4)
-    return text if dec == text else f"{text} ({dec})"
+    return exact_and_decimal(Fraction(text))
 
 
-def _pct(x: Fraction) -> str:
-    return decimal_text(x * 100, 2).lstrip("≈") + "%"
+_pct = percent_text
 
 
 def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -> str:

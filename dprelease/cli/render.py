@@ -8,22 +8,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dprelease.accounting import decimal_text, fraction_text
+from dprelease.accounting import exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.plan import Plan
 
 
-def pct(confidence: Fraction) -> str:
-    return decimal_text(confidence * 100, 4) + "%"
-
-
-def both(x: Fraction) -> str:
-    """``3/4 (0.75)``: the exact value, and a decimal for reading."""
-    exact = fraction_text(x)
-    if x != 0 and abs(x) < Fraction(1, 1000):
-        return f"{exact} (≈{float(x):.4g})"  # display only
-    dec = decimal_text(x, 4)
-    return exact if exact == dec else f"{exact} ({dec})"
+pct = percent_text
+both = exact_and_decimal
 
 
 def ledger_line(location: LedgerLocation, exists: bool, created: bool = False) -> str:
