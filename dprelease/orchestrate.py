@@ -18,9 +18,12 @@ import re
 # An empty PREFECT_API_URL means "no server" to a user, but breaks Prefect's event worker.
 if os.environ.get("PREFECT_API_URL", None) == "":
     del os.environ["PREFECT_API_URL"]
-# Quiet, offline defaults, set before Prefect is imported; the user's environment wins.
+# Quiet, offline defaults, set before Prefect is imported; the user's environment wins. An
+# ephemeral server is an implementation detail of this process: its shutdown chatter (event
+# flushes racing the exit) is not the operator's business, so it logs only critical errors.
+_EPHEMERAL = not os.environ.get("PREFECT_API_URL")
 for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
-                     "PREFECT_SERVER_LOGGING_LEVEL": "WARNING"}.items():
+                     "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL" if _EPHEMERAL else "WARNING"}.items():
     os.environ.setdefault(_key, _value)
 
 from prefect import flow, task  # noqa: E402
@@ -34,13 +37,14 @@ _RUNS: dict[str, ReleaseRun] = {}
 
 
 class _NoRunTracebacks(logging.Filter):
-    """Keep Prefect's failure tracebacks off the terminal: the CLI explains failures itself.
+    """Keep Prefect's run-failure reports off the terminal: the CLI explains failures itself.
 
     They still reach the Prefect API (and UI), where they hold only the sanitised StepFailed.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.name.startswith(("prefect.flow_runs", "prefect.task_runs")) and record.exc_info)
+        run_logger = record.name.startswith(("prefect.flow_runs", "prefect.task_runs"))
+        return not (run_logger and (record.exc_info or record.levelno >= logging.ERROR))
 
 
 def _quiet_terminal() -> None:

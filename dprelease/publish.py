@@ -134,10 +134,43 @@ def move_into_place(layout: Layout) -> None:
         raise FileExistsError(f"{layout.final} appeared while the release was running")
     os.rename(layout.staging, layout.final)
     _fsync_dir(layout.output_dir)
+    _remove_if_empty(layout.staging.parent)
 
 
 def discard_staging(layout: Layout) -> None:
+    """Remove a run's staged outputs: noisy results of a run that will not be published must
+    not stay around to be picked from."""
     shutil.rmtree(layout.staging, ignore_errors=True)
+    _remove_if_empty(layout.staging.parent)
+
+
+def staged_runs(output_dir: Path, release: str) -> list[str]:
+    """Run ids with staged (unpublished) outputs of ``release`` under ``output_dir``."""
+    staging = output_dir / ".staging"
+    if not staging.is_dir():
+        return []
+    return [p.name[len(release) + 1:] for p in staging.iterdir() if p.name.startswith(release + ".")]
+
+
+def sync_tree(root: Path) -> None:
+    """fsync every staged file and folder, so the rename publishes what is on disk."""
+    for path in sorted(root.rglob("*"), reverse=True):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:
+            _fsync_dir(path)
+    _fsync_dir(root)
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def _fsync_dir(path: Path) -> None:

@@ -17,12 +17,14 @@ from dprelease.data import Encoded, encode, file_fingerprint, histogram
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
 from dprelease.measure import measure_counts, post_process
+from dprelease.mechanisms import check_scale
 from dprelease.plan import Plan
 from dprelease.publish import (
     Layout,
     discard_staging,
     manifest,
     move_into_place,
+    sync_tree,
     utc_now,
     write_json,
     write_measurement,
@@ -47,6 +49,7 @@ class ReleaseRun:
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGE_TIMINGS, 0.0))
     noise_drawn: bool = False
+    committed: bool = False  # the ledger commit is made: the release must now reach its place
     published: bool = False
     stage: str = "reserved"
     data: Encoded | None = None
@@ -81,6 +84,7 @@ class ReleaseRun:
         counts = histogram(self.spec, table, self.data)
         self._timed("histogram", start)
         self.stage = "noise"
+        check_scale(table_plan.scale)  # a refusal here must come before the budget counts as used
         self.noise_drawn = True  # from here on the budget is spent, whatever happens next
         start = time.perf_counter()
         noisy = measure_counts(counts, table_plan)
@@ -106,12 +110,14 @@ class ReleaseRun:
         write_json(staging / "manifest.json", record)
         self.report_md = budget_report_md(record, self.caps)
         (staging / "budget_report.md").write_text(self.report_md, encoding="utf-8")
+        sync_tree(staging)
         checkpoint("publish")
         ledger = Ledger.open(self.location, create=False)
         if ledger is None:
             raise RuntimeError(f"the ledger at {self.location.shown} disappeared during the run")
         try:
             ledger.commit(self.run_id, data_fingerprint=self.data_fingerprint)
+            self.committed = True
         finally:
             ledger.close()
         checkpoint("commit")

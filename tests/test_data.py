@@ -158,3 +158,24 @@ def test_parquet_range_columns_of_any_type_with_bad_values_and_nulls(tmp_path, a
     assert counts(spec, data, "by_g_band") == [1, 2, 0, 0, 0, 1, 0, 0, 0]
     with pytest.raises(DataError, match="'12'|12"):
         encode(load_spec(write_spec(tmp_path, SPEC.format(path="data.parquet", g_extra="", age_extra=', missing: "?"'))))
+
+
+@pytest.mark.parametrize("text", ["1e1", "5_0", " 7", "7 ", "+-3", "0x1", "3.5", "١"])
+def test_range_values_must_be_plain_whole_numbers(tmp_path, text):
+    with pytest.raises(DataError, match="column AGE"):
+        encode(make(tmp_path, rows=ROWS + f"01,{text},a,x\n"))
+
+
+def test_an_integral_decimal_is_a_whole_number(tmp_path):
+    spec = make(tmp_path, rows=ROWS + "01,4.00,a,x\n01,-0,a,x\n")
+    assert counts(spec, encode(spec), "by_g_band") == [4, 1, 0, 1, 0, 1]
+
+
+def test_unsupported_parquet_types_are_data_errors(tmp_path):
+    import datetime
+
+    table = pa.table({"G": ["01"], "AGE": pa.array([datetime.date(2020, 1, 1)]), "M": ["a"]})
+    pq.write_table(table, tmp_path / "data.parquet")
+    spec = load_spec(write_spec(tmp_path, SPEC.format(path="data.parquet", g_extra="", age_extra="")))
+    with pytest.raises(DataError, match="column AGE .*cannot be read as whole numbers"):
+        encode(spec)

@@ -31,7 +31,7 @@ def open_ledger(url: str) -> Ledger:
 
 def reserve(ledger, release="r1", charges=((("t", Fraction(1, 4))),), cap=Fraction(1), dataset="ds"):
     return ledger.reserve(dataset=dataset, release=release, charges=list(charges),
-                          spec_fingerprint="sha256:spec", lifetime_from_spec=cap)
+                          spec_fingerprint="sha256:spec", lifetime_from_spec=cap).run_id
 
 
 def test_reserve_commit_and_exact_spend(url):
@@ -42,7 +42,9 @@ def test_reserve_commit_and_exact_spend(url):
     assert state.runs[0].state == "reserved"
     ledger.commit(run)
     assert ledger.state("ds").runs[0].state == "committed"
-    reserve(ledger, release="r2", charges=[("c", Fraction(7, 10))])
+    granted = ledger.reserve(dataset="ds", release="r2", charges=[("c", Fraction(7, 10))],
+                             spec_fingerprint="sha256:spec", lifetime_from_spec=Fraction(1))
+    assert (granted.spent_before, granted.budget) == (Fraction(3, 10), 1)
     state = ledger.state("ds")
     assert state.spent == 1 and state.remaining == 0  # exactly: 1/10 + 2/10 + 7/10
     with pytest.raises(OverBudgetError, match="over by 1/1000000"):

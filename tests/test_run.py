@@ -202,3 +202,73 @@ def test_the_readme_command_runs_in_ephemeral_mode(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "acs-demo-2019" / "manifest.json").exists()
     assert "ERROR" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _killed_at(stage: str, spec: Path, out: Path, run_env, tmp_path: Path, sig=signal.SIGKILL) -> None:
+    flag = tmp_path / f"flag-{stage}"
+    env = child_env({**run_env, "DPRELEASE_FAULT_AT": stage, "DPRELEASE_FAULT_FLAG": str(flag)})
+    victim = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(spec), "--output-dir", str(out)],
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not flag.exists():
+        assert victim.poll() is None, victim.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    if sig == signal.SIGKILL:
+        os.killpg(victim.pid, sig)
+    else:
+        os.kill(victim.pid, sig)  # only the run itself: it must settle and exit
+    victim.wait(timeout=60)
+
+
+def test_a_crash_between_commit_and_rename_is_completed_by_the_next_run(tmp_path, run_env):
+    spec, out = _spec(tmp_path, "crash-at-commit"), tmp_path / "out"
+    _killed_at("commit", spec, out, run_env, tmp_path)
+    state = ledger_state("nist-acs-national-2019")
+    assert [r.state for r in state.runs] == ["committed"]
+    assert not (out / "crash-at-commit").exists()  # committed, not yet in place
+    again = run(spec, "--output-dir", out, env=run_env)
+    assert again.returncode == 0, again.stderr
+    assert "publication completed now" in again.stderr
+    assert (out / "crash-at-commit" / "manifest.json").exists()
+    assert ledger_state("nist-acs-national-2019").spent == Fraction(5, 4)  # nothing spent twice
+    assert not (out / ".staging").exists()
+
+
+def test_sigterm_after_staging_settles_the_run_as_failed_and_deletes_its_staging(tmp_path, run_env):
+    spec, out = _spec(tmp_path, "terminated"), tmp_path / "out"
+    _killed_at("publish", spec, out, run_env, tmp_path, sig=signal.SIGTERM)
+    state = ledger_state("nist-acs-national-2019")
+    assert [r.state for r in state.runs] == ["failed"]  # noise was drawn: stays spent
+    assert state.spent == Fraction(5, 4)
+    assert not (out / "terminated").exists() and not (out / ".staging").exists()
+
+
+def test_sigint_between_commit_and_rename_still_publishes(tmp_path, run_env):
+    spec, out = _spec(tmp_path, "interrupted-commit"), tmp_path / "out"
+    _killed_at("commit", spec, out, run_env, tmp_path, sig=signal.SIGINT)
+    assert (out / "interrupted-commit" / "manifest.json").exists()
+    assert [r.state for r in ledger_state("nist-acs-national-2019").runs] == ["committed"]
+
+
+@pytest.mark.parametrize("case", ["too-fine-epsilon", "output-dir-is-a-file", "data-path-is-a-directory",
+                                  "prefect-unreachable"])
+def test_refusals_that_need_no_data_spend_nothing(tmp_path, run_env, case):
+    spec, out, env = _spec(tmp_path, case), tmp_path / "out", dict(run_env)
+    if case == "too-fine-epsilon":
+        spec.write_text(spec.read_text().replace("epsilon: 0.5\n", "epsilon: 0.1234567890123\n", 1))
+    elif case == "output-dir-is-a-file":
+        out.write_text("not a directory")
+    elif case == "data-path-is-a-directory":
+        (tmp_path / "dir.csv").mkdir()
+        spec.write_text(spec.read_text().replace(str(ROOT / "data" / "nist_acs" / "national2019.csv"),
+                                                 str(tmp_path / "dir.csv")))
+    else:
+        env["PREFECT_API_URL"] = "http://127.0.0.1:9/api"
+    proc = run(spec, "--output-dir", out, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    state = Ledger.open(resolve_location(), create=False)
+    dataset = state.state("nist-acs-national-2019") if state else None
+    assert dataset is None or (dataset.spent == 0 and not dataset.runs), case

@@ -1,14 +1,22 @@
-"""``dprelease run``: everything that can refuse a run happens before Prefect starts.
+"""``dprelease run``: everything that can refuse a run happens before anything is spent.
 
 Order: validate → plan against the ledger → refuse (already released: 4; over budget: 3;
-no data file: 2) → reserve (one transaction; a lost race is 3 or 4) → the Prefect flow.
-After a failure the reservation is voided only if no noise was drawn; otherwise the run is
-recorded as failed and its budget stays spent.
+no data file, unwritable output directory, unreachable Prefect server: 2) → reserve (one
+transaction; a lost race is 3 or 4) → the Prefect flow. After a failure the reservation is
+voided only if no noise was drawn; otherwise the run is recorded as failed and its budget
+stays spent. Staged outputs of a run that will not be published are deleted (a spent draw
+must not stay around to be picked from). A run interrupted between its ledger commit and the
+final rename is completed by the next ``dprelease run`` of the same spec.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import signal
 import sys
+import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Callable
 
@@ -18,18 +26,21 @@ from rich.console import Console
 from dprelease.accounting import fraction_text
 from dprelease.cli.render import both, ledger_line
 from dprelease.data import DataError
-from dprelease.errors import AlreadyReleasedError, ExitCode, OverBudgetError
+from dprelease.errors import AlreadyReleasedError, ExitCode, OverBudgetError, UserError
 from dprelease.faults import checkpoint
-from dprelease.ledger import Ledger, resolve_location
-from dprelease.plan import plan_release
-from dprelease.publish import Layout, discard_staging
+from dprelease.ledger import DatasetState, Ledger, resolve_location
+from dprelease.plan import Plan, plan_release
+from dprelease.publish import Layout, discard_staging, move_into_place, staged_runs
 from dprelease.release import ReleaseRun
-from dprelease.spec import load_spec
+from dprelease.spec import Spec, load_spec
+
+Say = Callable[[str], None]
 
 
-def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Path, *,
-                        say: Callable[[str], None], out: Console) -> None:
+def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Path, *, say: Say,
+                        out: Console) -> None:
     spec = load_spec(spec_path)
+    output_dir = output_dir.resolve()
     location = resolve_location(ledger_url, spec.ledger, spec.source.parent)
     ledger = Ledger.open(location, create=True)
     assert ledger is not None
@@ -37,61 +48,143 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
     try:
         state = ledger.state(spec.dataset.name)
         plan = plan_release(spec, state)
-        existing = plan.existing_run
-        if existing is not None:
-            where = (f"its outputs: {existing.output_dir}/{spec.release}" if existing.state == "committed"
-                     and existing.output_dir else "see `dprelease ledger`")
-            raise AlreadyReleasedError(f"release {spec.release!r} of dataset {spec.dataset.name!r} is already "
-                                       f"{existing.state} (run {existing.run_id}, {existing.created_at}); "
-                                       f"{where}. Nothing was spent.")
-        output_dir = output_dir.resolve()
-        if (output_dir / spec.release).exists():
-            raise AlreadyReleasedError(f"{output_dir / spec.release} already exists; refusing to overwrite a "
-                                       "published release. Nothing was spent.")
-        if not plan.fits:
-            over = [f"release budget by {fraction_text(plan.total_epsilon - plan.release_budget)}"
-                    if not plan.fits_release else None,
-                    f"lifetime budget of {spec.dataset.name} by "
-                    f"{fraction_text(plan.lifetime_spent + plan.total_epsilon - plan.lifetime_budget)} "
-                    f"(remaining {fraction_text(plan.lifetime_remaining)})" if not plan.fits_lifetime else None]
-            raise OverBudgetError(f"the release needs ε = {fraction_text(plan.total_epsilon)}, over the "
-                                  f"{' and the '.join(o for o in over if o)}. The data was not read; nothing spent.")
-        if not spec.dataset.resolved_path.exists():
-            raise DataError(f"{spec.source}: dataset.path {spec.dataset.path!r} does not exist (resolved to "
-                            f"{spec.dataset.resolved_path}). Nothing was spent.")
-        run_id = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
-                                charges=[(t.name, t.epsilon) for t in plan.tables],
-                                spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
-                                spec_path=str(spec.source.resolve()), output_dir=str(output_dir))
+        if _recover_interrupted_publication(spec, plan, say, out):
+            return
+        _discard_stale_staging(spec, state, output_dir)
+        _refuse_before_spending(spec, plan, output_dir)
+        granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
+                                 charges=[(t.name, t.epsilon) for t in plan.tables],
+                                 spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
+                                 spec_path=str(spec.source.resolve()), output_dir=str(output_dir))
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
     finally:
         ledger.close()
-    say(f"reserved ε = {fraction_text(plan.total_epsilon)} for {spec.release} (run {run_id})")
-    run = ReleaseRun(spec=spec, plan=plan, run_id=run_id, location=location,
-                     layout=Layout(output_dir, spec.release, run_id), caps=caps)
-    checkpoint("reserved")
+    # what the manifest states about the lifetime budget comes from the reserving transaction
+    plan = dataclasses.replace(plan, lifetime_spent=granted.spent_before, lifetime_budget=granted.budget)
+    say(f"reserved ε = {fraction_text(plan.total_epsilon)} for {spec.release} (run {granted.run_id})")
+    run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
+                     layout=Layout(output_dir, spec.release, granted.run_id), caps=caps)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite kill settles the reservation too
     try:
+        checkpoint("reserved")
         from dprelease.orchestrate import run_release  # imports Prefect: only now
 
         run_release(run)
     except BaseException as exc:  # noqa: BLE001 - every failure must settle the reservation
-        _settle_failure(run, exc, say)
+        published = _settle_failure(run, exc, say)
         run.write_internal_record()
-        raise typer.Exit(ExitCode.INVALID if isinstance(exc, DataError) else ExitCode.INTERNAL) from None
+        if not published:
+            raise typer.Exit(ExitCode.INVALID if isinstance(exc, UserError) else ExitCode.INTERNAL) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     record = run.write_internal_record()
-    _print_done(run, out)
+    _print_done(spec, plan, run.layout.final, out)
     say(f"internal run record (not for publication): {record}")
 
 
-def _settle_failure(run: ReleaseRun, exc: BaseException, say: Callable[[str], None]) -> None:
+def _interrupt(signum, frame):  # type: ignore[no-untyped-def]
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
+    """Every refusal that needs no data: nothing is reserved, nothing spent."""
+    existing = plan.existing_run
+    if existing is not None:
+        where = (f"its outputs: {Path(existing.output_dir) / spec.release}"
+                 if existing.state == "committed" and existing.output_dir else "see `dprelease ledger`")
+        raise AlreadyReleasedError(f"release {spec.release!r} of dataset {spec.dataset.name!r} is already "
+                                   f"{existing.state} (run {existing.run_id}, {existing.created_at}); {where}. "
+                                   "Nothing was spent.")
+    if (output_dir / spec.release).exists():
+        raise AlreadyReleasedError(f"{output_dir / spec.release} already exists; refusing to overwrite a "
+                                   "published release. Nothing was spent.")
+    if not plan.fits:
+        over = [f"release budget by {fraction_text(plan.total_epsilon - plan.release_budget)}"
+                if not plan.fits_release else None,
+                f"lifetime budget of {spec.dataset.name} by "
+                f"{fraction_text(plan.lifetime_spent + plan.total_epsilon - plan.lifetime_budget)} "
+                f"(remaining {fraction_text(plan.lifetime_remaining)})" if not plan.fits_lifetime else None]
+        raise OverBudgetError(f"the release needs ε = {fraction_text(plan.total_epsilon)}, over the "
+                              f"{' and the '.join(o for o in over if o)}. The data was not read; nothing spent.")
+    if not spec.dataset.resolved_path.is_file():
+        what = "is not a file" if spec.dataset.resolved_path.exists() else "does not exist"
+        raise DataError(f"{spec.source}: dataset.path {spec.dataset.path!r} {what} (resolved to "
+                        f"{spec.dataset.resolved_path}). Nothing was spent.")
+    _check_writable(output_dir)
+    _check_prefect_server()
+
+
+def _check_writable(output_dir: Path) -> None:
+    for directory in (output_dir, output_dir / ".staging", output_dir / "_internal"):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
+                pass
+        except OSError as exc:
+            raise UserError(f"cannot write to {directory}: {exc.strerror or exc}; choose another --output-dir. "
+                            "Nothing was spent.") from None
+
+
+def _check_prefect_server() -> None:
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        return  # ephemeral mode
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=10) as response:
+            if response.status == 200:
+                return
+    except OSError as exc:
+        raise UserError(f"the Prefect server at PREFECT_API_URL={url} does not answer ({exc}); start it, or unset "
+                        "PREFECT_API_URL to run without a server. Nothing was spent.") from None
+    raise UserError(f"the Prefect server at PREFECT_API_URL={url} is not healthy. Nothing was spent.")
+
+
+def _discard_stale_staging(spec: Spec, state: DatasetState | None, output_dir: Path) -> None:
+    """Staged outputs of settled, unpublished runs (failed or voided): never to be published.
+
+    A ``reserved`` run's staging is left alone: that run may be alive in another process.
+    """
+    settled = {r.run_id for r in state.runs if r.state in ("failed", "voided")} if state else set()
+    for run_id in staged_runs(output_dir, spec.release):
+        if run_id in settled:
+            discard_staging(Layout(output_dir, spec.release, run_id))
+
+
+def _recover_interrupted_publication(spec: Spec, plan: Plan, say: Say, out: Console) -> bool:
+    """A committed run whose outputs are still staged: finish the rename it was interrupted in."""
+    existing = plan.existing_run
+    if existing is None or existing.state != "committed" or not existing.output_dir:
+        return False
+    layout = Layout(Path(existing.output_dir), spec.release, existing.run_id)
+    if layout.final.exists() or not layout.staging.is_dir():
+        return False
+    move_into_place(layout)
+    say(f"run {existing.run_id} was committed in the ledger but interrupted before its outputs were moved "
+        "into place; publication completed now, with the noise drawn then (nothing new was drawn or spent)")
+    _print_done(spec, plan, layout.final, out, spent_now=False)
+    return True
+
+
+def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
+    """Settle the reservation of a failed run; True if the release is (or now gets) published."""
+    if run.committed and not run.published:
+        try:
+            move_into_place(run.layout)
+            run.published = True
+        except OSError as move_error:
+            say(f"the ledger commit of run {run.run_id} was made but its outputs could not be moved into place "
+                f"({move_error}); they are in {run.layout.staging}, and the next `dprelease run` of this spec "
+                "completes the move")
+            return False
+    if run.published:
+        say(f"warning: release {run.spec.release} was published and committed; a step after publication failed: "
+            f"{type(exc).__name__}: {exc}")
+        return True
     ledger = Ledger.open(run.location, create=False)
     assert ledger is not None
     try:
-        if run.published:
-            say(f"error after publication: {exc}")
-            return
+        discard_staging(run.layout)
         if not run.noise_drawn:
-            discard_staging(run.layout)
             ledger.void(run.run_id, reason=f"failed before any noise was drawn ({type(exc).__name__})")
             spent = "the reservation was voided; nothing was spent"
         else:
@@ -101,7 +194,7 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Callable[[str], No
                      "(run recorded as failed); publish under a new release name")
     finally:
         ledger.close()
-    if isinstance(exc, DataError):
+    if isinstance(exc, UserError):
         print(f"error: {exc}", file=sys.stderr)
     elif isinstance(exc, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
@@ -112,11 +205,12 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Callable[[str], No
         print(f"internal error (a bug in dprelease, or the environment): {type(exc).__name__}: {exc}",
               file=sys.stderr)
     say(f"run {run.run_id} of {run.spec.release} failed at {run.stage}: {spent}. Nothing was published.")
+    return False
 
 
-def _print_done(run: ReleaseRun, out: Console) -> None:
-    plan = run.plan
-    out.print(f"published {run.spec.release}: {len(plan.tables)} tables, ε = {both(plan.total_epsilon)} → "
-              f"{run.layout.final}", markup=False)
-    out.print(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent + plan.total_epsilon)} of "
-              f"{both(plan.lifetime_budget)}, remaining {both(plan.lifetime_remaining_after)}", markup=False)
+def _print_done(spec: Spec, plan: Plan, final: Path, out: Console, spent_now: bool = True) -> None:
+    out.print(f"published {spec.release}: {len(plan.tables)} tables, ε = {both(plan.total_epsilon)} → {final}",
+              markup=False)
+    if spent_now:
+        out.print(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent + plan.total_epsilon)} of "
+                  f"{both(plan.lifetime_budget)}, remaining {both(plan.lifetime_remaining_after)}", markup=False)

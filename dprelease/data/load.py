@@ -145,7 +145,12 @@ def encode(spec: Spec) -> Encoded:
     keep = np.ones(n, dtype=bool)
     for column in declared:
         arr = table.column(column.name).combine_chunks() if n else pa.array([], pa.string())
-        code, bad = _encode_column(spec, column, arr)
+        try:
+            code, bad = _encode_column(spec, column, arr)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise DataError(f"{spec.dataset.resolved_path}: column {column.name} (type {arr.type}) cannot be read "
+                            f"as {'whole numbers' if isinstance(column, RangeColumn) else 'text'}: "
+                            f"{_first_line(exc)}") from None
         if bad is not None:
             if column.on_out_of_domain == "drop":
                 keep &= ~bad
@@ -247,31 +252,33 @@ def _categorical_codes(arr: pa.Array, values: tuple[str, ...], dtype: np.dtype) 
     return np.asarray(index.fill_null(-1).to_numpy(zero_copy_only=False), dtype=dtype)
 
 
+_WHOLE = r"^[+-]?[0-9]{1,18}(\.0*)?$"  # "15400" or "15400.0"; not "1e1", "5_0", " 7" or "3.5"
+
+
 def _integers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """Integer values (nulls as 0) and a mask of non-null values that are not whole numbers."""
     if pa.types.is_integer(arr.type):
         ints = arr.fill_null(0) if arr.null_count else arr
         return ints.to_numpy(zero_copy_only=False), None  # native width; widened only where needed
-    try:
-        as_int = pc.cast(arr, pa.int64())
-        return np.asarray(as_int.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    # slower path: text such as "15400.0", or stray non-numbers
     if pa.types.is_floating(arr.type):
         floats = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=float)
-    else:
-        floats = np.full(len(arr), np.nan)
-        for i, t in enumerate(arr.to_pylist()):
-            if t is not None:
-                try:
-                    floats[i] = float(t)
-                except ValueError:
-                    pass
-    whole = np.isfinite(floats) & (floats == np.floor(floats)) & (np.abs(floats) < 2**53)
+        whole = np.isfinite(floats) & (floats == np.floor(floats)) & (np.abs(floats) < 2**53)
+        is_null = _null_mask(arr)
+        unparsable = ~whole if is_null is None else (~whole & ~is_null)
+        return np.where(whole, floats, 0).astype(np.int64), (unparsable if unparsable.any() else None)
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        raise TypeError(f"a range column needs integers or text, not {arr.type}")
+    try:
+        return np.asarray(pc.cast(arr, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)), None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass  # some value is not a plain integer: check each one strictly
+    valid = pc.fill_null(pc.match_substring_regex(arr, _WHOLE), False)
+    digits = pc.replace_substring_regex(arr, r"\.0*$", "")
+    ints = pc.cast(pc.if_else(valid, digits, pa.scalar(None, arr.type)), pa.int64())
     is_null = _null_mask(arr)
-    unparsable = ~whole if is_null is None else (~whole & ~is_null)
-    return np.where(whole, floats, 0).astype(np.int64), unparsable
+    bad = ~np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)
+    unparsable = bad if is_null is None else (bad & ~is_null)
+    return np.asarray(ints.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), unparsable
 
 
 def _bin(column: BinnedColumn, source: Column, source_code: np.ndarray) -> np.ndarray:

@@ -5,12 +5,13 @@ from dprelease.ledger.store import (
     CapChange,
     DatasetState,
     Ledger,
+    Reservation,
     RunRecord,
     check_lifetime_matches,
     over_lifetime_message,
 )
 
 __all__ = [
-    "ENV", "CapChange", "DatasetState", "Ledger", "LedgerLocation", "RunRecord",
+    "ENV", "CapChange", "DatasetState", "Ledger", "LedgerLocation", "Reservation", "RunRecord",
     "check_lifetime_matches", "default_path", "over_lifetime_message", "resolve_location",
 ]

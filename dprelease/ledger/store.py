@@ -116,6 +116,15 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """A granted reservation and the lifetime state it was checked against (in its transaction)."""
+
+    run_id: str
+    spent_before: Fraction
+    budget: Fraction
+
+
+@dataclass(frozen=True, slots=True)
 class DatasetState:
     name: str
     definition: str
@@ -252,8 +261,8 @@ class Ledger:
     def reserve(self, *, dataset: str, release: str, charges: list[tuple[str, Fraction]],
                 spec_fingerprint: str, lifetime_from_spec: Fraction | None,
                 spec_path: str | None = None, output_dir: str | None = None,
-                definition: str = "pure", by: str | None = None) -> str:
-        """Reserve ``charges`` for ``release`` atomically; return the new run id.
+                definition: str = "pure", by: str | None = None) -> Reservation:
+        """Reserve ``charges`` for ``release`` atomically.
 
         Refuses (nothing written) when the release already has a live run
         (:class:`AlreadyReleasedError`) or the lifetime budget cannot cover the charges
@@ -291,7 +300,7 @@ class Ledger:
             conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e)}
                                               for t, e in charges])
             conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
-        return run_id
+        return Reservation(run_id, state.spent, state.budget)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None) -> None:
         """Mark a reserved run as published. Its charges stay spent for ever."""

@@ -4,6 +4,6 @@ The only place randomness enters dprelease.
 """
 
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
-from dprelease.mechanisms.sampling import OsEntropy, discrete_laplace
+from dprelease.mechanisms.sampling import OsEntropy, check_scale, discrete_laplace
 
-__all__ = ["OsEntropy", "discrete_laplace", "epsilon_for_margin", "margin_of_error"]
+__all__ = ["OsEntropy", "check_scale", "discrete_laplace", "epsilon_for_margin", "margin_of_error"]

@@ -139,6 +139,11 @@ def geometric_exp_neg_one(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped
     return v
 
 
+def check_scale(scale: Fraction | int) -> None:
+    """Raise ValueError/TypeError if the exact sampler cannot take ``scale`` (before any draw)."""
+    _rational(scale)
+
+
 def _rational(scale: Fraction | int) -> tuple[int, int]:
     if isinstance(scale, bool) or not isinstance(scale, (Fraction, int)):
         raise TypeError(f"scale must be exact (a Fraction or an int), not {type(scale).__name__}")

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dprelease.accounting import compose_sequential
-from dprelease.errors import LedgerError
+from dprelease.errors import LedgerError, UserError
 from dprelease.ledger.store import CapChange, DatasetState, RunRecord, check_lifetime_matches
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
+from dprelease.mechanisms.sampling import check_scale
 from dprelease.spec import Spec, fingerprint
 
 CONFIDENCE_95 = Fraction(95, 100)
@@ -101,6 +102,13 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
 def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int) -> TablePlan:
     sensitivity = 1  # add/remove one row moves one count by one: see the module docstring
     scale = Fraction(sensitivity) / epsilon
+    try:
+        check_scale(scale)
+    except ValueError:
+        raise UserError(  # exit 2, before anything is spent
+            f"{spec.source}: table {name}: ε = {epsilon} has too many digits for the exact sampler (the noise "
+            "scale Δ/ε must be a fraction with parts below 2^40); round ε to at most 12 significant digits"
+        ) from None
     return TablePlan(name=name, epsilon=epsilon, mechanism="discrete_laplace", sensitivity=sensitivity,
                      scale=scale, cells=cells, moe=margin_of_error(scale, spec.confidence),
                      moe95=margin_of_error(scale, CONFIDENCE_95))
