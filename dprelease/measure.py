@@ -22,16 +22,3 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
     if counts.size != table.cells:
         raise ValueError(f"table {table.name}: {counts.size} cells, the plan says {table.cells}")
     return counts + discrete_laplace(table.scale, counts.size, rng=rng)
-
-
-def post_process(noisy: np.ndarray, method: str) -> np.ndarray:
-    """A pure function of the noisy measurement (free: post-processing costs no budget).
-
-    ``clamp``: max(0, x) per cell (non-negative, biased upwards near zero); ``none``: as is.
-    """
-    match method:
-        case "clamp":
-            return np.maximum(noisy, 0)
-        case "none":
-            return noisy.copy()
-    raise ValueError(f"unknown post-processing {method!r}")

@@ -80,6 +80,11 @@ def measure_task(run_id: str, table: str) -> None:
     _step(run_id, ReleaseRun.measure_table, table)
 
 
+@task(name="postprocess", **_TASK)
+def postprocess_task(run_id: str) -> None:
+    _step(run_id, ReleaseRun.postprocess)
+
+
 @task(name="publish", **_TASK)
 def publish_task(run_id: str) -> None:
     _step(run_id, ReleaseRun.publish)
@@ -88,7 +93,7 @@ def publish_task(run_id: str) -> None:
 @flow(name="dprelease-release", flow_run_name="{release}", retries=0, persist_result=False,
       validate_parameters=False, log_prints=False)
 def release_flow(run_id: str, release: str) -> None:
-    """Load once, one task per table (histogram → noise → post-process), publish, report."""
+    """Load once, one task per table (histogram → noise per level), post-process, publish, report."""
     from prefect.runtime import flow_run
 
     run = _RUNS[run_id]
@@ -96,6 +101,7 @@ def release_flow(run_id: str, release: str) -> None:
     load_task(run_id)
     for table in run.spec.tables:
         measure_task(run_id, table.name)
+    postprocess_task(run_id)
     publish_task(run_id)
     create_markdown_artifact(key=artifact_key(release), markdown=run.report_md or "",
                              description=f"Budget report of release {release}")

@@ -47,13 +47,18 @@ class Layout:
         return self.output_dir / "_internal" / self.release
 
 
-def cell_columns(spec: Spec, table: Table) -> dict[str, pa.Array]:
-    """The group_by columns of every cell, as published categories, in row-major order."""
-    sizes = [spec.column(c).size for c in table.group_by]
+def table_path(table: Table, level: str | None, kind: str = "tables", suffix: str = "csv") -> str:
+    """``tables/<table>.csv``, or ``tables/<table>/<level>.csv`` for a geographic table."""
+    return f"{kind}/{table.name}.{suffix}" if level is None else f"{kind}/{table.name}/{level}.{suffix}"
+
+
+def cell_columns(spec: Spec, dims: tuple[str, ...]) -> dict[str, pa.Array]:
+    """The columns of every cell, as published categories, in row-major order."""
+    sizes = [spec.column(c).size for c in dims]
     cells = int(np.prod(sizes)) if sizes else 1
     out: dict[str, pa.Array] = {}
     repeat = cells
-    for name, size in zip(table.group_by, sizes):
+    for name, size in zip(dims, sizes):
         repeat //= size
         index = np.tile(np.repeat(np.arange(size, dtype=np.int32), repeat), cells // (size * repeat))
         categories = pa.array(spec.column(name).categories, pa.string())
@@ -61,29 +66,32 @@ def cell_columns(spec: Spec, table: Table) -> dict[str, pa.Array]:
     return out
 
 
-def write_table(spec: Spec, table: Table, values: np.ndarray, directory: Path) -> Path:
-    """``tables/<name>.csv``: the group_by columns with their labels, then ``count``."""
+def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | None, values: np.ndarray,
+                directory: Path) -> Path:
+    """The level's geography column (if any), the group_by columns with their labels, then ``count``."""
     from pyarrow import csv
 
-    columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, table).items()}
+    columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
     columns["count"] = pa.array(values, pa.int64())
-    path = directory / "tables" / f"{table.name}.csv"
+    path = directory / table_path(table, level)
     path.parent.mkdir(parents=True, exist_ok=True)
     csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
     return path
 
 
-def write_measurement(spec: Spec, table: Table, plan: TablePlan, noisy: np.ndarray, directory: Path) -> Path:
-    """``measurements/<name>.parquet``: the raw noisy counts, so post-processing can be re-run."""
+def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: TablePlan, noisy: np.ndarray,
+                      directory: Path) -> Path:
+    """``measurements/...parquet``: the raw noisy counts, so post-processing can be re-run."""
     import pyarrow.parquet as pq
 
-    columns = dict(cell_columns(spec, table))
+    columns = dict(cell_columns(spec, dims))
     columns["noisy_count"] = pa.array(noisy, pa.int64())
-    metadata = {"dprelease": json.dumps({"table": table.name, "epsilon": fraction_text(plan.epsilon),
+    metadata = {"dprelease": json.dumps({"table": table.name, "level": plan.level,
+                                         "epsilon": fraction_text(plan.epsilon),
                                          "mechanism": plan.mechanism, "sensitivity": plan.sensitivity,
                                          "scale": fraction_text(plan.scale)})}
     arrow = pa.table(columns).replace_schema_metadata(metadata)
-    path = directory / "measurements" / f"{table.name}.parquet"
+    path = directory / table_path(table, plan.level, "measurements", "parquet")
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(arrow, path)
     return path
@@ -109,13 +117,16 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
                      "spent_after": fraction_text(plan.lifetime_spent + plan.total_epsilon),
                      "remaining": fraction_text(plan.lifetime_remaining_after)},
         "confidence": fraction_text(plan.confidence),
+        "geography": list(spec.geography),
         "tables": [
-            {"name": t.name, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
+            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
+             "consistency": by_name[t.name].consistency,
              "group_by": list(by_name[t.name].group_by),
              "where": [[c.column, c.op, list(c.operand)] for c in by_name[t.name].where],
-             "file": f"tables/{t.name}.csv", "measurements": f"measurements/{t.name}.parquet"}
+             "file": table_path(by_name[t.name], t.level),
+             "measurements": table_path(by_name[t.name], t.level, "measurements", "parquet")}
             for t in plan.tables
         ],
     }

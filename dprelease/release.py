@@ -1,5 +1,5 @@
-"""One release run, stage by stage: load → (histogram → noise → post-process) per table →
-publish with the ledger commit. The orchestration layer calls these steps; they hold the
+"""One release run, stage by stage: load → (histogram → noise) per table and level →
+post-process → publish with the ledger commit. The orchestration layer calls these steps; they hold the
 confidential data in memory and never hand it to an orchestrator.
 """
 
@@ -16,7 +16,8 @@ from dprelease import __version__
 from dprelease.data import Encoded, encode, file_fingerprint, histogram
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
-from dprelease.measure import measure_counts, post_process
+from dprelease.measure import measure_counts
+from dprelease.postprocess import postprocess_release
 from dprelease.mechanisms import check_scale
 from dprelease.plan import Plan
 from dprelease.publish import (
@@ -54,7 +55,8 @@ class ReleaseRun:
     stage: str = "reserved"
     data: Encoded | None = None
     data_fingerprint: str | None = None
-    results: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # noisy, published
+    noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
+    published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)
     flow_run_id: str | None = None
     report_md: str | None = None
     error: BaseException | None = None
@@ -74,25 +76,31 @@ class ReleaseRun:
         self._timed("load", start)
 
     def measure_table(self, name: str) -> None:
-        """Histogram → noise (spends ε) → post-process, for one table."""
+        """Histogram → noise (spends ε), for each measurement of one table."""
         assert self.data is not None, "load() first"
         table = next(t for t in self.spec.tables if t.name == name)
-        table_plan = next(t for t in self.plan.tables if t.name == name)
-        self.stage = "histogram"
-        checkpoint("histogram")
+        for level, dims, _ in table.measured():
+            table_plan = next(p for p in self.plan.tables if p.name == name and p.level == level)
+            self.stage = "histogram"
+            checkpoint("histogram")
+            start = time.perf_counter()
+            counts = histogram(self.spec, table, self.data, dims)
+            self._timed("histogram", start)
+            self.stage = "noise"
+            check_scale(table_plan.scale)  # a refusal here must come before the budget counts as used
+            self.noise_drawn = True  # from here on the budget is spent, whatever happens next
+            start = time.perf_counter()
+            self.noisy[(name, level)] = measure_counts(counts, table_plan)
+            del counts
+            self._timed("noise", start)
+            checkpoint("noise")
+
+    def postprocess(self) -> None:
+        """The published values: a pure function of the noisy measurements (no data, no budget)."""
+        self.stage = "postprocess"
         start = time.perf_counter()
-        counts = histogram(self.spec, table, self.data)
-        self._timed("histogram", start)
-        self.stage = "noise"
-        check_scale(table_plan.scale)  # a refusal here must come before the budget counts as used
-        self.noise_drawn = True  # from here on the budget is spent, whatever happens next
-        start = time.perf_counter()
-        noisy = measure_counts(counts, table_plan)
-        del counts
-        self._timed("noise", start)
-        checkpoint("noise")
-        start = time.perf_counter()
-        self.results[name] = (noisy, post_process(noisy, table.post_process))
+        scales = {(p.name, p.level): p.scale for p in self.plan.tables}
+        self.published_values = postprocess_release(self.spec, self.noisy, scales)
         self._timed("postprocess", start)
 
     def publish(self) -> None:
@@ -102,10 +110,12 @@ class ReleaseRun:
         staging = self.layout.staging
         discard_staging(self.layout)
         staging.mkdir(parents=True, mode=0o755)
-        for table, table_plan in zip(self.spec.tables, self.plan.tables):
-            noisy, published = self.results[table.name]
-            write_table(self.spec, table, published, staging)
-            write_measurement(self.spec, table, table_plan, noisy, staging)
+        for table in self.spec.tables:
+            for level, dims, _ in table.measured():
+                table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
+                key = (table.name, level)
+                write_table(self.spec, table, dims, level, self.published_values[key], staging)
+                write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
         record = manifest(self.spec, self.plan, self.run_id, utc_now())
         write_json(staging / "manifest.json", record)
         self.report_md = budget_report_md(record, self.caps)

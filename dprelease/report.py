@@ -56,7 +56,8 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     ]
     for t in manifest["tables"]:
         share = _pct(Fraction(t["epsilon"]) / total)
-        lines.append(f"| {t['name']} | {_both(t['epsilon'])} | {share} | {t['mechanism']} | {t['sensitivity']} | "
+        name = t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}"
+        lines.append(f"| {name} | {_both(t['epsilon'])} | {share} | {t['mechanism']} | {t['sensitivity']} | "
                      f"{_both(t['scale'])} | {t['cells']:,} | {t['moe']} | {t['post_process']} |")
     lines += [
         "",

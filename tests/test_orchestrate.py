@@ -7,7 +7,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprelease.measure import measure_counts, post_process
+from dprelease.measure import measure_counts
+from dprelease.postprocess import clamp_or_none as post_process
 from dprelease.plan import TablePlan
 
 
@@ -21,7 +22,8 @@ def orchestrate():
 def test_every_task_and_the_flow_refuse_retries_caching_and_result_storage(orchestrate):
     from prefect.cache_policies import NO_CACHE
 
-    for task in (orchestrate.load_task, orchestrate.measure_task, orchestrate.publish_task):
+    for task in (orchestrate.load_task, orchestrate.measure_task, orchestrate.postprocess_task,
+                 orchestrate.publish_task):
         assert task.retries == 0, task.name
         assert task.cache_policy is NO_CACHE, task.name
         assert task.persist_result is False, task.name

@@ -49,7 +49,7 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
         "fingerprint": plan.fingerprint,
         "ledger": {"url": location.shown, "source": location.source, "exists": ledger_exists},
         "tables": [
-            {"name": t.name, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
+            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
              "moe95": t.moe95, "moe": t.moe}
             for t in plan.tables
@@ -65,7 +65,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                             (f"± MoE {conf}", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for t in plan.tables:
-        table.add_row(t.name, both(t.epsilon), t.mechanism, str(t.sensitivity), both(t.scale),
+        table.add_row(t.key, both(t.epsilon), t.mechanism, str(t.sensitivity), both(t.scale),
                       f"{t.cells:,}", str(t.moe))
     console.print(table)
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "

@@ -53,7 +53,7 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
         _discard_stale_staging(spec, state, output_dir)
         _refuse_before_spending(spec, plan, output_dir)
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
-                                 charges=[(t.name, t.epsilon) for t in plan.tables],
+                                 charges=[(t.key, t.epsilon) for t in plan.tables],
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                                  spec_path=str(spec.source.resolve()), output_dir=str(output_dir))
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
@@ -209,7 +209,7 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
 
 
 def _print_done(spec: Spec, plan: Plan, final: Path, out: Console, spent_now: bool = True) -> None:
-    out.print(f"published {spec.release}: {len(plan.tables)} tables, ε = {both(plan.total_epsilon)} → {final}",
+    out.print(f"published {spec.release}: {len(spec.tables)} tables, ε = {both(plan.total_epsilon)} → {final}",
               markup=False)
     if spent_now:
         out.print(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent + plan.total_epsilon)} of "

@@ -14,12 +14,16 @@ from dprelease.data.load import Encoded
 from dprelease.spec import CategoricalColumn, Condition, RangeColumn, Spec, Table
 
 
-def histogram(spec: Spec, table: Table, data: Encoded) -> np.ndarray:
-    """Exact counts (int64), cells in row-major order of ``table.group_by`` (last fastest)."""
-    sizes = [spec.column(c).size for c in table.group_by]
+def histogram(spec: Spec, table: Table, data: Encoded, dims: tuple[str, ...] | None = None) -> np.ndarray:
+    """Exact counts (int64), cells in row-major order of ``dims`` (last fastest).
+
+    ``dims`` defaults to the table's group_by; a geographic table passes each level's.
+    """
+    dims = table.group_by if dims is None else dims
+    sizes = [spec.column(c).size for c in dims]
     cells = int(np.prod(sizes, dtype=object)) if sizes else 1
     index = np.zeros(data.rows, dtype=np.int64)
-    for name, size in zip(table.group_by, sizes):
+    for name, size in zip(dims, sizes):
         index *= size
         index += data.codes[name]
     mask = where_mask(spec, table.where, data)

@@ -25,7 +25,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from dprelease.errors import UserError
-from dprelease.spec import BinnedColumn, CategoricalColumn, Column, RangeColumn, Spec
+from dprelease.spec import BinnedColumn, CategoricalColumn, Column, RangeColumn, RollupColumn, Spec
 
 CODE = np.int64  # the widest code type; columns use the narrowest that holds their domain
 
@@ -56,10 +56,11 @@ def needed_columns(spec: Spec) -> list[Column]:
     """The columns the tables use, with the sources of derived columns, in spec order."""
     used: set[str] = set()
     for table in spec.tables:
-        used.update(table.group_by)
+        for _, dims, _ in table.measured():
+            used.update(dims)
         used.update(c.column for c in table.where)
-    for column in spec.columns:
-        if isinstance(column, BinnedColumn) and column.name in used:
+    for column in reversed(spec.columns):  # rollups: coarse first, each from the next finer
+        if isinstance(column, (BinnedColumn, RollupColumn)) and column.name in used:
             used.add(column.source)
     return [c for c in spec.columns if c.name in used]
 
@@ -137,7 +138,7 @@ def encode(spec: Spec) -> Encoded:
     from the data, so the set of possible codes (and every histogram's shape) is public.
     """
     columns = needed_columns(spec)
-    declared = [c for c in columns if not isinstance(c, BinnedColumn)]
+    declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
     table = read_table(spec, [c.name for c in declared],
                        [c.name for c in declared if isinstance(c, CategoricalColumn)])
     n = table.num_rows
@@ -160,6 +161,10 @@ def encode(spec: Spec) -> Encoded:
     for column in columns:
         if isinstance(column, BinnedColumn):
             codes[column.name] = _bin(column, spec.column(column.source), codes[column.source])
+    for column in reversed(columns):  # the finest rollup first: each reads its finer level's codes
+        if isinstance(column, RollupColumn):
+            table_ = np.asarray(column.parent_of, dtype=code_dtype(column.size))
+            codes[column.name] = table_[codes[column.source]]
     if not keep.all():
         codes = {k: v[keep] for k, v in codes.items()}
     return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()))

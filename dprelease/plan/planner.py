@@ -2,7 +2,8 @@
 
 Privacy contract of the plan (pure ε-DP, add/remove one row, one row per person):
 
-* each table is one histogram over the full declared cross product of its group_by domains;
+* each measurement is one histogram over the full declared cross product of its domains (a
+  geographic table is measured once per level, each level with its own ε);
   adding or removing one row changes exactly one cell by 1 (or none, if the row is filtered
   out), so the L1 sensitivity is 1 and the discrete Laplace mechanism with scale 1/ε gives
   ε-DP for the whole table (the cells are disjoint: parallel composition);
@@ -35,6 +36,12 @@ class TablePlan:
     cells: int
     moe: int  # at the plan's confidence
     moe95: int
+    level: str | None = None  # the geographic level of this measurement (None: a plain table)
+
+    @property
+    def key(self) -> str:
+        """The ledger's name for this measurement: ``table`` or ``table/level``."""
+        return self.name if self.level is None else f"{self.name}/{self.level}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +96,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     else:
         check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
         lifetime, spent = state.budget, state.spent
-    tables = tuple(_plan_table(spec, t.name, t.epsilon, spec.cells(t)) for t in spec.tables)
+    tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level)
+                   for t in spec.tables for level, dims, eps in t.measured())
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
         total_epsilon=compose_sequential(t.epsilon for t in tables), release_budget=spec.budget_epsilon,
@@ -99,7 +107,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     )
 
 
-def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int) -> TablePlan:
+def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None = None) -> TablePlan:
     sensitivity = 1  # add/remove one row moves one count by one: see the module docstring
     scale = Fraction(sensitivity) / epsilon
     try:
@@ -111,10 +119,11 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int) -> TablePl
         ) from None
     return TablePlan(name=name, epsilon=epsilon, mechanism="discrete_laplace", sensitivity=sensitivity,
                      scale=scale, cells=cells, moe=margin_of_error(scale, spec.confidence),
-                     moe95=margin_of_error(scale, CONFIDENCE_95))
+                     moe95=margin_of_error(scale, CONFIDENCE_95), level=level)
 
 
 def epsilon_for_target(spec: Spec, target_moe: int) -> list[tuple[str, Fraction]]:
-    """Per table, the ε (rounded up) whose margin at the spec's confidence is ≤ ``target_moe``."""
+    """Per measurement, the ε (rounded up) whose margin at the spec's confidence is ≤ ``target_moe``."""
     need = epsilon_for_margin(target_moe, spec.confidence, Fraction(1))
-    return [(t.name, need) for t in spec.tables]
+    return [(t.name if level is None else f"{t.name}/{level}", need)
+            for t in spec.tables for level, _, _ in t.measured()]

@@ -8,12 +8,14 @@ from dprelease.spec.model import (
     Column,
     Condition,
     Dataset,
+    ROOT,
     RangeColumn,
+    RollupColumn,
     Spec,
     Table,
 )
 
 __all__ = [
-    "BinnedColumn", "CategoricalColumn", "Column", "Condition", "Dataset", "RangeColumn", "Spec",
-    "Table", "canonical", "fingerprint", "load_spec", "schema",
+    "BinnedColumn", "CategoricalColumn", "Column", "Condition", "Dataset", "ROOT", "RangeColumn",
+    "RollupColumn", "Spec", "Table", "canonical", "fingerprint", "load_spec", "schema",
 ]

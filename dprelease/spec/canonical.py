@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from dprelease.accounting import fraction_text
-from dprelease.spec.model import BinnedColumn, CategoricalColumn, Column, RangeColumn, Spec
+from dprelease.spec.model import BinnedColumn, CategoricalColumn, Column, RangeColumn, RollupColumn, Spec
 
 FORMAT_VERSION = 1
 
@@ -32,9 +32,12 @@ def canonical(spec: Spec) -> dict[str, Any]:
         "privacy": {"definition": spec.definition, "unit": spec.unit},
         "budget": {"epsilon": fraction_text(spec.budget_epsilon)},
         "columns": [_column(c) for c in spec.columns],
+        "geography": list(spec.geography),
         "tables": [
             {
                 "name": t.name, "description": t.description, "group_by": list(t.group_by),
+                "levels": list(t.levels), "level_epsilons": [fraction_text(e) for e in t.level_epsilons],
+                "consistency": t.consistency,
                 "where": [[c.column, c.op, list(c.operand)] for c in t.where],
                 "epsilon": fraction_text(t.epsilon), "post_process": t.post_process,
             }
@@ -55,6 +58,9 @@ def _column(c: Column) -> dict[str, Any]:
         case BinnedColumn():
             return {"name": c.name, "kind": "bins", "from": c.source, "edges": list(c.edges),
                     "labels": list(c.labels), "missing": c.missing}
+        case RollupColumn():
+            return {"name": c.name, "kind": "rollup", "from": c.source, "values": list(c.values),
+                    "parent_of": list(c.parent_of)}
     raise AssertionError(c)  # pragma: no cover
 
 

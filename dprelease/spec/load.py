@@ -29,10 +29,14 @@ from dprelease.spec.model import (
     Column,
     Condition,
     Dataset,
+    ROOT,
     RangeColumn,
     Spec,
     Table,
 )
+
+MAX_DETAIL_CELLS = 20_000  # per place, for a consistency group's joint estimate (dense normal equations)
+from dprelease.spec.geography import parse_geography
 from dprelease.spec.yamlsource import Document, Path_, YamlProblem, load_document
 
 _INT = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII digits only; far beyond any cell limit
@@ -110,6 +114,9 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
         case "pattern" if error.schema.get("pattern", "").startswith("^[A-Za-z_]"):
             return [doc.problem(path, f"{error.instance!r} is not a column name: use letters, digits "
                                 "and '_', starting with a letter or '_'")]
+        case "anyOf" if any("level_epsilons" in str(x) for x in error.schema.get("anyOf", [])):
+            return [doc.problem(path, f"{doc.text(path) or error.instance!r} is not a decimal, a fraction, or a "
+                                "mapping of level: ε; write e.g. 0.1, \"1/10\" or {root: 0.1, STATE: 0.2}")]
         case "oneOf" if "exact_number" in str(error.schema_path) or _is_exact_number(error.schema):
             return [doc.problem(path, f"{doc.text(path) or error.instance!r} is not a decimal or a "
                                 "fraction; write e.g. 0.1 or \"1/10\"")]
@@ -203,7 +210,10 @@ class _Checker:
         max_cells = self.get(("limits", "max_cells"), int, DEFAULT_MAX_CELLS)
         columns = self.columns()
         columns += self.derived({c.name: c for c in columns})
-        tables = self.tables({c.name: c for c in columns}, max_cells)
+        levels, rollups = parse_geography(self, {c.name: c for c in columns})
+        columns += rollups
+        tables = self.tables({c.name: c for c in columns}, max_cells, levels)
+
         ledger = self.get(("ledger",), str)
         if ledger is not None and "\0" in ledger:
             self.fail(("ledger",), "contains a NUL byte")
@@ -218,7 +228,7 @@ class _Checker:
             return None
         return Spec(source=self.doc.file, release=release, dataset=dataset, definition="pure",
                     unit="row", budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
-                    ledger=ledger, confidence=confidence, max_cells=max_cells,
+                    ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str))
 
     def confidence(self) -> Fraction:
@@ -453,9 +463,10 @@ class _Checker:
 
     # -- tables
 
-    def tables(self, columns: dict[str, Column], max_cells: int) -> list[Table]:
+    def tables(self, columns: dict[str, Column], max_cells: int, levels: tuple[str, ...]) -> list[Table]:
         out: list[Table] = []
         names: dict[str, int] = {}
+        self.levels = levels
         for i, body in enumerate(self.get(("tables",), list, [])):
             if not isinstance(body, dict):
                 continue
@@ -467,10 +478,17 @@ class _Checker:
             elif name is not None:
                 names[name] = i
             group_by = self.group_by(at, columns)
+            geographic = group_by is not None and group_by[:1] == ["geography"]
+            if geographic:
+                group_by = group_by[1:]
             where = self.where(at, columns)
-            epsilon = self.budget(at + ("epsilon",))
+            table_levels = ((ROOT,) + levels) if geographic else ()
+            written_geographic = "geography" in self.get(at + ("group_by",), list, [])
+            epsilons = self.level_budgets(at, table_levels) if geographic else None
+            epsilon = sum(epsilons, Fraction(0)) if epsilons else (
+                None if geographic or written_geographic else self.budget(at + ("epsilon",)))
             if group_by is not None and name is not None:
-                cells = 1
+                cells = columns[levels[-1]].size if geographic else 1
                 for c in group_by:
                     cells *= columns[c].size
                 if cells > max_cells:
@@ -479,10 +497,65 @@ class _Checker:
                     continue
             if None in (name, group_by, where, epsilon):
                 continue
-            out.append(Table(name, tuple(group_by), tuple(where), epsilon,
-                             self.get(at + ("post_process",), str, "clamp"),
-                             self.get(at + ("description",), str)))
+            consistency = self.get(at + ("consistency",), str)
+            default = "consistent" if consistency or geographic else "clamp"
+            post = self.get(at + ("post_process",), str, default)
+            if post == "consistent" and not (consistency or geographic):
+                self.fail(at + ("post_process",), "consistent post-processing needs a geography (group_by: "
+                          "[geography, ...]) or a consistency group (consistency: NAME)")
+                continue
+            if consistency and post != "consistent":
+                self.fail(at + ("post_process",), f"tables of consistency group {consistency!r} are post-processed "
+                          "together: use post_process: consistent, or leave the group")
+                continue
+            out.append(Table(name, tuple(group_by), tuple(where), epsilon, post,
+                             self.get(at + ("description",), str), table_levels,
+                             tuple(epsilons or ()), consistency))
+        self.groups(out, columns, max_cells)
         return out
+
+    def level_budgets(self, at: Path_, levels: tuple[str, ...]) -> list[Fraction] | None:
+        """ε per level of a geographic table: a mapping with exactly the root and every level."""
+        body = self.get(at + ("epsilon",), dict)
+        if body is None:
+            if at + ("epsilon",) in self.doc.marks:
+                self.fail(at + ("epsilon",), f"a geographic table takes ε per level: epsilon: {{"
+                          + ", ".join(f"{lv}: ..." for lv in levels) + "}")
+            return None
+        if set(body) != set(levels):
+            missing = [lv for lv in levels if lv not in body]
+            extra = [k for k in body if k not in levels]
+            self.fail(at + ("epsilon",), "ε per level must name exactly " + ", ".join(levels)
+                      + (f"; missing {', '.join(missing)}" if missing else "")
+                      + (f"; not a level: {', '.join(extra)}" if extra else ""))
+            return None
+        out = [self.budget(at + ("epsilon", lv), f"ε at {lv}") for lv in levels]
+        return None if None in out else out  # type: ignore[return-value]
+
+    def groups(self, tables: list[Table], columns: dict[str, Column], max_cells: int) -> None:
+        """Members of a consistency group share where, privacy unit and geography."""
+        by_group: dict[str, list[tuple[int, Table]]] = {}
+        for i, t in enumerate(self.get(("tables",), list, [])):
+            name = t.get("name") if isinstance(t, dict) else None
+            table = next((x for x in tables if x.name == name), None)
+            if table is not None and table.consistency:
+                by_group.setdefault(table.consistency, []).append((i, table))
+        for group, members in by_group.items():
+            first_i, first = members[0]
+            for i, t in members[1:]:
+                if set(t.where) != set(first.where):
+                    self.fail(("tables", i, "where"), f"tables of consistency group {group!r} must share one where; "
+                              f"tables[{first_i}] ({first.name}) has a different one")
+                if bool(t.levels) != bool(first.levels):
+                    self.fail(("tables", i, "group_by"), f"tables of consistency group {group!r} must all group by "
+                              "geography, or none")
+            dims = list(dict.fromkeys(c for _, t in members for c in t.group_by))
+            detail = 1
+            for c in dims:
+                detail *= columns[c].size
+            if detail > MAX_DETAIL_CELLS:
+                self.fail(("tables", members[0][0], "consistency"), f"group {group!r} combines {', '.join(dims)} into "
+                          f"{detail:,} detailed cells per place, over the limit of {MAX_DETAIL_CELLS:,}; split the group")
 
     def group_by(self, at: Path_, columns: dict[str, Column]) -> list[str] | None:
         items = self.get(at + ("group_by",), list)
@@ -492,6 +565,15 @@ class _Checker:
         for j, c in enumerate(items):
             if not isinstance(c, str):
                 return None
+            if c == "geography":
+                if not getattr(self, "levels", ()) and "geography" in self.doc.data:
+                    ok = False  # the geography block is broken, and reported where it is
+                elif j != 0 or not getattr(self, "levels", ()):
+                    self.fail(at + ("group_by", j), "geography goes first in group_by, and needs a geography: block"
+                              if getattr(self, "levels", ()) else "group_by names geography, but the spec declares no "
+                              "geography: block")
+                    ok = False
+                continue
             if c not in columns:
                 if c not in self.broken:  # a broken declaration is reported once, where it is
                     self.fail(at + ("group_by", j), self.unknown_column(c, columns))

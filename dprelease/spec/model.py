@@ -93,7 +93,37 @@ class BinnedColumn:
         return self.labels + ((self.missing,) if self.missing is not None else ())
 
 
-Column = CategoricalColumn | RangeColumn | BinnedColumn
+@dataclass(frozen=True, slots=True)
+class RollupColumn:
+    """A coarser geographic level: each value of ``source`` (a finer level) has one parent here.
+
+    The domain follows from the source's *declared* domain (e.g. distinct 2-character
+    prefixes of the declared PUMA codes), never from the data.
+    """
+
+    name: str
+    source: str
+    values: tuple[str, ...]
+    parent_of: tuple[int, ...]  # per code of ``source``, the code of its parent in ``values``
+    missing: None = None
+
+    def __post_init__(self) -> None:
+        if any(not 0 <= p < len(self.values) for p in self.parent_of):
+            raise ValueError(f"column {self.name}: a parent code is out of range")
+        if set(self.parent_of) != set(range(len(self.values))):
+            raise ValueError(f"column {self.name}: a parent has no children")
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        return self.values
+
+
+Column = CategoricalColumn | RangeColumn | BinnedColumn | RollupColumn
+ROOT = "root"  # the implicit top of every geography: the whole dataset
 
 Op = Literal["eq", "ne", "in", "not_in", "ge", "gt", "le", "lt"]
 
@@ -110,20 +140,42 @@ class Condition:
     operand: tuple[str | int, ...]  # one element except for in / not_in
 
 
+PostProcess = Literal["clamp", "none", "consistent"]
+
+
 @dataclass(frozen=True, slots=True)
 class Table:
-    """A noisy histogram over the cross product of its group_by domains."""
+    """A noisy histogram over the cross product of its group_by domains.
+
+    A geographic table (``levels`` not empty) is measured once per level, the root first:
+    at each level its histogram has the level's column in front of ``group_by``, and that
+    measurement costs ``level_epsilons[i]``. The levels compose sequentially.
+    """
 
     name: str
-    group_by: tuple[str, ...]
+    group_by: tuple[str, ...]  # the non-geographic dimensions
     where: tuple[Condition, ...]
-    epsilon: Fraction
-    post_process: Literal["clamp", "none"] = "clamp"
+    epsilon: Fraction  # the table's total: the sum over its levels
+    post_process: PostProcess = "clamp"
     description: str | None = None
+    levels: tuple[str, ...] = ()  # ("root", "STATE", "PUMA") for a geographic table
+    level_epsilons: tuple[Fraction, ...] = ()
+    consistency: str | None = None  # the consistency group, if any
 
     def __post_init__(self) -> None:
         if self.epsilon <= 0:
             raise ValueError(f"table {self.name}: ε must be positive")
+        if len(self.levels) != len(self.level_epsilons):
+            raise ValueError(f"table {self.name}: one ε per level")
+        if self.levels and sum(self.level_epsilons, Fraction(0)) != self.epsilon:
+            raise ValueError(f"table {self.name}: the levels' ε must add up to the table's")
+
+    def measured(self) -> tuple[tuple[str | None, tuple[str, ...], Fraction], ...]:
+        """(level, histogram dimensions, ε) per measurement; level None for a plain table."""
+        if not self.levels:
+            return ((None, self.group_by, self.epsilon),)
+        return tuple((level, (() if level == ROOT else (level,)) + self.group_by, eps)
+                     for level, eps in zip(self.levels, self.level_epsilons))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +200,7 @@ class Spec:
     columns: tuple[Column, ...]  # declared, then derived, in spec order
     tables: tuple[Table, ...]
     ledger: str | None = None  # as written
+    geography: tuple[str, ...] = ()  # levels, coarse to fine; the root is implicit
     confidence: Fraction = DEFAULT_CONFIDENCE
     max_cells: int = DEFAULT_MAX_CELLS
     description: str | None = None
@@ -159,4 +212,8 @@ class Spec:
         raise KeyError(name)
 
     def cells(self, table: Table) -> int:
-        return prod(self.column(c).size for c in table.group_by)
+        """Cells of a plain table; of a geographic table, at its finest level."""
+        return prod(self.column(c).size for c in table.measured()[-1][1])
+
+    def dims_cells(self, dims: tuple[str, ...]) -> int:
+        return prod(self.column(c).size for c in dims)

@@ -1,0 +1,245 @@
+"""Census-style consistent post-processing (TopDown-like), a pure function of noisy measurements.
+
+For a consistency group (tables that are marginals of one detailed histogram: the cross
+product of the union of their dimensions), at every geographic level:
+
+(a) Weighted least squares. Per place, the detail x minimising Σ_t w_t‖A_t x − y_t‖², with
+    A_t the marginalisation onto table t and w_t = 1/Var(noise of t at that level). The
+    fitted marginals A_t x are unique even where the detail is not (tables that share few
+    dimensions leave most of it unidentified); the combining below works on the unbiased
+    minimum-norm details, and before step (b) each place's detail is replaced by the one that
+    iterative proportional fitting reaches from a uniform start with the same (clipped)
+    marginals (the maximum-entropy detail), which is non-negative, so (b) barely moves it.
+    Each place's estimate is first combined, bottom-up, with the sum of its children's
+    (inverse-variance weights), so a parent learns from its children's measurements; then,
+    top-down from the root, within each parent the children are constrained to sum, cell by
+    cell, to the parent's estimate, the residual spread in proportion to their variances
+    (the generalised least-squares solution on a tree, Hay et al. 2010).
+(b) Non-negativity that keeps each parent's cells: per parent and detail cell, the Euclidean
+    projection of the children's values onto {v ≥ 0, Σv = parent's cell}.
+(c) Controlled rounding: per parent and detail cell, floors plus the remaining units to the
+    largest fractional parts, so the children sum exactly to the (integer) parent cell.
+
+Every published table is then a marginal of one non-negative integer detail per place: PUMA
+cells sum to their STATE cell, and tables agree on every marginal they share. Floats appear
+here only as post-processing of published noisy values; nothing reads the confidential data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse
+
+from dprelease.spec import ROOT, RollupColumn, Spec, Table
+
+
+@dataclass(frozen=True)
+class Level:
+    name: str | None  # None: a group without geography (root only)
+    units: int
+    parent: np.ndarray | None  # per unit, its parent unit at the previous level (None at the root)
+
+
+def discrete_laplace_variance(scale: Fraction) -> float:
+    p = math.exp(-1 / float(scale))
+    return 2 * p / (1 - p) ** 2
+
+
+def marginal_matrix(sizes: list[int], subset: list[int]) -> scipy.sparse.csr_matrix:
+    """0/1 matrix mapping a detail histogram (row-major over ``sizes``) to the marginal on ``subset``."""
+    d = math.prod(sizes)
+    coords = np.unravel_index(np.arange(d), sizes)
+    marginal_sizes = [sizes[i] for i in subset]
+    rows = np.ravel_multi_index([coords[i] for i in subset], marginal_sizes) if subset else np.zeros(d, int)
+    m = math.prod(marginal_sizes) if subset else 1
+    return scipy.sparse.csr_matrix((np.ones(d), (rows, np.arange(d))), shape=(m, d))
+
+
+def group_levels(spec: Spec, table: Table) -> list[Level]:
+    if not table.levels:
+        return [Level(None, 1, None)]
+    levels = [Level(ROOT, 1, None)]
+    for i, name in enumerate(spec.geography):
+        units = spec.column(name).size
+        if i == 0:
+            parent = np.zeros(units, dtype=np.int64)
+        else:
+            up = spec.column(spec.geography[i - 1])
+            assert isinstance(up, RollupColumn) and up.source == name
+            parent = np.asarray(up.parent_of, dtype=np.int64)
+        levels.append(Level(name, units, parent))
+    return levels
+
+
+def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str | None], np.ndarray],
+                     scales: dict[tuple[str, str | None], Fraction]) -> dict[tuple[str, str | None], np.ndarray]:
+    """Published (non-negative, integer, consistent) values for every measurement of the group."""
+    dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
+    sizes = [spec.column(c).size for c in dims]
+    marginals = {t.name: marginal_matrix(sizes, [dims.index(c) for c in t.group_by]) for t in tables}
+    levels = group_levels(spec, tables[0])
+    own = [_wls(tables, level, noisy, scales, marginals, math.prod(sizes)) for level in levels]
+    variance = [1 / sum(1 / discrete_laplace_variance(scales[(t.name, level.name)]) for t in tables)
+                for level in levels]
+    combined, weights = _bottom_up(levels, own, variance)
+    ms = [marginals[t.name] for t in tables]
+    patterns = _patterns(levels, combined, ms)
+    details: list[np.ndarray] = []
+    for i, level in enumerate(levels):
+        if i == 0:
+            total = max(round(float(combined[0].sum())), 0)
+            start = patterns[0].reshape(-1, 1)
+            detail = _round_columns(_project_columns(start, np.array([total])), np.array([total])).reshape(1, -1)
+        else:
+            detail = _top_down(weights[i], details[-1], level.parent, patterns[i])
+        details.append(detail)
+    out: dict[tuple[str, str | None], np.ndarray] = {}
+    for level, detail in zip(levels, details):
+        for t in tables:
+            out[(t.name, level.name)] = np.asarray(marginals[t.name] @ detail.T).T.astype(np.int64).reshape(-1)
+    return out
+
+
+def _patterns(levels: list[Level], combined: list[np.ndarray], marginals: list) -> list[np.ndarray]:  # type: ignore[type-arg]
+    """Non-negative details per place with each place's fitted marginals, built bottom-up so
+    that where the marginals say nothing a parent looks like the sum of its children."""
+    patterns: list[np.ndarray] = [np.empty(0)] * len(levels)
+    patterns[-1] = _max_entropy_detail(combined[-1], marginals)
+    for i in range(len(levels) - 2, -1, -1):
+        parent = levels[i + 1].parent
+        assert parent is not None
+        start = np.zeros_like(combined[i])
+        np.add.at(start, parent, patterns[i + 1])
+        patterns[i] = _max_entropy_detail(combined[i], marginals, start=start)
+    return patterns
+
+
+def _bottom_up(levels: list[Level], own: list[np.ndarray], variance: list[float]
+               ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each place's estimate combined with the sum of its children's (inverse-variance weights),
+    from the finest level up (Hay, Rastogi, Miklau and Suciu 2010). Returns the combined details
+    and their variances per place."""
+    combined = list(own)
+    var = [np.full(level.units, v) for level, v in zip(levels, variance)]
+    for i in range(len(levels) - 2, -1, -1):
+        parent = levels[i + 1].parent
+        assert parent is not None
+        sums = np.zeros_like(own[i])
+        np.add.at(sums, parent, combined[i + 1])
+        sum_var = np.bincount(parent, weights=var[i + 1], minlength=levels[i].units)
+        precision = 1 / variance[i] + 1 / sum_var
+        combined[i] = (own[i] / variance[i] + sums / sum_var[:, None]) / precision[:, None]
+        var[i] = 1 / precision
+    return combined, var
+
+
+def _wls(tables, level, noisy, scales, marginals, d) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Per unit, the unconstrained weighted least-squares detail (minimum norm where not identified)."""
+    q = np.zeros((d, d))
+    b = np.zeros((level.units, d))
+    for t in tables:
+        key = (t.name, level.name)
+        w = 1 / discrete_laplace_variance(scales[key])
+        a = marginals[t.name]
+        q += w * (a.T @ a).toarray()
+        y = noisy[key].reshape(level.units, -1).astype(float)
+        b += w * np.asarray((a.T @ y.T).T)
+    return b @ scipy.linalg.pinvh(q)  # minimum-norm detail: unbiased fitted marginals
+
+
+def _max_entropy_detail(fitted: np.ndarray, marginals: list, iterations: int = 60,  # type: ignore[type-arg]
+                        start: np.ndarray | None = None) -> np.ndarray:
+    """Per row, a non-negative detail with (approximately) the marginals of ``fitted``, by IPF
+    from ``start`` (default uniform): the detail closest to ``start`` in relative entropy."""
+    totals = np.maximum(fitted.sum(axis=1), 0)
+    targets = []
+    for a in marginals:
+        m = np.maximum(np.asarray((a @ fitted.T).T), 0)
+        scale = np.divide(totals, m.sum(axis=1), out=np.zeros_like(totals), where=m.sum(axis=1) > 0)
+        targets.append(m * scale[:, None])  # the clipped marginals, on one common total
+    if start is None:
+        detail = np.repeat((totals / fitted.shape[1])[:, None], fitted.shape[1], axis=1)
+    else:  # keep the start's pattern where the marginals say nothing; a little mass everywhere
+        detail = start.astype(float) + 1e-6
+    for _ in range(iterations):
+        for a, target in zip(marginals, targets):
+            current = np.asarray((a @ detail.T).T)
+            ratio = np.divide(target, current, out=np.zeros_like(target), where=current > 0)
+            detail *= np.asarray((a.T @ ratio.T).T)
+    return detail
+
+
+def _top_down(variance: np.ndarray, parents_detail: np.ndarray, parent: np.ndarray,
+              pattern: np.ndarray) -> np.ndarray:
+    """Children that add up, cell by cell, to their parents' (integer, non-negative) details.
+
+    Each child starts from its bottom-up ``pattern`` (a non-negative detail with its combined
+    marginals); the parent's residual, cell by cell, is spread over its children in proportion
+    to their variances (the GLS solution on a tree). A Euclidean projection per parent cell
+    removes what negatives that leaves, and a controlled rounding keeps every parent cell exact.
+    (Sharing the residual in proportion to the children's values instead, or refitting the
+    children after the split, measured worse on the NIST data.)
+    """
+    n_parents = parents_detail.shape[0]
+    sum_var = np.bincount(parent, weights=variance, minlength=n_parents)
+    sums = np.zeros_like(parents_detail, dtype=float)
+    np.add.at(sums, parent, pattern)
+    detail = pattern + ((parents_detail - sums)[parent]) * (variance / sum_var[parent])[:, None]
+    out = np.empty(pattern.shape, dtype=np.int64)
+    for p in range(n_parents):
+        children = np.flatnonzero(parent == p)
+        target = parents_detail[p]
+        out[children] = _round_columns(_project_columns(detail[children], target), target)
+    return out
+
+
+def _project_columns(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Each column j projected (Euclidean) onto the simplex {v ≥ 0, Σv = totals[j]}."""
+    k = values.shape[0]
+    ordered = -np.sort(-values, axis=0)
+    excess = np.cumsum(ordered, axis=0) - totals[None, :]
+    index = np.arange(1, k + 1)[:, None]
+    active = ordered - excess / index > 0
+    rho = k - 1 - np.argmax(active[::-1], axis=0)  # last row still active
+    theta = excess[rho, np.arange(values.shape[1])] / (rho + 1)
+    projected = np.maximum(values - theta[None, :], 0)
+    projected[:, totals <= 0] = 0
+    return projected
+
+
+def _round_columns(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Integers whose columns sum exactly to ``totals`` and whose rows stay near their own sums.
+
+    Controlled rounding: floors, then each column's remaining units go to the rows that are
+    furthest below their own (rounded) total, fractional part breaking ties. Rounding cells
+    independently would let every row's total drift by the sum of its cells' rounding errors.
+    """
+    totals = np.asarray(np.round(totals), dtype=np.int64)
+    floors = np.maximum(np.floor(values + 1e-9).astype(np.int64), 0)  # slack against 2.9999999 → 2
+    remaining = totals - floors.sum(axis=0)
+    while (remaining < 0).any():  # float slack overshot: take back from the largest cells
+        cols = np.flatnonzero(remaining < 0)
+        rows = np.argmax(floors[:, cols], axis=0)
+        floors[rows, cols] -= 1
+        remaining[cols] += 1
+    fractions = values - floors
+    k = values.shape[0]
+    row_totals = values.sum(axis=1)
+    target = np.floor(row_totals).astype(np.int64)
+    extra = int(totals.sum() - target.sum())  # rows' own totals, rounded to the grand total
+    if extra > 0:
+        target[np.argsort(-(row_totals - target), kind="stable")[:min(extra, k)]] += 1
+    deficit = target - floors.sum(axis=1)
+    for j in np.flatnonzero(remaining > 0):
+        units = min(int(remaining[j]), k)
+        # only cells with a fractional part may round up (each stays within 1 of its value);
+        # among them, the rows furthest below their own total first
+        order = np.lexsort((-fractions[:, j], -deficit, fractions[:, j] <= 1e-9))[:units]
+        floors[order, j] += 1
+        deficit[order] -= 1
+    return floors

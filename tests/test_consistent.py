@@ -1,0 +1,173 @@
+"""Consistent (census-style) post-processing: non-negative integers that add up across levels
+and agree across the tables of a group."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dprelease.data import encode, histogram
+from dprelease.mechanisms import discrete_laplace
+from dprelease.postprocess import postprocess_release
+from dprelease.postprocess.consistent import _project_columns, _round_columns
+from dprelease.spec import load_spec
+from tests.conftest import ROOT
+from tests.test_run import run
+
+CENSUS = ROOT / "configs" / "acs_census.yaml"
+
+
+@pytest.fixture(scope="module")
+def census():
+    spec = load_spec(CENSUS)
+    data = encode(spec)
+    exact, scales = {}, {}
+    for t in spec.tables:
+        for level, dims, eps in t.measured():
+            exact[(t.name, level)] = histogram(spec, t, data, dims)
+            scales[(t.name, level)] = 1 / eps
+    return spec, exact, scales
+
+
+def noisy_release(exact, scales):
+    return {k: v + discrete_laplace(scales[k], v.size) for k, v in exact.items()}
+
+
+def check_consistency(spec, published):
+    """Children sum to parents, tables agree on shared marginals, all non-negative integers."""
+    puma_to_state = np.asarray(spec.column("STATE").parent_of)
+    totals = {}
+    for t in spec.tables:
+        m = spec.dims_cells(t.group_by)
+        root = published[(t.name, "root")].reshape(1, m)
+        state = published[(t.name, "STATE")].reshape(-1, m)
+        puma = published[(t.name, "PUMA")].reshape(-1, m)
+        for values in (root, state, puma):
+            assert values.dtype == np.int64 and values.min() >= 0
+        summed = np.zeros_like(state)
+        np.add.at(summed, puma_to_state, puma)
+        assert np.array_equal(summed, state), t.name
+        assert np.array_equal(state.sum(axis=0), root[0]), t.name
+        totals[t.name] = (root.sum(), state.sum(axis=1), puma.sum(axis=1))
+    first, second = totals.values()
+    assert first[0] == second[0]
+    assert np.array_equal(first[1], second[1]) and np.array_equal(first[2], second[2])
+
+
+def test_consistent_output_adds_up_and_agrees(census):
+    spec, exact, scales = census
+    for _ in range(3):
+        published = postprocess_release(spec, noisy_release(exact, scales), scales)
+        check_consistency(spec, published)
+
+
+def test_consistent_is_more_accurate_than_clamp_where_it_should_be(census):
+    """Mean absolute errors over 20 simulated releases of the real data (cells and totals).
+
+    Holds: every level for the 45-cell race table; the root and STATE levels for the 6-cell
+    sex-by-age table. Not yet: that small table at PUMA level, where its own measurement
+    (scale 10/3) is hard to beat and the top-down split loses a little (see issue 4's notes).
+    """
+    spec, exact, scales = census
+    errors = defaultdict(list)
+    for _ in range(20):
+        noisy = noisy_release(exact, scales)
+        for method in ("clamp", "consistent"):
+            out = postprocess_release(spec, noisy, scales, method=method)
+            for t in spec.tables:
+                m = spec.dims_cells(t.group_by)
+                for level in ("root", "STATE", "PUMA"):
+                    got = out[(t.name, level)].reshape(-1, m)
+                    true = exact[(t.name, level)].reshape(-1, m)
+                    errors[(method, t.name, level, "total")].append(np.abs(got.sum(1) - true.sum(1)).mean())
+                    errors[(method, t.name, level, "cell")].append(np.abs(got - true).mean())
+    mean = {k: float(np.mean(v)) for k, v in errors.items()}
+    for table, levels in (("persons_by_race_hispanic", ("root", "STATE", "PUMA")),
+                          ("persons_by_sex_age_group", ("root", "STATE"))):
+        for level in levels:
+            for what in ("total", "cell"):
+                assert mean[("consistent", table, level, what)] < mean[("clamp", table, level, what)], \
+                    (table, level, what, mean[("consistent", table, level, what)], mean[("clamp", table, level, what)])
+
+
+def test_simplex_projection_and_controlled_rounding():
+    rng = np.random.default_rng(7)  # test data, not noise
+    values = rng.normal(3, 5, size=(6, 40))
+    totals = rng.integers(0, 30, size=40).astype(float)
+    projected = _project_columns(values, totals)
+    assert projected.min() >= 0
+    assert np.allclose(projected.sum(axis=0), totals)
+    rounded = _round_columns(projected, totals)
+    assert rounded.dtype == np.int64 and rounded.min() >= 0
+    assert np.array_equal(rounded.sum(axis=0), totals.astype(np.int64))
+    assert np.abs(rounded - projected).max() < 1
+    # a point already in the set is left where it is
+    inside = np.abs(values)
+    assert np.allclose(_project_columns(inside, inside.sum(axis=0)), inside)
+
+
+def test_census_release_end_to_end_publishes_consistent_tables(tmp_path, run_env):
+    out = tmp_path / "out"
+    proc = run(CENSUS, "--output-dir", out, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    release = out / "acs-census-2019"
+    spec = load_spec(CENSUS)
+    published = {}
+    for t in spec.tables:
+        for level, dims, _ in t.measured():
+            rows = list(csv.DictReader((release / "tables" / t.name / f"{level}.csv").open()))
+            assert list(rows[0]) == [*dims, "count"]
+            assert len(rows) == spec.dims_cells(dims)
+            published[(t.name, level)] = np.array([int(r["count"]) for r in rows], dtype=np.int64)
+    check_consistency(spec, published)
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert sum(Fraction(t["epsilon"]) for t in manifest["tables"]) == 1
+    assert {(t["name"], t["level"]) for t in manifest["tables"]} == set(published)
+
+
+def test_three_levels_from_a_mapping_file(tmp_path):
+    import shutil
+
+    from tests.conftest import SPECS
+
+    shutil.copy(SPECS / "good" / "tract_to_county.csv", tmp_path)
+    shutil.copy(SPECS / "good" / "geography.yaml", tmp_path / "spec.yaml")
+    rng = np.random.default_rng(3)  # test data, not noise
+    tracts = rng.choice(["01001", "01002", "01101", "02001"], 3000, p=[0.5, 0.1, 0.3, 0.1])
+    rows = "\n".join(f"{t},{s},{a}" for t, s, a in zip(tracts, rng.integers(1, 3, 3000), rng.integers(0, 100, 3000)))
+    (tmp_path / "data.csv").write_text("TRACT,SEX,AGEP\n" + rows + "\n")
+    spec = load_spec(tmp_path / "spec.yaml")
+    assert spec.column("COUNTY").values == ("01001", "01101", "02001")
+    assert spec.column("STATE").values == ("01", "02")
+    data = encode(spec)
+    exact, scales = {}, {}
+    for t in spec.tables:
+        for level, dims, eps in t.measured():
+            exact[(t.name, level)] = histogram(spec, t, data, dims)
+            scales[(t.name, level)] = 1 / eps
+    assert exact[("by_sex", "COUNTY")].reshape(3, 2).sum(1).tolist() == [
+        int(np.isin(tracts, ["01001", "01002"]).sum()), int((tracts == "01101").sum()), int((tracts == "02001").sum())]
+    published = postprocess_release(spec, noisy_release(exact, scales), scales)
+    chain = [("root", None), ("STATE", None), ("COUNTY", "STATE"), ("TRACT", "COUNTY")]
+    for t in spec.tables:
+        m = spec.dims_cells(t.group_by)
+        for (level, up), (parent_level, _) in zip(chain[1:], chain[:-1]):
+            child = published[(t.name, level)].reshape(-1, m)
+            parent = published[(t.name, parent_level)].reshape(-1, m)
+            assert child.min() >= 0
+            if parent_level == "root":
+                assert np.array_equal(child.sum(0), parent[0])
+            else:
+                up_of = np.asarray(spec.column(parent_level).parent_of)
+                summed = np.zeros_like(parent)
+                np.add.at(summed, up_of, child)
+                assert np.array_equal(summed, parent), (t.name, level)
+    for level, _ in chain:
+        a = published[("by_sex", level)].reshape(-1, 2).sum(1)
+        b = published[("by_age", level)].reshape(-1, 2).sum(1)
+        assert np.array_equal(a, b), level
