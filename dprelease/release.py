@@ -32,7 +32,7 @@ from dprelease.publish import (
     write_table,
 )
 from dprelease.report import budget_report_md
-from dprelease.spec import Spec
+from dprelease.spec import Spec, canonical
 
 STAGE_TIMINGS = ("fingerprint", "load", "histogram", "noise", "postprocess", "publish")
 
@@ -118,6 +118,7 @@ class ReleaseRun:
                 write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
         record = manifest(self.spec, self.plan, self.run_id, utc_now())
         write_json(staging / "manifest.json", record)
+        write_json(staging / "spec.json", canonical(self.spec))  # public: domains, tables, budgets
         self.report_md = budget_report_md(record, self.caps)
         (staging / "budget_report.md").write_text(self.report_md, encoding="utf-8")
         sync_tree(staging)

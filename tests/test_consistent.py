@@ -9,6 +9,7 @@ from collections import defaultdict
 from fractions import Fraction
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from dprelease.data import encode, histogram
@@ -171,3 +172,35 @@ def test_three_levels_from_a_mapping_file(tmp_path):
         a = published[("by_sex", level)].reshape(-1, 2).sum(1)
         b = published[("by_age", level)].reshape(-1, 2).sum(1)
         assert np.array_equal(a, b), level
+
+
+def test_postprocess_command_reruns_from_the_measurements_only(tmp_path, run_env, cli):
+    out = tmp_path / "out"
+    assert run(CENSUS, "--output-dir", out, env=run_env).returncode == 0
+    release = out / "acs-census-2019"
+    before = sorted((p.relative_to(release), p.read_bytes()) for p in release.rglob("*") if p.is_file())
+    ledger_file = tmp_path / "xdg"  # the isolated default ledger of this test process
+    again = cli("postprocess", release)
+    assert again.code == 0, again
+    same = release / "postprocessed" / "1-as-specified" / "tables"
+    for table in ("persons_by_sex_age_group", "persons_by_race_hispanic"):
+        for level in ("root", "STATE", "PUMA"):  # deterministic: the same tables again
+            assert (same / table / f"{level}.csv").read_bytes() == (release / "tables" / table / f"{level}.csv").read_bytes()
+    clamped = cli("postprocess", release, "--method", "clamp")
+    assert clamped.code == 0 and "2-clamp" in clamped.stdout
+    raw = pq.read_table(release / "measurements" / "persons_by_race_hispanic" / "PUMA.parquet")
+    rows = list(csv.DictReader((release / "postprocessed" / "2-clamp" / "tables" / "persons_by_race_hispanic"
+                                / "PUMA.csv").open()))
+    assert [int(r["count"]) for r in rows] == [max(0, v) for v in raw.column("noisy_count").to_pylist()]
+    after = sorted((p.relative_to(release), p.read_bytes()) for p in release.rglob("*")
+                   if p.is_file() and "postprocessed" not in p.parts)
+    assert after == before  # the published release is untouched
+    assert not ledger_file.exists()
+    note = json.loads((release / "postprocessed" / "2-clamp" / "postprocess.json").read_text())
+    assert note["budget_spent"] == "0"
+    # tampering is noticed
+    spec = json.loads((release / "spec.json").read_text())
+    spec["tables"][0]["epsilon"] = "1"
+    (release / "spec.json").write_text(json.dumps(spec))
+    tampered = cli("postprocess", release)
+    assert tampered.code == 2 and "altered" in tampered.stderr

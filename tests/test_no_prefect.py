@@ -29,7 +29,7 @@ def run_probe(*argvs: list[str]) -> subprocess.CompletedProcess:
 def test_validate_help_and_plan_on_the_demo_do_not_import_prefect(tmp_path):
     demo = str(ROOT / "configs" / "acs_demo.yaml")
     proc = run_probe(["validate", "--help"], ["validate", demo], ["plan", demo], ["plan", demo, "--json"],
-                     ["ledger"], ["ledger", "--json"])
+                     ["ledger"], ["ledger", "--json"], ["postprocess", "--help"])
     assert proc.returncode == 0, proc.stderr
     assert "NO-PREFECT-OK" in proc.stdout
 

@@ -218,6 +218,28 @@ def run(
     run_release_command(spec_path, ledger, output_dir, say=say, out=out)
 
 
+# ---------------------------------------------------------------- postprocess
+
+
+@app.command()
+@handled
+def postprocess(
+    release_dir: Annotated[Path, typer.Argument(metavar="RELEASE_DIR", help="A published release directory.")],
+    method: Annotated[Optional[str], typer.Option(
+        metavar="METHOD", help="clamp | none | consistent (default: what the spec says per table).")] = None,
+) -> None:
+    """Re-run post-processing from the saved noisy measurements: no data read, no budget spent.
+
+    Writes a new version of the tables beside the old ones, under RELEASE_DIR/postprocessed/.
+    """
+    if method not in (None, "clamp", "none", "consistent"):
+        raise typer.BadParameter("use clamp, none or consistent", param_hint="--method")
+    from dprelease.cli.postprocessing import postprocess_release_dir
+
+    final = postprocess_release_dir(release_dir, method)
+    out.print(f"new tables in {final} (no data read, no budget spent)", markup=False)
+
+
 # ---------------------------------------------------------------- ledger
 
 

@@ -10,10 +10,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from dprelease.accounting import fraction_text
-from dprelease.spec.model import BinnedColumn, CategoricalColumn, Column, RangeColumn, RollupColumn, Spec
+from dprelease.spec.model import (
+    BinnedColumn,
+    CategoricalColumn,
+    Column,
+    Condition,
+    Dataset,
+    RangeColumn,
+    RollupColumn,
+    Spec,
+    Table,
+)
 
 FORMAT_VERSION = 1
 
@@ -67,3 +79,42 @@ def _column(c: Column) -> dict[str, Any]:
 def fingerprint(spec: Spec) -> str:
     text = json.dumps(canonical(spec), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
+    """Rebuild the typed spec from its canonical form (as saved beside a release).
+
+    Used to re-run post-processing without the original YAML or domain files; the data path
+    it names is never opened.
+    """
+    if data.get("format") != FORMAT_VERSION:
+        raise ValueError(f"canonical spec format {data.get('format')!r} is not {FORMAT_VERSION}")
+    d = data["dataset"]
+    dataset = Dataset(name=d["name"], path=d["path"], resolved_path=source.parent / d["path"], format=d["format"],
+                      na_values=tuple(d["na_values"]), delimiter=d["delimiter"],
+                      lifetime_epsilon=Fraction(d["lifetime_epsilon"]) if d["lifetime_epsilon"] else None)
+    columns = tuple(_column_from(c) for c in data["columns"])
+    tables = tuple(
+        Table(name=t["name"], group_by=tuple(t["group_by"]),
+              where=tuple(Condition(c, op, tuple(operand)) for c, op, operand in t["where"]),
+              epsilon=Fraction(t["epsilon"]), post_process=t["post_process"], description=t["description"],
+              levels=tuple(t["levels"]), level_epsilons=tuple(Fraction(e) for e in t["level_epsilons"]),
+              consistency=t["consistency"])
+        for t in data["tables"])
+    return Spec(source=source, release=data["release"], dataset=dataset, definition=data["privacy"]["definition"],
+                unit=data["privacy"]["unit"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,
+                tables=tables, geography=tuple(data["geography"]), description=data["description"])
+
+
+def _column_from(c: dict[str, Any]) -> Column:
+    match c["kind"]:
+        case "categorical":
+            return CategoricalColumn(c["name"], tuple(c["values"]), tuple(c["labels"]) if c["labels"] else None,
+                                     c["missing"], c["on_out_of_domain"])
+        case "range":
+            return RangeColumn(c["name"], c["low"], c["high"], c["missing"], c["on_out_of_domain"])
+        case "bins":
+            return BinnedColumn(c["name"], c["from"], tuple(c["edges"]), tuple(c["labels"]), c["missing"])
+        case "rollup":
+            return RollupColumn(c["name"], c["from"], tuple(c["values"]), tuple(c["parent_of"]))
+    raise ValueError(f"unknown column kind {c['kind']!r}")

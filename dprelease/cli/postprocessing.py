@@ -1,0 +1,75 @@
+"""``dprelease postprocess RELEASE_DIR``: new tables from the saved noisy measurements.
+
+Post-processing is free: it reads only what the release published (``manifest.json``,
+``spec.json`` and ``measurements/``), never the confidential data, and spends nothing, so
+it touches no ledger. Each run writes a new version beside the old tables:
+``RELEASE_DIR/postprocessed/<n>-<method>/tables/...``, moved into place in one rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from dprelease.errors import UserError
+from dprelease.postprocess import postprocess_release
+from dprelease.publish import sync_tree, utc_now, write_json, write_table
+from dprelease.spec import fingerprint
+from dprelease.spec.canonical import spec_from_canonical
+
+
+def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
+    manifest = _read_json(release_dir / "manifest.json")
+    try:
+        spec = spec_from_canonical(_read_json(release_dir / manifest.get("spec", "spec.json")),
+                                   release_dir / "spec.json")
+    except (KeyError, ValueError, TypeError) as exc:
+        raise UserError(f"{release_dir}/spec.json is not a valid saved spec ({exc}); the release directory has "
+                        "been altered") from None
+    if fingerprint(spec) != manifest["spec_fingerprint"]:
+        raise UserError(f"{release_dir}/spec.json does not match the manifest's spec fingerprint; the release "
+                        "directory has been altered")
+    noisy: dict[tuple[str, str | None], np.ndarray] = {}
+    scales: dict[tuple[str, str | None], Fraction] = {}
+    for entry in manifest["tables"]:
+        key = (entry["name"], entry.get("level"))
+        values = pq.read_table(release_dir / entry["measurements"], columns=["noisy_count"]).column(0)
+        noisy[key] = np.asarray(values.to_numpy(), dtype=np.int64)
+        if noisy[key].size != entry["cells"]:
+            raise UserError(f"{entry['measurements']}: {noisy[key].size} cells, the manifest says {entry['cells']}")
+        scales[key] = Fraction(entry["scale"])
+    published = postprocess_release(spec, noisy, scales, method)
+    versions = release_dir / "postprocessed"
+    number = 1 + max((int(p.name.split("-")[0]) for p in versions.glob("*-*") if p.name.split("-")[0].isdigit()),
+                     default=0)
+    label = method or "as-specified"
+    final = versions / f"{number}-{label}"
+    staging = versions / f".{number}-{label}.staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for table in spec.tables:
+        for level, dims, _ in table.measured():
+            write_table(spec, table, dims, level, published[(table.name, level)], staging)
+    write_json(staging / "postprocess.json", {
+        "release": spec.release, "method": method or "as specified per table", "created_at": utc_now(),
+        "from": "measurements/ (the release's raw noisy values)", "budget_spent": "0",
+        "note": "post-processing of published noisy measurements: no data read, no privacy budget spent"})
+    sync_tree(staging)
+    os.rename(staging, final)
+    return final
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path} not found: is {path.parent} a release directory?") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
