@@ -204,3 +204,22 @@ def test_postprocess_command_reruns_from_the_measurements_only(tmp_path, run_env
     (release / "spec.json").write_text(json.dumps(spec))
     tampered = cli("postprocess", release)
     assert tampered.code == 2 and "altered" in tampered.stderr
+
+
+def test_evaluate_reports_both_methods_and_refuses_protected_datasets(cli, tmp_path):
+    from fractions import Fraction as F
+
+    from dprelease.ledger import Ledger, resolve_location
+
+    report = tmp_path / "eval.md"
+    result = cli("evaluate", CENSUS, "--trials", "2", "--output", report)
+    assert result.code == 0, result
+    assert "NOT PRIVATE" in result.stdout and "NOT PRIVATE" in report.read_text()
+    assert result.stdout.count("| persons_by") == 6
+    assert not (tmp_path / "xdg").exists()
+    ledger = Ledger.open(resolve_location(), create=True)
+    ledger.reserve(dataset="nist-acs-national-2019", release="real", charges=[("t", F(1, 2))],
+                   spec_fingerprint="sha256:x", lifetime_from_spec=F(4))
+    ledger.close()
+    refused = cli("evaluate", CENSUS, "--trials", "2")
+    assert refused.code == 2 and "not evaluated in the open" in refused.stderr

@@ -240,6 +240,50 @@ def postprocess(
     out.print(f"new tables in {final} (no data read, no budget spent)", markup=False)
 
 
+# ---------------------------------------------------------------- evaluate
+
+
+@app.command()
+@handled
+def evaluate(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file (test data only).")],
+    trials: Annotated[int, typer.Option(min=1, max=10_000, metavar="N", help="Simulated releases.")] = 20,
+    ledger: LedgerOpt = None,
+    output: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Also write the report here.")] = None,
+) -> None:
+    """NOT PRIVATE: simulate releases on test data and compare clamp with consistent post-processing.
+
+    Reads the data and reports errors against it, so its output is confidential. Refuses a
+    dataset that has releases in the ledger; writes no ledger entry and publishes nothing.
+    """
+    from dprelease.evaluate import NOT_PRIVATE, evaluate as run_evaluation, report_md
+    from dprelease.spec import load_spec
+
+    spec = load_spec(spec_path)
+    location = resolve_location(ledger, spec.ledger, spec.source.parent)
+    opened = Ledger.open(location, create=False)
+    say(_ledger_line(location, opened is not None))
+    if opened is not None:
+        try:
+            state = opened.state(spec.dataset.name)
+        finally:
+            opened.close()
+        if state is not None and state.runs:
+            raise UserError(f"dataset {spec.dataset.name!r} has {len(state.runs)} release(s) in the ledger at "
+                            f"{location.shown}: data under protection is not evaluated in the open. Evaluate a "
+                            "copy under another dataset name, or test data.")
+    if not spec.dataset.resolved_path.is_file():
+        raise UserError(f"{spec.source}: dataset.path {spec.dataset.path!r} is not a file")
+    say(f"{NOT_PRIVATE}: {trials} simulated releases of {spec.release}")
+    command = " ".join(["dprelease evaluate", str(spec_path), "--trials", str(trials)])
+    text = report_md(spec, run_evaluation(spec, trials), trials, command)
+    print(text)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+        say(f"report written to {output} (not for publication)")
+
+
 # ---------------------------------------------------------------- ledger
 
 
