@@ -44,7 +44,9 @@ class _NoRunTracebacks(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         run_logger = record.name.startswith(("prefect.flow_runs", "prefect.task_runs"))
-        return not (run_logger and (record.exc_info or record.levelno >= logging.ERROR))
+        # the event worker racing process exit on a busy machine: Prefect's bookkeeping, not ours
+        internal = record.name.startswith(("prefect._internal.concurrency", "prefect.events"))
+        return not ((run_logger or internal) and (record.exc_info or record.levelno >= logging.ERROR))
 
 
 def _quiet_terminal() -> None:
@@ -53,6 +55,8 @@ def _quiet_terminal() -> None:
             if isinstance(handler, logging.StreamHandler) and not any(
                     isinstance(f, _NoRunTracebacks) for f in handler.filters):
                 handler.addFilter(_NoRunTracebacks())
+
+
 _TASK = {"retries": 0, "cache_policy": NO_CACHE, "persist_result": False, "log_prints": False}
 
 
