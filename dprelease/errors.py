@@ -71,3 +71,9 @@ class AlreadyReleasedError(UserError):
 
 class LedgerError(UserError):
     """The ledger refuses an operation (unknown dataset, conflicting cap, bad URL)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (or its type), for one-line user errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

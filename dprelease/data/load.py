@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from dprelease.errors import UserError
+from dprelease.errors import UserError, first_line
 from dprelease.spec import BinnedColumn, CategoricalColumn, Column, RangeColumn, RollupColumn, Spec
 
 CODE = np.int64  # the widest code type; columns use the narrowest that holds their domain
@@ -85,7 +85,7 @@ def read_table(spec: Spec, names: list[str], text_columns: list[str] = ()) -> pa
             return _read_csv(path, names, d.na_values, d.delimiter)
         return _read_parquet(path, names, list(text_columns))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read as {d.format}: {_first_line(exc)}") from None
+        raise DataError(f"{path}: cannot read as {d.format}: {first_line(exc)}") from None
 
 
 def _read_csv(path: Path, names: list[str], na_values: tuple[str, ...], delimiter: str) -> pa.Table:
@@ -127,10 +127,6 @@ def _require(path: Path, header: list[str], names: list[str]) -> None:
         raise DataError(f"{path}: column {', '.join(sorted(dupes))} appears more than once in the header")
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
 def encode(spec: Spec) -> Encoded:
     """Read the dataset and encode every needed column; apply per-column drop opt-ins.
 
@@ -151,7 +147,7 @@ def encode(spec: Spec) -> Encoded:
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"{spec.dataset.resolved_path}: column {column.name} (type {arr.type}) cannot be read "
                             f"as {'whole numbers' if isinstance(column, RangeColumn) else 'text'}: "
-                            f"{_first_line(exc)}") from None
+                            f"{first_line(exc)}") from None
         if bad is not None:
             if column.on_out_of_domain == "drop":
                 keep &= ~bad

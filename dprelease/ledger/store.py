@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dprelease.accounting import fraction_text, parse_exact
-from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
+from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
 from dprelease.ledger.location import LedgerLocation
 
 SCHEMA_VERSION = 1
@@ -183,7 +183,7 @@ class Ledger:
                 created = cls._create_schema(engine, location) or created
         except sa.exc.DBAPIError as exc:
             engine.dispose()
-            raise LedgerError(f"cannot open the ledger at {location.shown}: {_first_line(exc.orig)}") from None
+            raise LedgerError(f"cannot open the ledger at {location.shown}: {first_line(exc.orig)}") from None
         except LedgerError:
             engine.dispose()
             raise
@@ -350,11 +350,6 @@ def over_lifetime_message(state: DatasetState, requested: Fraction) -> str:
 
 
 # ---------------------------------------------------------------- internals
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _create_private_file(path: Path) -> None:
