@@ -20,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate  # noqa: E402
 
-from dprelease.data import encode, histogram  # noqa: E402
+from dprelease.data import encode  # noqa: E402
+from dprelease.evaluate import exact_measurements  # noqa: E402
 from dprelease.mechanisms import discrete_laplace  # noqa: E402
 from dprelease.postprocess import postprocess_release  # noqa: E402
 from dprelease.spec import load_spec  # noqa: E402
@@ -55,12 +56,8 @@ def main() -> None:
         generate(args.rows, out)
     (out / "postprocess_bench.yaml").write_text(SPEC)
     spec = load_spec(out / "postprocess_bench.yaml")
-    data = encode(spec)
     table = spec.tables[0]
-    exact, scales = {}, {}
-    for level, dims, eps in table.measured():
-        exact[(table.name, level)] = histogram(spec, table, data, dims)
-        scales[(table.name, level)] = 1 / eps
+    exact, scales = exact_measurements(spec, encode(spec))
     cells = {level: exact[(table.name, level)].size for level, _, _ in table.measured()}
     print(f"cells per level: {cells} (total {sum(cells.values()):,})")
     timings: dict[str, list[float]] = {"clamp": [], "consistent": []}

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dprelease.data import encode, histogram
+from dprelease.data import Encoded, encode, histogram
 from dprelease.mechanisms import discrete_laplace
 from dprelease.postprocess import postprocess_release
 from dprelease.spec import Spec
@@ -34,14 +34,19 @@ class Row:
     total_mae: float  # error of each place's total (the whole table at a plain table)
 
 
-def evaluate(spec: Spec, trials: int) -> list[Row]:
-    """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method."""
-    data = encode(spec)
+def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type: ignore[type-arg]
+    """The exact histogram of every (table, level) measurement, and the noise scale planned for it."""
     exact, scales = {}, {}
     for t in spec.tables:
         for level, dims, eps in t.measured():
             exact[(t.name, level)] = histogram(spec, t, data, dims)
-            scales[(t.name, level)] = Fraction(1) / eps
+            scales[(t.name, level)] = Fraction(1) / eps  # sensitivity 1 under add/remove one row
+    return exact, scales
+
+
+def evaluate(spec: Spec, trials: int) -> list[Row]:
+    """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method."""
+    exact, scales = exact_measurements(spec, encode(spec))
     cell_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     total_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for _ in range(trials):

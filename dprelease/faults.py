@@ -13,9 +13,6 @@ import os
 import time
 from pathlib import Path
 
-STAGES = ("reserved", "load", "histogram", "noise", "publish", "commit")
-
-
 def checkpoint(stage: str) -> None:
     if os.environ.get("DPRELEASE_FAULT_AT") != stage:
         return

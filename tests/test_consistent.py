@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dprelease.data import encode, histogram
+from dprelease.data import encode
+from dprelease.evaluate import exact_measurements
 from dprelease.mechanisms import discrete_laplace
 from dprelease.postprocess import postprocess_release
 from dprelease.postprocess.consistent import _project_columns, _round_columns
@@ -26,12 +27,7 @@ CENSUS = ROOT / "configs" / "acs_census.yaml"
 @pytest.fixture(scope="module")
 def census():
     spec = load_spec(CENSUS)
-    data = encode(spec)
-    exact, scales = {}, {}
-    for t in spec.tables:
-        for level, dims, eps in t.measured():
-            exact[(t.name, level)] = histogram(spec, t, data, dims)
-            scales[(t.name, level)] = 1 / eps
+    exact, scales = exact_measurements(spec, encode(spec))
     return spec, exact, scales
 
 
@@ -145,12 +141,7 @@ def test_three_levels_from_a_mapping_file(tmp_path):
     spec = load_spec(tmp_path / "spec.yaml")
     assert spec.column("COUNTY").values == ("01001", "01101", "02001")
     assert spec.column("STATE").values == ("01", "02")
-    data = encode(spec)
-    exact, scales = {}, {}
-    for t in spec.tables:
-        for level, dims, eps in t.measured():
-            exact[(t.name, level)] = histogram(spec, t, data, dims)
-            scales[(t.name, level)] = 1 / eps
+    exact, scales = exact_measurements(spec, encode(spec))
     assert exact[("by_sex", "COUNTY")].reshape(3, 2).sum(1).tolist() == [
         int(np.isin(tracts, ["01001", "01002"]).sum()), int((tracts == "01101").sum()), int((tracts == "02001").sum())]
     published = postprocess_release(spec, noisy_release(exact, scales), scales)

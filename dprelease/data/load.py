@@ -27,9 +27,6 @@ import pyarrow.parquet as pq
 from dprelease.errors import UserError, first_line
 from dprelease.spec import BinnedColumn, CategoricalColumn, Column, RangeColumn, RollupColumn, Spec
 
-CODE = np.int64  # the widest code type; columns use the narrowest that holds their domain
-
-
 def code_dtype(size: int) -> np.dtype:
     """Signed (−1 marks 'no code' while encoding) and narrow: less memory traffic per row."""
     return np.dtype(np.int16 if size < 2**15 else np.int32 if size < 2**31 else np.int64)
