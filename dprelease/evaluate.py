@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dprelease.data import Encoded, encode, histogram
+from dprelease.data import Encoded, encode, histogram, place_totals
 from dprelease.mechanisms import discrete_laplace
 from dprelease.postprocess import postprocess_release
 from dprelease.spec import Spec
@@ -35,24 +35,27 @@ class Row:
 
 
 def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type: ignore[type-arg]
-    """The exact histogram of every (table, level) measurement, and the noise scale planned for it."""
+    """The exact histogram of every (table, level) measurement, and the noise scale planned for it
+    (Δ/ε, Δ = 1, or 2 under change-one-record when the spec has invariants)."""
     exact, scales = {}, {}
     for t in spec.tables:
         for level, dims, eps in t.measured():
             exact[(t.name, level)] = histogram(spec, t, data, dims)
-            scales[(t.name, level)] = Fraction(1) / eps  # sensitivity 1 under add/remove one row
+            scales[(t.name, level)] = Fraction(spec.sensitivity) / eps
     return exact, scales
 
 
 def evaluate(spec: Spec, trials: int) -> list[Row]:
     """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method."""
-    exact, scales = exact_measurements(spec, encode(spec))
+    data = encode(spec)
+    exact, scales = exact_measurements(spec, data)
+    invariants = place_totals(spec, data)  # empty unless the spec declares invariants
     cell_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     total_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for _ in range(trials):
         noisy = {k: v + discrete_laplace(scales[k], v.size) for k, v in exact.items()}
         for method in METHODS:
-            published = postprocess_release(spec, noisy, scales, method=method)
+            published = postprocess_release(spec, noisy, scales, method=method, invariants=invariants)
             for t in spec.tables:
                 m = spec.dims_cells(t.group_by)
                 for level, _, _ in t.measured():

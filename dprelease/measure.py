@@ -11,9 +11,11 @@ from dprelease.plan import TablePlan
 def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
     """Add discrete Laplace noise of scale Δ/ε to every cell of a full-domain histogram.
 
-    Neighbouring relation: add/remove one row (one row per person). Sensitivity: the caller
-    passes a histogram over the declared domain, whose L1 sensitivity is ``table.sensitivity``
-    (1: one row is in at most one cell). Guarantee: the returned vector is
+    Neighbouring relation: the release's (``Spec.neighbouring``): add/remove one row (one row
+    per person), or change one record when the spec publishes invariants. Sensitivity: the
+    caller passes a histogram over the declared domain, whose L1 sensitivity is
+    ``table.sensitivity`` (1: one row is in at most one cell; 2 under change one record: a
+    row leaves one cell and enters another). Guarantee: the returned vector is
     ``table.epsilon``-DP (pure), every cell with independent noise. ``rng`` is the test-only
     seam of :func:`~dprelease.mechanisms.discrete_laplace`; release code never passes it.
     """

@@ -21,7 +21,7 @@ import pyarrow as pa
 from dprelease import __version__
 from dprelease.accounting import fraction_text
 from dprelease.plan import Plan, TablePlan
-from dprelease.spec import Spec, Table
+from dprelease.spec import ROOT, Spec, Table
 
 MANIFEST_FORMAT = 1
 
@@ -69,11 +69,36 @@ def cell_columns(spec: Spec, dims: tuple[str, ...]) -> dict[str, pa.Array]:
 def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | None, values: np.ndarray,
                 directory: Path) -> Path:
     """The level's geography column (if any), the group_by columns with their labels, then ``count``."""
+    return _write_counts(spec, dims, values, directory / table_path(table, level))
+
+
+def invariant_path(level: str) -> str:
+    return f"invariants/{level}.csv"
+
+
+def write_invariant(spec: Spec, level: str, totals: np.ndarray, directory: Path) -> Path:
+    """``invariants/<level>.csv``: the level's column (none at the root), then the EXACT ``count``."""
+    return _write_counts(spec, () if level == ROOT else (level,), totals, directory / invariant_path(level))
+
+
+def read_invariant(spec: Spec, level: str, path: Path) -> np.ndarray:
+    """The exact totals of a published ``invariants/<level>.csv``, checked against the domain."""
+    from pyarrow import csv
+
+    types = {"count": pa.int64(), **({} if level == ROOT else {level: pa.string()})}
+    table = csv.read_csv(path, convert_options=csv.ConvertOptions(column_types=types))
+    expected = [] if level == ROOT else [str(v) for v in spec.column(level).categories]
+    got = [] if level == ROOT else [str(v) for v in table.column(level).to_pylist()]
+    if got != expected or table.num_rows != max(len(expected), 1):
+        raise ValueError(f"{path.name} does not list the declared places of {level}")
+    return np.asarray(table.column("count").to_numpy(), dtype=np.int64)
+
+
+def _write_counts(spec: Spec, dims: tuple[str, ...], values: np.ndarray, path: Path) -> Path:
     from pyarrow import csv
 
     columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
     columns["count"] = pa.array(values, pa.int64())
-    path = directory / table_path(table, level)
     path.parent.mkdir(parents=True, exist_ok=True)
     csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
     return path
@@ -109,8 +134,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
         "software": {"name": "dprelease", "version": __version__},
         "spec_fingerprint": plan.fingerprint,
         "spec": "spec.json",
-        "privacy": {"definition": spec.definition, "unit": spec.unit,
-                    "neighbouring": "add or remove one row (one row per person)"},
+        "privacy": {"definition": spec.definition, "unit": spec.unit, "neighbouring": spec.neighbouring},
         "total_epsilon": fraction_text(plan.total_epsilon),
         "release_budget": fraction_text(plan.release_budget),
         "lifetime": {"budget": fraction_text(plan.lifetime_budget),
@@ -119,6 +143,13 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
                      "remaining": fraction_text(plan.lifetime_remaining_after)},
         "confidence": fraction_text(plan.confidence),
         "geography": list(spec.geography),
+        **({"invariants": {
+            "protected_by_differential_privacy": False,
+            "declared": list(spec.invariants),
+            "totals": [{"level": level, "file": invariant_path(level)} for level in spec.invariant_levels],
+            "note": "published exactly: the number of persons per place at these levels is NOT protected by "
+                    "differential privacy, and every table's ε holds only between datasets with the same totals",
+        }} if spec.invariants else {}),
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,

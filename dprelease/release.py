@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dprelease import __version__
-from dprelease.data import Encoded, encode, file_fingerprint, histogram
+from dprelease.data import Encoded, encode, file_fingerprint, histogram, place_totals
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
 from dprelease.measure import measure_counts
@@ -27,6 +27,7 @@ from dprelease.publish import (
     move_into_place,
     sync_tree,
     utc_now,
+    write_invariant,
     write_json,
     write_measurement,
     write_table,
@@ -56,6 +57,7 @@ class ReleaseRun:
     data: Encoded | None = None
     data_fingerprint: str | None = None
     noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
+    invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
     published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)
     flow_run_id: str | None = None
     report_md: str | None = None
@@ -73,6 +75,7 @@ class ReleaseRun:
         self._timed("fingerprint", start)
         start = time.perf_counter()
         self.data = encode(self.spec)
+        self.invariants = place_totals(self.spec, self.data)  # published exactly, as the spec declares
         self._timed("load", start)
 
     def measure_table(self, name: str) -> None:
@@ -100,7 +103,7 @@ class ReleaseRun:
         self.stage = "postprocess"
         start = time.perf_counter()
         scales = {(p.name, p.level): p.scale for p in self.plan.tables}
-        self.published_values = postprocess_release(self.spec, self.noisy, scales)
+        self.published_values = postprocess_release(self.spec, self.noisy, scales, invariants=self.invariants)
         self._timed("postprocess", start)
 
     def publish(self) -> None:
@@ -116,6 +119,8 @@ class ReleaseRun:
                 key = (table.name, level)
                 write_table(self.spec, table, dims, level, self.published_values[key], staging)
                 write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
+        for level, totals in self.invariants.items():
+            write_invariant(self.spec, level, totals, staging)
         record = manifest(self.spec, self.plan, self.run_id, utc_now())
         write_json(staging / "manifest.json", record)
         write_json(staging / "spec.json", canonical(self.spec))  # public: domains, tables, budgets

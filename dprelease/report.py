@@ -6,7 +6,7 @@ nothing data-dependent. Example of the layout::
     # Budget report — acs-demo-2019
     Dataset nist-acs-national-2019 · run 3f2a… · 2026-11-22T03:00:00+00:00 · dprelease 0.1.0
     ## Guarantee
-    Pure ε-DP under add or remove one row (one row per person); total ε = 1 …
+    Pure ε-differential privacy; neighbouring datasets: add or remove one row (…); total ε = 1 …
     ## Spend per table
     | table | ε | share | mechanism | sensitivity | noise scale | cells | ±MoE 95% | post-processing |
     ## Lifetime budget of nist-acs-national-2019
@@ -41,10 +41,11 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         f"dprelease {manifest['software']['version']}  ",
         f"Spec fingerprint `{manifest['spec_fingerprint']}`",
         "",
+        *_invariants_warning(manifest),
         "## Guarantee",
         "",
-        f"Pure ε-differential privacy with neighbouring datasets that differ by "
-        f"{manifest['privacy']['neighbouring']}. The {len(manifest['tables'])} tables compose "
+        f"Pure ε-differential privacy; neighbouring datasets: "
+        f"{manifest['privacy']['neighbouring']}. The {len(manifest['tables'])} measurements compose "
         f"sequentially: the release as a whole is ε = {_both(manifest['total_epsilon'])}-DP "
         f"(release budget {_both(manifest['release_budget'])}). Each table is one histogram over the full "
         "declared domain, so its cells together cost the table's ε once. Post-processing is free.",
@@ -87,3 +88,23 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "",
     ]
     return "\n".join(lines)
+
+
+def _invariants_warning(manifest: dict[str, Any]) -> list[str]:
+    """The invariants, first thing in the report: they are published outside DP."""
+    invariants = manifest.get("invariants")
+    if not invariants:
+        return []
+    levels = [t["level"] for t in invariants["totals"]]
+    files = ", ".join(f"`{t['file']}`" for t in invariants["totals"])
+    return [
+        "## ⚠ Invariants: NOT protected by differential privacy",
+        "",
+        f"> This release publishes **exact** totals (the number of persons per place) at: "
+        f"**{', '.join(levels)}** ({files}; declared: {', '.join(invariants['declared'])}). They are the "
+        "confidential counts themselves, with no noise. Every table's ε holds only between datasets with the "
+        "same totals: the neighbouring relation is **change one record** (bounded DP), under which each "
+        "histogram's sensitivity is 2, not 1, so every table's noise scale is 2/ε. Consistent tables that "
+        "count every row (no `where`) add up exactly to these totals.",
+        "",
+    ]

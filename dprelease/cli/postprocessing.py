@@ -1,7 +1,7 @@
 """``dprelease postprocess RELEASE_DIR``: new tables from the saved noisy measurements.
 
 Post-processing is free: it reads only what the release published (``manifest.json``,
-``spec.json`` and ``measurements/``), never the confidential data, and spends nothing, so
+``spec.json``, ``measurements/`` and, if the spec has them, ``invariants/``), never the confidential data, and spends nothing, so
 it touches no ledger. Each run writes a new version beside the old tables:
 ``RELEASE_DIR/postprocessed/<n>-<method>/tables/...``, moved into place in one rename.
 """
@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dprelease.errors import UserError
 from dprelease.postprocess import postprocess_release
-from dprelease.publish import sync_tree, utc_now, write_json, write_table
+from dprelease.publish import read_invariant, sync_tree, utc_now, write_json, write_table
 from dprelease.spec import fingerprint
 from dprelease.spec.canonical import spec_from_canonical
 
@@ -45,7 +46,17 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
         if noisy[key].size != entry["cells"]:
             raise UserError(f"{entry['measurements']}: {noisy[key].size} cells, the manifest says {entry['cells']}")
         scales[key] = Fraction(entry["scale"])
-    published = postprocess_release(spec, noisy, scales, method)
+    invariants: dict[str, np.ndarray] = {}
+    for entry in manifest.get("invariants", {}).get("totals", []):
+        try:
+            invariants[entry["level"]] = read_invariant(spec, entry["level"], release_dir / entry["file"])
+        except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+            raise UserError(f"{release_dir}/{entry.get('file')}: cannot read the release's invariants ({exc}); the "
+                            "release directory has been altered") from None
+    if set(invariants) != set(spec.invariant_levels):
+        raise UserError(f"{release_dir}/manifest.json does not list the invariants its spec declares; the release "
+                        "directory has been altered")
+    published = postprocess_release(spec, noisy, scales, method, invariants=invariants)
     versions = release_dir / "postprocessed"
     number = 1 + max((int(p.name.split("-")[0]) for p in versions.glob("*-*") if p.name.split("-")[0].isdigit()),
                      default=0)

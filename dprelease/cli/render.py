@@ -47,6 +47,9 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
                         for c in plan.lifetime_caps],
         },
         "fingerprint": plan.fingerprint,
+        "neighbouring": plan.neighbouring,
+        "invariants": {"levels": list(plan.invariants), "protected_by_differential_privacy": False}
+        if plan.invariants else None,
         "ledger": {"url": location.shown, "source": location.source, "exists": ledger_exists},
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
@@ -64,6 +67,10 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                             ("sensitivity", "right"), ("noise scale", "right"), ("cells", "right"),
                             (f"± MoE {conf}", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    if plan.invariants:
+        console.print(f"WARNING: invariants — the number of persons per place at {', '.join(plan.invariants)} is "
+                      "published EXACTLY, not protected by differential privacy. The neighbouring relation is "
+                      "change one record (bounded DP): every sensitivity is 2.", markup=False, highlight=False)
     for t in plan.tables:
         table.add_row(t.key, both(t.epsilon), t.mechanism, str(t.sensitivity), both(t.scale),
                       f"{t.cells:,}", str(t.moe))

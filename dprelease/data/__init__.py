@@ -1,6 +1,6 @@
 """Data: load confidential records, encode them to declared domains, count them."""
 
-from dprelease.data.histogram import histogram, where_mask
+from dprelease.data.histogram import histogram, place_totals, where_mask
 from dprelease.data.load import DataError, Encoded, encode, file_fingerprint, needed_columns
 
-__all__ = ["DataError", "Encoded", "encode", "file_fingerprint", "histogram", "needed_columns", "where_mask"]
+__all__ = ["DataError", "Encoded", "encode", "file_fingerprint", "histogram", "needed_columns", "place_totals", "where_mask"]

@@ -1,7 +1,8 @@
 """Full-domain histograms in one pass: a mixed-radix cell index and ``numpy.bincount``.
 
 Privacy contract (a transformation, no noise): under add/remove one row, one row lands in
-at most one cell, so the L1 distance between neighbouring histograms is at most 1. The
+at most one cell, so the L1 distance between neighbouring histograms is at most 1; under
+change one record (releases with invariants) it is at most 2. The
 shape is the full cross product of the declared domains, empty cells included, so it never
 depends on the data.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from dprelease.data.load import Encoded
-from dprelease.spec import CategoricalColumn, Condition, RangeColumn, Spec, Table
+from dprelease.spec import ROOT, CategoricalColumn, Condition, RangeColumn, Spec, Table
 
 
 def histogram(spec: Spec, table: Table, data: Encoded, dims: tuple[str, ...] | None = None) -> np.ndarray:
@@ -76,3 +77,19 @@ def _code_of(column, value: str | int) -> int:  # type: ignore[no-untyped-def]
             return values.index(str(value))
         case _:  # binned: operands are labels
             return column.labels.index(str(value))
+
+
+def place_totals(spec: Spec, data: Encoded) -> dict[str, np.ndarray]:
+    """The exact number of rows per place at every invariant level (``spec.invariant_levels``).
+
+    NOT differentially private: these are the release's invariants, published exactly because
+    the spec's ``invariants:`` block says so. The rows counted are the encoded dataset's (after
+    any ``on_out_of_domain: drop``), so every table without a ``where`` adds up to them.
+    """
+    totals: dict[str, np.ndarray] = {}
+    for level in spec.invariant_levels:
+        if level == ROOT:
+            totals[level] = np.array([data.rows], dtype=np.int64)
+        else:
+            totals[level] = np.bincount(data.codes[level], minlength=spec.column(level).size).astype(np.int64)
+    return totals

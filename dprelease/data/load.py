@@ -25,7 +25,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from dprelease.errors import UserError, first_line
-from dprelease.spec import BinnedColumn, CategoricalColumn, Column, RangeColumn, RollupColumn, Spec
+from dprelease.spec import ROOT, BinnedColumn, CategoricalColumn, Column, RangeColumn, RollupColumn, Spec
 
 def code_dtype(size: int) -> np.dtype:
     """Signed (−1 marks 'no code' while encoding) and narrow: less memory traffic per row."""
@@ -56,6 +56,7 @@ def needed_columns(spec: Spec) -> list[Column]:
         for _, dims, _ in table.measured():
             used.update(dims)
         used.update(c.column for c in table.where)
+    used.update(level for level in spec.invariant_levels if level != ROOT)
     for column in reversed(spec.columns):  # rollups: coarse first, each from the next finer
         if isinstance(column, (BinnedColumn, RollupColumn)) and column.name in used:
             used.add(column.source)

@@ -1,12 +1,16 @@
 """Spec + ledger state → Plan. Pure: no data, no I/O.
 
-Privacy contract of the plan (pure ε-DP, add/remove one row, one row per person):
+Privacy contract of the plan (pure ε-DP, one row per person):
 
 * each measurement is one histogram over the full declared cross product of its domains (a
   geographic table is measured once per level, each level with its own ε);
   adding or removing one row changes exactly one cell by 1 (or none, if the row is filtered
   out), so the L1 sensitivity is 1 and the discrete Laplace mechanism with scale 1/ε gives
   ε-DP for the whole table (the cells are disjoint: parallel composition);
+* a release with invariants (totals published exactly) cannot promise anything between
+  datasets of different totals: its relation is change one record (bounded DP), under which a
+  row leaves one cell and enters another, so every measurement of that release has L1
+  sensitivity 2 and scale 2/ε (``Spec.sensitivity``);
 * tables compose sequentially: the release costs the exact sum of its tables' ε;
 * the release must fit its own budget and the dataset's remaining lifetime budget.
 """
@@ -31,7 +35,7 @@ class TablePlan:
     name: str
     epsilon: Fraction
     mechanism: str
-    sensitivity: int  # L1, under add/remove one row
+    sensitivity: int  # L1, under the release's neighbouring relation (Spec.sensitivity)
     scale: Fraction  # sensitivity / epsilon
     cells: int
     moe: int  # at the plan's confidence
@@ -59,6 +63,8 @@ class Plan:
     existing_run: RunRecord | None  # a live run of the same release, if any
     data_versions: int  # distinct data fingerprints among earlier releases
     lifetime_caps: tuple[CapChange, ...] = ()  # the ledger's recorded cap decisions
+    neighbouring: str = "add or remove one row (one row per person)"
+    invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (NOT DP)
 
     @property
     def fits_release(self) -> bool:
@@ -104,11 +110,12 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         confidence=spec.confidence, lifetime_budget=lifetime, lifetime_spent=spent,
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
+        neighbouring=spec.neighbouring, invariants=spec.invariant_levels,
     )
 
 
 def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None = None) -> TablePlan:
-    sensitivity = 1  # add/remove one row moves one count by one: see the module docstring
+    sensitivity = spec.sensitivity  # 1, or 2 under change-one-record: see the module docstring
     scale = Fraction(sensitivity) / epsilon
     try:
         check_scale(scale)
@@ -124,6 +131,6 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
 
 def epsilon_for_target(spec: Spec, target_moe: int) -> list[tuple[str, Fraction]]:
     """Per measurement, the ε (rounded up) whose margin at the spec's confidence is ≤ ``target_moe``."""
-    need = epsilon_for_margin(target_moe, spec.confidence, Fraction(1))
+    need = epsilon_for_margin(target_moe, spec.confidence, Fraction(spec.sensitivity))
     return [(t.name if level is None else f"{t.name}/{level}", need)
             for t in spec.tables for level, _, _ in t.measured()]

@@ -36,8 +36,14 @@ def groups(spec: Spec) -> list[list[Table]]:
 
 
 def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[Key, Fraction],
-                        method: str | None = None) -> dict[Key, np.ndarray]:
-    """The published values of every measurement. ``method`` overrides the spec's choices."""
+                        method: str | None = None,
+                        invariants: dict[str, np.ndarray] | None = None) -> dict[Key, np.ndarray]:
+    """The published values of every measurement. ``method`` overrides the spec's choices.
+
+    ``invariants`` (exact place totals per level, published outside DP) bind consistent
+    post-processing of every group whose tables count all rows (no ``where``): each place's
+    total is then its invariant. Clamped tables are not adjusted (clamping is per cell).
+    """
     published: dict[Key, np.ndarray] = {}
     for t in spec.tables:
         chosen = method or t.post_process
@@ -48,5 +54,6 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
     if method == "consistent":  # every table, grouped as the spec says or alone
         consistent = [[t] for t in spec.tables if t.post_process != "consistent"] + groups(spec)
     for group in consistent:
-        published.update(consistent_group(spec, group, noisy, scales))
+        binding = invariants if invariants and not any(t.where for t in group) else None
+        published.update(consistent_group(spec, group, noisy, scales, binding))
     return published

@@ -84,8 +84,15 @@ def group_levels(spec: Spec, table: Table) -> list[Level]:
 
 
 def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str | None], np.ndarray],
-                     scales: dict[tuple[str, str | None], Fraction]) -> dict[tuple[str, str | None], np.ndarray]:
-    """Published (non-negative, integer, consistent) values for every measurement of the group."""
+                     scales: dict[tuple[str, str | None], Fraction],
+                     invariants: dict[str, np.ndarray] | None = None) -> dict[tuple[str, str | None], np.ndarray]:
+    """Published (non-negative, integer, consistent) values for every measurement of the group.
+
+    ``invariants``: exact place totals per level (the root's as ``ROOT``), published outside
+    DP; the caller passes them only for a group whose tables count every row (no ``where``).
+    Each place's total then equals its invariant exactly.
+    """
+    invariants = invariants or {}
     dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
     sizes = [spec.column(c).size for c in dims]
     marginals = {t.name: marginal_matrix(sizes, [dims.index(c) for c in t.group_by]) for t in tables}
@@ -99,12 +106,13 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
     cells = _marginal_cells(ms)
     details: list[np.ndarray] = []
     for i, level in enumerate(levels):
+        fixed = invariants.get(level.name or ROOT)
         if i == 0:
-            total = max(round(float(combined[0].sum())), 0)
+            total = int(fixed[0]) if fixed is not None else max(round(float(combined[0].sum())), 0)
             start = patterns[0].reshape(-1, 1)
             detail = _round_place(_project_columns(start, np.array([total])).ravel(), total, cells).reshape(1, -1)
         else:
-            detail = _top_down(weights[i], details[-1], level.parent, patterns[i], ms, cells)
+            detail = _top_down(weights[i], details[-1], level.parent, patterns[i], ms, cells, fixed)
         details.append(detail)
     out: dict[tuple[str, str | None], np.ndarray] = {}
     for level, detail in zip(levels, details):
@@ -183,7 +191,8 @@ def _max_entropy_detail(fitted: np.ndarray, marginals: list, iterations: int = 6
 
 
 def _top_down(variance: np.ndarray, parents_detail: np.ndarray, parent: np.ndarray,
-              pattern: np.ndarray, marginals: list, cells: list[np.ndarray]) -> np.ndarray:  # type: ignore[type-arg]
+              pattern: np.ndarray, marginals: list, cells: list[np.ndarray],  # type: ignore[type-arg]
+              fixed: np.ndarray | None = None) -> np.ndarray:
     """Children that add up, cell by cell, to their parents' (integer, non-negative) details.
 
     Each child starts from its bottom-up ``pattern`` (a non-negative detail with its combined
@@ -191,7 +200,8 @@ def _top_down(variance: np.ndarray, parents_detail: np.ndarray, parent: np.ndarr
     to their variances (the GLS solution on a tree). Then, per parent, a non-negative fit that
     keeps every parent cell and each child's marginals (``_fit_children``), and a controlled
     rounding that keeps every parent cell exactly and each child's marginals within a unit or
-    so (``_round_children``). (Sharing the residual in proportion to the children's values
+    so (``_round_children``). ``fixed``: the children's exact totals (invariants), kept exactly.
+    (Sharing the residual in proportion to the children's values
     instead, or refitting the children after the split, measured worse on the NIST data; so
     did a plain projection per detail cell followed by a rounding that watched only each
     child's total: the sex-by-age table at PUMA level lost to clamping.)
@@ -210,7 +220,8 @@ def _top_down(variance: np.ndarray, parents_detail: np.ndarray, parent: np.ndarr
             out[children] = parents_detail[p]
             continue
         target = parents_detail[p]
-        out[children] = _round_children(_fit_children(detail[children], target, marginals), target, cells)
+        rows = None if fixed is None else fixed[children]
+        out[children] = _round_children(_fit_children(detail[children], target, marginals, rows), target, cells, rows)
     return out
 
 
@@ -220,7 +231,7 @@ def _marginal_cells(marginals: list) -> list[np.ndarray]:  # type: ignore[type-a
 
 
 def _fit_children(values: np.ndarray, totals: np.ndarray, marginals: list,  # type: ignore[type-arg]
-                  iterations: int = 50) -> np.ndarray:
+                  child_totals: np.ndarray | None = None, iterations: int = 50) -> np.ndarray:
     """Non-negative children whose detail columns sum exactly to ``totals`` (the parent's
     detail) and whose marginals stay near those of ``values`` (which may be negative).
 
@@ -228,10 +239,13 @@ def _fit_children(values: np.ndarray, totals: np.ndarray, marginals: list,  # ty
     children's clipped marginals are fitted (IPF) to those totals and to the parent's
     marginal; the targets of all tables then agree on every child's total, which a plain
     clamp breaks (clipping the small cells of a 45-cell table adds persons the 6-cell table
-    does not have). Then IPF on the detail to those targets, ending on the parent's cells.
+    does not have). ``child_totals`` (invariants) replace the projected totals. Then IPF on
+    the detail to those targets, ending on the parent's cells.
     """
     k, d = values.shape
-    child_totals = _project_columns(values.sum(axis=1).reshape(-1, 1), np.array([float(totals.sum())])).ravel()
+    if child_totals is None:
+        child_totals = _project_columns(values.sum(axis=1).reshape(-1, 1), np.array([float(totals.sum())])).ravel()
+    child_totals = np.asarray(child_totals, dtype=float)
     targets = []
     for a in marginals:
         parent_marginal = np.asarray(a @ totals.astype(float)).ravel()
@@ -261,16 +275,28 @@ def _ipf_2d(start: np.ndarray, rows: np.ndarray, columns: np.ndarray, iterations
     return table
 
 
-def _round_children(values: np.ndarray, totals: np.ndarray, cells: list[np.ndarray]) -> np.ndarray:
+def _round_children(values: np.ndarray, totals: np.ndarray, cells: list[np.ndarray],
+                    row_totals: np.ndarray | None = None) -> np.ndarray:
     """Integers whose columns sum exactly to ``totals`` and whose rows' marginals stay near
-    those of ``values`` (non-negative, columns summing to ``totals``).
+    those of ``values`` (non-negative, columns summing to ``totals``); with ``row_totals``
+    (invariants), every row sums exactly to its total too.
 
     Controlled rounding: floors, then each column's remaining units go to the rows whose
     marginal cells (over every table of the group) are furthest below their fitted values;
     only cells with a fractional part round up, so each stays within 1 of its value. Rounding
-    cells independently would let every marginal drift by the sum of its cells' errors.
+    cells independently would let every marginal drift by the sum of its cells' errors. With
+    row totals, a row that has its total takes no more units, and what the greedy pass could
+    not place is placed by a maximum flow (rows → cells → columns), first through cells with
+    a fractional part, then, if it must, through any cell.
     """
     floors = _floors(values, totals)
+    need = None
+    if row_totals is not None:
+        need = np.asarray(row_totals, dtype=np.int64) - floors.sum(axis=1)
+        for c in np.flatnonzero(need < 0):  # float slack put a row above its total
+            while need[c] < 0:
+                floors[c, np.argmax(floors[c])] -= 1
+                need[c] += 1
     fractions = values - floors
     remaining = np.asarray(np.round(totals), dtype=np.int64) - floors.sum(axis=0)
     deficits = [np.zeros((values.shape[0], c.max() + 1)) for c in cells]
@@ -281,11 +307,44 @@ def _round_children(values: np.ndarray, totals: np.ndarray, cells: list[np.ndarr
         if units <= 0:
             break
         score = sum(deficit[:, c[j]] for deficit, c in zip(deficits, cells))
-        order = np.lexsort((-fractions[:, j], -score, fractions[:, j] <= 1e-9))[:units]
+        blocked = fractions[:, j] <= 1e-9
+        if need is not None:
+            blocked = blocked | (need <= 0)
+        order = np.lexsort((-fractions[:, j], -score, blocked))[:units]
+        if need is not None:
+            order = order[~blocked[order]]
+            need[order] -= 1
         floors[order, j] += 1
+        remaining[j] -= order.size
         for deficit, c in zip(deficits, cells):
             deficit[order, c[j]] -= 1
+    if need is not None and remaining.any():
+        open_cells = (fractions > 1e-9) & (floors == np.floor(values + 1e-9))
+        for capacity in (open_cells.astype(np.int64), np.full(values.shape, int(remaining.sum()))):
+            flow = _bipartite_flow(need, remaining, capacity)
+            floors += flow
+            need -= flow.sum(axis=1)
+            remaining -= flow.sum(axis=0)
+            if not remaining.any():
+                break
     return floors
+
+
+def _bipartite_flow(supply: np.ndarray, demand: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """An integral flow matrix (rows × columns) within ``capacity``, with row sums ≤ ``supply``
+    and column sums ≤ ``demand``, as large as possible (maximum flow: source → rows → columns
+    → sink; integral because every capacity is)."""
+    m0, m1 = capacity.shape
+    source, sink = 0, 1 + m0 + m1
+    r, c = np.nonzero(capacity)
+    graph = scipy.sparse.csr_matrix(
+        (np.r_[np.maximum(supply, 0), capacity[r, c], np.maximum(demand, 0)].astype(np.int32),
+         (np.r_[np.zeros(m0, int), 1 + r, 1 + m0 + np.arange(m1)],
+          np.r_[1 + np.arange(m0), 1 + m0 + c, np.full(m1, sink)])), shape=(sink + 1, sink + 1))
+    flow = scipy.sparse.csgraph.maximum_flow(graph, source, sink).flow
+    out = np.zeros((m0, m1), dtype=np.int64)
+    out[r, c] = np.asarray(flow[1 + r, 1 + m0 + c]).ravel()
+    return out
 
 
 def _floors(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
@@ -327,15 +386,7 @@ def _round_place(values: np.ndarray, total: int, cells: list[np.ndarray]) -> np.
     column = np.bincount(second, weights=fractions, minlength=m1)
     pair = first * m1 + second
     capacity = np.bincount(pair[eligible], minlength=m0 * m1).reshape(m0, m1)
-    source, sink = 0, 1 + m0 + m1
-    r, c = np.nonzero(capacity)
-    graph = scipy.sparse.csr_matrix(
-        (np.r_[_apportion(row, units), capacity[r, c], _apportion(column, units)].astype(np.int32),
-         (np.r_[np.zeros(m0, int), 1 + r, 1 + m0 + np.arange(m1)],
-          np.r_[1 + np.arange(m0), 1 + m0 + c, np.full(m1, sink)])), shape=(sink + 1, sink + 1))
-    flow = scipy.sparse.csgraph.maximum_flow(graph, source, sink).flow
-    through = np.zeros(m0 * m1, dtype=np.int64)
-    through[r * m1 + c] = np.asarray(flow[1 + r, 1 + m0 + c]).ravel()
+    through = _bipartite_flow(_apportion(row, units), _apportion(column, units), capacity).ravel()
     order = np.lexsort((-fractions, pair, ~eligible))  # per pair, largest fractions first
     take = order[eligible[order] & (_rank_within(pair[order]) < through[pair[order]])]
     floors[take] += 1

@@ -32,7 +32,7 @@ FORMAT_VERSION = 1
 
 def canonical(spec: Spec) -> dict[str, Any]:
     d = spec.dataset
-    return {
+    out = {
         "format": FORMAT_VERSION,
         "release": spec.release,
         "description": spec.description,
@@ -56,6 +56,9 @@ def canonical(spec: Spec) -> dict[str, Any]:
             for t in spec.tables
         ],
     }
+    if spec.invariants:  # only when declared: specs without keep their fingerprints
+        out["invariants"] = {"totals": list(spec.invariants)}
+    return out
 
 
 def _column(c: Column) -> dict[str, Any]:
@@ -103,7 +106,8 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
         for t in data["tables"])
     return Spec(source=source, release=data["release"], dataset=dataset, definition=data["privacy"]["definition"],
                 unit=data["privacy"]["unit"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,
-                tables=tables, geography=tuple(data["geography"]), description=data["description"])
+                tables=tables, geography=tuple(data["geography"]), description=data["description"],
+                invariants=tuple(data.get("invariants", {}).get("totals", ())))
 
 
 def _column_from(c: dict[str, Any]) -> Column:

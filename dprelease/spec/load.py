@@ -122,6 +122,10 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
                                 "fraction; write e.g. 0.1 or \"1/10\"")]
         case "minItems" if error.schema.get("minItems") == 1:
             return [doc.problem(path, "the list is empty; give at least one item")]
+        case "uniqueItems":
+            seen: set[str] = set()
+            twice = next(str(v) for v in error.instance if str(v) in seen or seen.add(str(v)))  # type: ignore[func-returns-value]
+            return [doc.problem(path, f"{twice!r} is listed twice; list each item once")]
         case "enum":
             allowed = " | ".join(str(v) for v in error.schema["enum"])
             return [doc.problem(path, f"{error.instance!r} is not allowed; use one of: {allowed}")]
@@ -213,6 +217,7 @@ class _Checker:
         levels, rollups = parse_geography(self, {c.name: c for c in columns})
         columns += rollups
         tables = self.tables({c.name: c for c in columns}, max_cells, levels)
+        invariants = self.invariants(levels)
 
         ledger = self.get(("ledger",), str)
         if ledger is not None and "\0" in ledger:
@@ -229,7 +234,20 @@ class _Checker:
         return Spec(source=self.doc.file, release=release, dataset=dataset, definition="pure",
                     unit="row", budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
-                    description=self.get(("description",), str))
+                    description=self.get(("description",), str), invariants=invariants)
+
+    def invariants(self, levels: tuple[str, ...]) -> tuple[str, ...]:
+        """Levels whose place totals are published exactly, coarse to fine (the root first)."""
+        totals = self.get(("invariants", "totals"), list)
+        if totals is None:
+            return ()
+        known = (ROOT,) + levels
+        for i, name in enumerate(totals):
+            if isinstance(name, str) and name not in known:
+                hint = (f"use {ROOT} or one of the geography levels {', '.join(levels)}" if levels else
+                        f"without a geography: block only {ROOT} (the number of persons in the dataset) exists")
+                self.fail(("invariants", "totals", i), f"{name!r} is not a geographic level: {hint}")
+        return tuple(name for name in known if name in totals)
 
     def confidence(self) -> Fraction:
         path = ("accuracy", "confidence")

@@ -204,6 +204,33 @@ class Spec:
     confidence: Fraction = DEFAULT_CONFIDENCE
     max_cells: int = DEFAULT_MAX_CELLS
     description: str | None = None
+    invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (not DP)
+
+    @property
+    def invariant_levels(self) -> tuple[str, ...]:
+        """Levels whose place totals are published exactly: the declared ones and every coarser
+        one (a coarser total is a sum of finer ones, so it is exact too), the root first."""
+        if not self.invariants:
+            return ()
+        order = (ROOT,) + self.geography
+        return order[:max(order.index(level) for level in self.invariants) + 1]
+
+    @property
+    def sensitivity(self) -> int:
+        """L1 sensitivity of every histogram of the release under its neighbouring relation.
+
+        Add/remove one row moves one cell by 1. With invariants, datasets that differ by an
+        added or removed row no longer share the published totals, so the honest relation is
+        change one record (bounded DP): a row leaves one cell and enters another, 2 in L1.
+        """
+        return 2 if self.invariants else 1
+
+    @property
+    def neighbouring(self) -> str:
+        if self.invariants:
+            return ("change one record (bounded DP: the invariants are public, so neighbours have the same "
+                    "totals)")
+        return "add or remove one row (one row per person)"
 
     def column(self, name: str) -> Column:
         for c in self.columns:

@@ -1,0 +1,143 @@
+"""Invariants: totals published exactly, the change-one-record relation (sensitivity 2) for the
+whole release, consistent tables that hit the invariants, and a report that says so."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dprelease.data import encode, place_totals
+from dprelease.evaluate import exact_measurements
+from dprelease.mechanisms import discrete_laplace
+from dprelease.plan import plan_release
+from dprelease.postprocess import postprocess_release
+from dprelease.spec import canonical, fingerprint, load_spec
+from tests.conftest import ROOT
+from tests.stats import empirical_epsilon
+from tests.test_consistent import CENSUS, check_consistency, noisy_release
+from tests.test_run import run
+
+INVARIANTS = ROOT / "configs" / "acs_census_invariants.yaml"
+N = 400_000
+
+
+def test_invariants_double_every_sensitivity_and_say_so(cli):
+    spec, plain = load_spec(INVARIANTS), load_spec(CENSUS)
+    assert spec.invariants == ("STATE",) and spec.invariant_levels == ("root", "STATE")
+    for plan, sensitivity in ((plan_release(spec, None), 2), (plan_release(plain, None), 1)):
+        assert {t.sensitivity for t in plan.tables} == {sensitivity}
+        assert all(t.scale == Fraction(sensitivity) / t.epsilon for t in plan.tables)
+    result = cli("plan", INVARIANTS, "--json")
+    assert result.code == 0, result
+    shown = json.loads(result.stdout)
+    assert "change one record" in shown["neighbouring"]
+    assert shown["invariants"] == {"levels": ["root", "STATE"], "protected_by_differential_privacy": False}
+    printed = cli("plan", INVARIANTS)
+    assert "NOT protected by differential privacy" in printed.stdout.replace("not protected", "NOT protected")
+    # a spec without invariants keeps its canonical form (and fingerprint) as before the feature
+    assert "invariants" not in canonical(plain) and "invariants" in canonical(spec)
+    assert fingerprint(spec) != fingerprint(plain)
+
+
+def test_change_one_record_audit_the_doubled_scale_holds_and_the_plain_one_fails():
+    """Neighbours under change one record: one person moves from cell a to cell b, so
+    (x_a, x_b) = (1000, 500) against (999, 501). The tight event {y_a ≤ 999 and y_b ≥ 501}
+    has privacy loss 2/scale: ε with the planner's scale 2/ε, and 2ε with scale 1/ε, the
+    add/remove scale a planner that ignored the invariants would use (the negative control)."""
+    spec = load_spec(INVARIANTS)
+    table = plan_release(spec, None).tables[-1]  # any measurement: they all share the relation
+    epsilon = float(table.epsilon)
+
+    def loss(scale):
+        ya0, yb0 = 1000 + discrete_laplace(scale, N), 500 + discrete_laplace(scale, N)
+        ya1, yb1 = 999 + discrete_laplace(scale, N), 501 + discrete_laplace(scale, N)
+        return empirical_epsilon((ya0 <= 999) & (yb0 >= 501), (ya1 <= 999) & (yb1 >= 501))
+
+    estimate, se = loss(table.scale)
+    assert abs(estimate - epsilon) <= 6 * se, (estimate, se, epsilon)
+    broken, se = loss(1 / table.epsilon)
+    assert broken > epsilon + 6 * se, (broken, se, epsilon)
+
+
+@pytest.mark.parametrize("levels", [["STATE"], ["PUMA"], ["root"]], ids=str)
+def test_consistent_tables_hit_the_invariants_exactly(tmp_path, levels):
+    text = INVARIANTS.read_text().replace("totals: [STATE]", f"totals: [{', '.join(levels)}]")
+    path = INVARIANTS.parent / f".test-invariants-{levels[0]}.yaml"  # beside the config: relative paths hold
+    path.write_text(text)
+    try:
+        spec = load_spec(path)
+    finally:
+        path.unlink()
+    data = encode(spec)
+    exact, scales = exact_measurements(spec, data)
+    assert set(scales.values()) == {2 / eps for t in spec.tables for _, _, eps in t.measured()}
+    totals = place_totals(spec, data)
+    assert list(totals) == list(spec.invariant_levels)
+    for _ in range(3):
+        published = postprocess_release(spec, noisy_release(exact, scales), scales, invariants=totals)
+        check_consistency(spec, published)
+        for level, want in totals.items():
+            for t in spec.tables:
+                got = published[(t.name, level)].reshape(want.size, -1).sum(axis=1)
+                assert np.array_equal(got, want), (t.name, level)
+                assert np.array_equal(got, exact[(t.name, level)].reshape(want.size, -1).sum(axis=1))
+
+
+def _read_counts(path):
+    rows = list(csv.DictReader(path.open(encoding="utf-8")))
+    return rows, [int(r["count"]) for r in rows]
+
+
+def test_release_with_invariants_publishes_them_flagged_and_reruns(tmp_path, run_env, cli):
+    out = tmp_path / "out"
+    proc = run(INVARIANTS, "--output-dir", out, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    release = out / "acs-census-2019-invariants"
+    # the invariants are the true totals, counted here independently of dprelease
+    pumas = [r["PUMA"] for r in csv.DictReader((ROOT / "data" / "nist_acs" / "national2019.csv").open())]
+    by_state = Counter(p[:2] for p in pumas)
+    rows, counts = _read_counts(release / "invariants" / "STATE.csv")
+    assert list(rows[0]) == ["STATE", "count"]
+    assert {r["STATE"]: c for r, c in zip(rows, counts)} == dict(by_state)
+    assert _read_counts(release / "invariants" / "root.csv")[1] == [len(pumas)]
+    for table in ("persons_by_sex_age_group", "persons_by_race_hispanic"):
+        rows, cells = _read_counts(release / "tables" / table / "STATE.csv")
+        summed = Counter()
+        for r, c in zip(rows, cells):
+            summed[r["STATE"]] += c
+        assert summed == by_state, table
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert manifest["invariants"]["protected_by_differential_privacy"] is False
+    assert "change one record" in manifest["privacy"]["neighbouring"]
+    assert {t["sensitivity"] for t in manifest["tables"]} == {2}
+    report = (release / "budget_report.md").read_text()
+    head = report.split("## Guarantee")[0]  # prominent: before anything else
+    assert "Invariants: NOT protected by differential privacy" in head and "change one record" in head
+    # post-processing again from what was published reproduces the tables byte for byte
+    again = cli("postprocess", release)
+    assert again.code == 0, again
+    for table in ("persons_by_sex_age_group", "persons_by_race_hispanic"):
+        for level in ("root", "STATE", "PUMA"):
+            assert (release / "postprocessed" / "1-as-specified" / "tables" / table / f"{level}.csv").read_bytes() \
+                == (release / "tables" / table / f"{level}.csv").read_bytes()
+    # an altered invariants file is refused, not silently used
+    state = release / "invariants" / "STATE.csv"
+    state.write_text(state.read_text().replace('"STATE"', '"PLACE"'))
+    tampered = cli("postprocess", release)
+    assert tampered.code == 2 and "altered" in tampered.stderr, tampered
+
+
+def test_evaluate_binds_the_invariants():
+    from dprelease.evaluate import evaluate
+
+    rows = {(r.table, r.level, r.method): r for r in evaluate(load_spec(INVARIANTS), trials=2)}
+    for table in ("persons_by_sex_age_group", "persons_by_race_hispanic"):
+        for level in ("root", "STATE"):
+            assert rows[(table, level, "consistent")].total_mae == 0
+            assert rows[(table, level, "clamp")].total_mae > 0  # clamped tables are noisy, as published
+        assert rows[(table, "PUMA", "consistent")].total_mae > 0  # PUMA totals are not invariant
