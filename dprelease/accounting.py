@@ -9,6 +9,7 @@ No floats enter here. ε is parsed from the text the user wrote, so ``0.1`` is e
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from typing import Iterable
@@ -97,3 +98,62 @@ def exact_and_decimal(x: Fraction) -> str:
 def percent_text(x: Fraction) -> str:
     """``95%``, ``≈33.33%``: a share for display."""
     return decimal_text(x * 100, 2) + "%"
+
+
+# ---------------------------------------------------------------- zero-concentrated DP
+
+_ZCDP_DIGITS = 60  # working precision of the conversion bound (decimal digits)
+
+
+def pure_to_zcdp(epsilon: Fraction) -> Fraction:
+    """ρ of an ε-DP mechanism viewed as zCDP: ε-DP implies (ε²/2)-zCDP (Bun and Steinke 2016,
+    Proposition 1.4). Exact."""
+    return epsilon * epsilon / 2
+
+
+def zcdp_epsilon(rho: Fraction, delta: Fraction, digits: int = 6) -> Fraction:
+    """The ε of the (ε, δ)-DP guarantee implied by ρ-zCDP, rounded up to ``digits`` significant
+    digits: never understated.
+
+    Canonne, Kamath and Steinke 2020, Proposition 12 / Corollary 13: ρ-zCDP implies (ε, δ)-DP
+    for every α > 1 with ε = αρ + (ln(1/δ) + (α − 1)·ln(1 − 1/α) − ln α)/(α − 1) (the same
+    bound OpenDP uses). Any α gives a valid ε; a float search only *chooses* α (then made
+    rational), and the bound at that α is evaluated in 60-digit decimal arithmetic, widened by
+    far more than its rounding error, and rounded up.
+    """
+    import decimal
+
+    import scipy.optimize
+
+    if rho <= 0 or not 0 < delta < 1:
+        raise ValueError("need ρ > 0 and 0 < δ < 1")
+    r, log_inv_delta = float(rho), -math.log(float(delta))
+
+    def bound(log_excess: float) -> float:  # α = 1 + e^x keeps the search inside α > 1
+        alpha = 1 + math.exp(log_excess)
+        return alpha * r + (log_inv_delta + (alpha - 1) * math.log1p(-1 / alpha) - math.log(alpha)) / (alpha - 1)
+
+    best = scipy.optimize.minimize_scalar(bound, bounds=(-20.0, 20.0), method="bounded")
+    alpha = Fraction(1 + math.exp(best.x)).limit_denominator(10**6)
+    if alpha <= 1:
+        alpha = Fraction(1) + Fraction(1, 10**6)
+    with decimal.localcontext() as ctx:
+        ctx.prec = _ZCDP_DIGITS
+        d = decimal.Decimal
+
+        def dec(f: Fraction) -> decimal.Decimal:
+            return d(f.numerator) / d(f.denominator)
+
+        a = dec(alpha)
+        eps = a * dec(rho) + ((-dec(delta).ln()) + (a - 1) * (1 - 1 / a).ln() - a.ln()) / (a - 1)
+        eps += d(10) ** (-(_ZCDP_DIGITS - 10))  # far above the accumulated rounding error
+    return _round_up(Fraction(eps), digits)
+
+
+def _round_up(value: Fraction, digits: int) -> Fraction:
+    """``value`` rounded up to ``digits`` significant decimal digits."""
+    if value <= 0:
+        return value
+    exponent = math.floor(math.log10(value)) - digits + 1
+    unit = Fraction(10) ** exponent
+    return math.ceil(value / unit) * unit

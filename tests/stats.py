@@ -64,3 +64,21 @@ def empirical_epsilon(exceed_x: np.ndarray, exceed_x1: np.ndarray) -> tuple[floa
     n0, n1 = exceed_x.size, exceed_x1.size
     se = math.sqrt((1 - p0) / (n0 * p0) + (1 - p1) / (n1 * p1))
     return math.log(p1 / p0), se
+
+
+def discrete_gaussian_pmf(k: np.ndarray, sigma2: float) -> np.ndarray:
+    support = np.arange(-int(40 * math.sqrt(sigma2)) - 40, int(40 * math.sqrt(sigma2)) + 41)
+    norm = np.exp(-support.astype(float) ** 2 / (2 * sigma2)).sum()
+    return np.exp(-np.asarray(k, dtype=float) ** 2 / (2 * sigma2)) / norm
+
+
+def finite_chi_square_pvalue(samples: np.ndarray, probabilities: np.ndarray) -> float:
+    """Goodness of fit of codes in [0, len(probabilities)) to a finite distribution (cells with
+    expected count below 5 pooled into one)."""
+    observed = np.bincount(samples, minlength=probabilities.size).astype(float)
+    expected = samples.size * probabilities
+    small = expected < 5
+    if small.any():
+        observed = np.r_[observed[~small], observed[small].sum()]
+        expected = np.r_[expected[~small], expected[small].sum()]
+    return float(stats.chisquare(observed, expected).pvalue)

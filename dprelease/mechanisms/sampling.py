@@ -127,6 +127,23 @@ def bernoulli_exp_neg(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:  # t
     return result
 
 
+def bernoulli_exp_neg_any(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Lane i is Bernoulli(exp(−num[i]/den[i])) for any num ≥ 0, exactly: ⌊γ⌋ Bernoulli(exp(−1))
+    trials (stopping at the first failure) and one Bernoulli(exp(−(γ − ⌊γ⌋))) (CKS Algorithm 1)."""
+    num = np.asarray(num, dtype=np.uint64)
+    den = np.asarray(den, dtype=np.uint64)
+    whole, rest = num // den, num % den
+    result = bernoulli_exp_neg(rest, den, rng)
+    pending = np.flatnonzero(result & (whole > 0))
+    while pending.size:
+        ones = np.ones(pending.size, dtype=np.uint64)
+        success = bernoulli_exp_neg(ones, ones, rng)
+        result[pending[~success]] = False
+        whole[pending] -= np.uint64(1)
+        pending = pending[success & (whole[pending] > 0)]
+    return result
+
+
 def geometric_exp_neg_one(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
     """V with P(V ≥ v) = exp(−v): Bernoulli(exp(−1)) successes before the first failure."""
     v = np.zeros(n, dtype=np.uint64)
@@ -166,15 +183,20 @@ def discrete_laplace(scale: Fraction | int, size: int, *, rng=None) -> np.ndarra
     never passes it, so the noise comes from :class:`OsEntropy`.
     """
     t, s = _rational(scale)
+    rng = OsEntropy() if rng is None else rng
+    # about 60% of candidates are accepted when scale ≥ 1
+    return collect(size, 1.8, lambda want: _laplace_candidates(t, s, want, rng))
+
+
+def collect(size: int, oversample: float, draw) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``size`` accepted samples from rounds of ``draw(n)`` (which returns the accepted ones of
+    n candidates), each round sized by the expected acceptance, at most ``_CHUNK`` lanes."""
     if size < 0:
         raise ValueError("size must be non-negative")
-    rng = OsEntropy() if rng is None else rng
     out = np.empty(size, dtype=np.int64)
     filled = 0
     while filled < size:
-        # oversample a little: about 60% of candidates are accepted when scale ≥ 1
-        want = min(_CHUNK, max(64, int((size - filled) * 1.8)))
-        draws = _laplace_candidates(t, s, want, rng)
+        draws = draw(min(_CHUNK, max(64, int((size - filled) * oversample))))
         take = min(draws.size, size - filled)
         out[filled:filled + take] = draws[:take]
         filled += take
