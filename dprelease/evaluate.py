@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from dprelease.data import Encoded, encode, histogram, place_totals
-from dprelease.mechanisms import discrete_laplace
+from dprelease.mechanisms import discrete_laplace, truncated_geometric
 from dprelease.postprocess import postprocess_release
 from dprelease.spec import Spec
 
@@ -45,6 +45,15 @@ def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type:
     return exact, scales
 
 
+def _noisy(spec: Spec, key: tuple[str, str | None], exact: np.ndarray, scale: Fraction) -> np.ndarray:
+    """One simulated measurement with the table's mechanism (the release's own samplers)."""
+    table = next(t for t in spec.tables if t.name == key[0])
+    if table.mechanism == "truncated_geometric":
+        assert table.upper is not None
+        return truncated_geometric(exact, table.upper, scale)
+    return exact + discrete_laplace(scale, exact.size)
+
+
 def evaluate(spec: Spec, trials: int) -> list[Row]:
     """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method."""
     data = encode(spec)
@@ -53,7 +62,7 @@ def evaluate(spec: Spec, trials: int) -> list[Row]:
     cell_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     total_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for _ in range(trials):
-        noisy = {k: v + discrete_laplace(scales[k], v.size) for k, v in exact.items()}
+        noisy = {k: _noisy(spec, k, v, scales[k]) for k, v in exact.items()}
         for method in METHODS:
             published = postprocess_release(spec, noisy, scales, method=method, invariants=invariants)
             for t in spec.tables:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dprelease.mechanisms import discrete_laplace
+from dprelease.mechanisms import discrete_laplace, truncated_geometric
 from dprelease.plan import TablePlan
 
 
@@ -16,11 +16,19 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
     caller passes a histogram over the declared domain, whose L1 sensitivity is
     ``table.sensitivity`` (1: one row is in at most one cell; 2 under change one record: a
     row leaves one cell and enters another). Guarantee: the returned vector is
-    ``table.epsilon``-DP (pure), every cell with independent noise. ``rng`` is the test-only
+    ``table.epsilon``-DP (pure), every cell with independent noise. With the truncated geometric
+    mechanism each cell is clamped to the declared [0, upper] first (neighbours stay within Δ)
+    and the noisy result clamped again (post-processing): outputs lie in [0, upper]. ``rng`` is the test-only
     seam of :func:`~dprelease.mechanisms.discrete_laplace`; release code never passes it.
     """
     if counts.dtype != np.int64:
         raise TypeError("counts must be int64")
     if counts.size != table.cells:
         raise ValueError(f"table {table.name}: {counts.size} cells, the plan says {table.cells}")
-    return counts + discrete_laplace(table.scale, counts.size, rng=rng)
+    match table.mechanism:
+        case "discrete_laplace":
+            return counts + discrete_laplace(table.scale, counts.size, rng=rng)
+        case "truncated_geometric":  # counts clamped to [0, upper], noise, output clamped (GRS 2009)
+            assert table.upper is not None
+            return truncated_geometric(counts, table.upper, table.scale, rng=rng)
+    raise ValueError(f"table {table.name}: unknown mechanism {table.mechanism!r}")

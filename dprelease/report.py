@@ -83,6 +83,11 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "(before post-processing).",
         "- `clamp` sets negative noisy counts to 0: every published count is a non-negative integer, but "
         "cells whose true count is near 0 are biased upwards, and sums of cells are not unbiased.",
+        *(["- `truncated_geometric` tables (Ghosh, Roughgarden and Sundararajan 2009): each count is clamped "
+            "to its declared [0, upper] before noise and the noisy count clamped again, so outputs lie in "
+            "[0, upper]; counts above the bound are published as at most the bound. The ±MoE bounds the error "
+            "of counts within the bound."]
+          if any(t["mechanism"] == "truncated_geometric" for t in manifest["tables"]) else []),
         "- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost.",
         "- Counts are unweighted person counts (one per row).",
         "",

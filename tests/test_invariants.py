@@ -125,9 +125,14 @@ def test_release_with_invariants_publishes_them_flagged_and_reruns(tmp_path, run
         for level in ("root", "STATE", "PUMA"):
             assert (release / "postprocessed" / "1-as-specified" / "tables" / table / f"{level}.csv").read_bytes() \
                 == (release / "tables" / table / f"{level}.csv").read_bytes()
-    # an altered invariants file is refused, not silently used
+    # an altered invariants file is refused, not silently used: a count, then the header
     state = release / "invariants" / "STATE.csv"
-    state.write_text(state.read_text().replace('"STATE"', '"PLACE"'))
+    original = state.read_text()
+    first = original.splitlines()[1]
+    state.write_text(original.replace(first, first.split(",")[0] + f",{int(first.split(',')[1]) + 100}"))
+    tampered = cli("postprocess", release)
+    assert tampered.code == 2 and "do not add up" in tampered.stderr, tampered
+    state.write_text(original.replace('"STATE"', '"PLACE"'))
     tampered = cli("postprocess", release)
     assert tampered.code == 2 and "altered" in tampered.stderr, tampered
 
@@ -141,3 +146,18 @@ def test_evaluate_binds_the_invariants():
             assert rows[(table, level, "consistent")].total_mae == 0
             assert rows[(table, level, "clamp")].total_mae > 0  # clamped tables are noisy, as published
         assert rows[(table, "PUMA", "consistent")].total_mae > 0  # PUMA totals are not invariant
+
+
+def test_inconsistent_invariants_are_refused():
+    from dprelease.postprocess import check_invariants
+
+    spec = load_spec(INVARIANTS)
+    totals = place_totals(spec, encode(spec))
+    check_invariants(spec, totals)
+    for broken in ({"root": totals["root"] + 1, "STATE": totals["STATE"]},  # states no longer add up
+                   {"root": totals["root"], "STATE": totals["STATE"] + np.r_[-totals["STATE"][0] - 1,  # a negative count
+                                                                            totals["STATE"][0] + 1,
+                                                                            np.zeros(totals["STATE"].size - 2, int)]},
+                   {"STATE": totals["STATE"]}):  # a level missing
+        with pytest.raises(ValueError):
+            check_invariants(spec, broken)

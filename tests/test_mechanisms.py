@@ -251,3 +251,69 @@ def test_opendp_is_only_a_test_oracle():
 
     sources = [p for p in (ROOT / "dprelease").rglob("*.py") if "opendp" in p.read_text(encoding="utf-8")]
     assert sources == []
+
+
+# ---------------------------------------------------------------- a truncated geometric table in a release
+
+TRUNCATED_SPEC = """\
+release: truncated-2019
+dataset:
+  name: nist-acs-truncated
+  path: {data}
+  na_values: ["N"]
+  lifetime_budget: {{epsilon: 2}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+columns:
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+  AGEP: {{range: [0, 99]}}
+derived:
+  AGE_GROUP: {{from: AGEP, bins: [0, 18, 65, 100], labels: ["0-17", "18-64", "65+"]}}
+tables:
+  - name: persons_by_sex_capped
+    group_by: [SEX]
+    epsilon: 0.5
+    mechanism: truncated_geometric
+    upper: 5000
+    post_process: none
+  - name: persons_by_age_group
+    group_by: [AGE_GROUP]
+    epsilon: 0.5
+"""
+
+
+def test_a_truncated_geometric_table_is_measured_with_its_mechanism(tmp_path, run_env):
+    from dprelease.data import encode, histogram
+    from dprelease.measure import measure_counts
+    from dprelease.plan import plan_release
+    from dprelease.spec import load_spec
+    from tests.conftest import ROOT
+    from tests.test_run import run
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(TRUNCATED_SPEC.format(data=ROOT / "data" / "nist_acs" / "national2019.csv"))
+    spec = load_spec(path)
+    plan = plan_release(spec, None)
+    capped = plan.tables[0]
+    assert (capped.mechanism, capped.upper, capped.scale) == ("truncated_geometric", 5000, 2)
+    # the release's own measurement step, many times over one cell: the exact truncated law
+    counts = histogram(spec, spec.tables[0], encode(spec))
+    assert counts.min() > 5000  # both sexes exceed the bound: published as at most 5000
+    draws = np.concatenate([measure_counts(np.array([3000, 4999]), capped) for _ in range(5_000)])
+    assert draws.min() >= 0 and draws.max() <= 5000
+    upper_mass = np.mean(draws[1::2] == 5000)
+    expected = truncated_pmf(4999 - 4990, 10, 2.0)[-1]  # P(noise ≥ 1)
+    assert abs(upper_mass - expected) < 6 * math.sqrt(expected * (1 - expected) / 5_000)
+    # and end to end
+    out = tmp_path / "out"
+    proc = run(path, "--output-dir", out, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    import csv as _csv
+    import json as _json
+
+    rows = list(_csv.DictReader((out / "truncated-2019" / "tables" / "persons_by_sex_capped.csv").open()))
+    assert all(0 <= int(r["count"]) <= 5000 for r in rows)
+    manifest = _json.loads((out / "truncated-2019" / "manifest.json").read_text())
+    entry = next(t for t in manifest["tables"] if t["name"] == "persons_by_sex_capped")
+    assert entry["mechanism"] == "truncated_geometric" and entry["upper"] == 5000
+    assert "truncated_geometric" in (out / "truncated-2019" / "budget_report.md").read_text()

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dprelease.errors import UserError
-from dprelease.postprocess import postprocess_release
+from dprelease.postprocess import check_invariants, postprocess_release
 from dprelease.publish import read_invariant, sync_tree, utc_now, write_json, write_table
 from dprelease.spec import fingerprint
 from dprelease.spec.canonical import spec_from_canonical
@@ -56,6 +56,10 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     if set(invariants) != set(spec.invariant_levels):
         raise UserError(f"{release_dir}/manifest.json does not list the invariants its spec declares; the release "
                         "directory has been altered")
+    try:
+        check_invariants(spec, invariants) if invariants else None
+    except ValueError as exc:
+        raise UserError(f"{release_dir}/invariants: {exc}; the release directory has been altered") from None
     published = postprocess_release(spec, noisy, scales, method, invariants=invariants)
     versions = release_dir / "postprocessed"
     number = 1 + max((int(p.name.split("-")[0]) for p in versions.glob("*-*") if p.name.split("-")[0].isdigit()),

@@ -41,6 +41,7 @@ class TablePlan:
     moe: int  # at the plan's confidence
     moe95: int
     level: str | None = None  # the geographic level of this measurement (None: a plain table)
+    upper: int | None = None  # truncated_geometric: the public bound; outputs lie in [0, upper]
 
     @property
     def key(self) -> str:
@@ -102,7 +103,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     else:
         check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
         lifetime, spent = state.budget, state.spent
-    tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level)
+    tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper)
                    for t in spec.tables for level, dims, eps in t.measured())
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
@@ -114,7 +115,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     )
 
 
-def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None = None) -> TablePlan:
+def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None = None,
+                mechanism: str = "discrete_laplace", upper: int | None = None) -> TablePlan:
     sensitivity = spec.sensitivity  # 1, or 2 under change-one-record: see the module docstring
     scale = Fraction(sensitivity) / epsilon
     try:
@@ -124,9 +126,11 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
             f"{spec.source}: table {name}: ε = {epsilon} has too many digits for the exact sampler (the noise "
             "scale Δ/ε must be a fraction with parts below 2^40); round ε to at most 12 significant digits"
         ) from None
-    return TablePlan(name=name, epsilon=epsilon, mechanism="discrete_laplace", sensitivity=sensitivity,
+    # the truncated geometric's error is never larger than its noise when the true count is in
+    # [0, upper] (clamping moves towards it), so the discrete Laplace margin bounds it too
+    return TablePlan(name=name, epsilon=epsilon, mechanism=mechanism, sensitivity=sensitivity,
                      scale=scale, cells=cells, moe=margin_of_error(scale, spec.confidence),
-                     moe95=margin_of_error(scale, CONFIDENCE_95), level=level)
+                     moe95=margin_of_error(scale, CONFIDENCE_95), level=level, upper=upper)
 
 
 def epsilon_for_target(spec: Spec, target_moe: int) -> list[tuple[str, Fraction]]:

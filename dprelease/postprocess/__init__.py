@@ -50,6 +50,8 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
         if chosen != "consistent":
             for level, _, _ in t.measured():
                 published[(t.name, level)] = clamp_or_none(noisy[(t.name, level)], chosen)
+    if invariants:
+        check_invariants(spec, invariants)
     consistent = [g for g in groups(spec) if method in (None, "consistent")]
     if method == "consistent":  # every table, grouped as the spec says or alone
         consistent = [[t] for t in spec.tables if t.post_process != "consistent"] + groups(spec)
@@ -57,3 +59,26 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
         binding = invariants if invariants and not any(t.where for t in group) else None
         published.update(consistent_group(spec, group, noisy, scales, binding))
     return published
+
+
+def check_invariants(spec: Spec, invariants: dict[str, np.ndarray]) -> None:
+    """ValueError unless ``invariants`` are the spec's levels, non-negative integers, one per
+    place, each level summing, place by place, to the next coarser one."""
+    from dprelease.spec import ROOT, RollupColumn
+
+    if list(invariants) != list(spec.invariant_levels):
+        raise ValueError(f"invariants for {list(invariants)}, the spec declares {list(spec.invariant_levels)}")
+    for level, totals in invariants.items():
+        size = 1 if level == ROOT else spec.column(level).size
+        if totals.shape != (size,) or totals.dtype.kind not in "iu" or (totals < 0).any():
+            raise ValueError(f"the {level} invariants are not {size} non-negative integer totals")
+    levels = list(invariants)
+    for coarse, fine in zip(levels, levels[1:]):
+        if coarse == ROOT:
+            summed = np.array([invariants[fine].sum()])
+        else:
+            up = spec.column(coarse)
+            assert isinstance(up, RollupColumn) and up.source == fine
+            summed = np.bincount(np.asarray(up.parent_of), weights=invariants[fine], minlength=up.size)
+        if not np.array_equal(summed.astype(np.int64), invariants[coarse]):
+            raise ValueError(f"the {fine} invariants do not add up to the {coarse} invariants")

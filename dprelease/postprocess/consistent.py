@@ -291,6 +291,8 @@ def _round_children(values: np.ndarray, totals: np.ndarray, cells: list[np.ndarr
     """
     floors = _floors(values, totals)
     need = None
+    if row_totals is not None and int(np.sum(row_totals)) != int(np.round(totals).sum()):
+        raise ValueError("the rows' totals do not add up to the columns' (inconsistent invariants)")
     if row_totals is not None:
         need = np.asarray(row_totals, dtype=np.int64) - floors.sum(axis=1)
         for c in np.flatnonzero(need < 0):  # float slack put a row above its total

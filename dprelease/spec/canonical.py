@@ -52,6 +52,8 @@ def canonical(spec: Spec) -> dict[str, Any]:
                 "consistency": t.consistency,
                 "where": [[c.column, c.op, list(c.operand)] for c in t.where],
                 "epsilon": fraction_text(t.epsilon), "post_process": t.post_process,
+                # only when not the default: specs without keep their fingerprints
+                **({"mechanism": t.mechanism, "upper": t.upper} if t.mechanism != "discrete_laplace" else {}),
             }
             for t in spec.tables
         ],
@@ -102,7 +104,8 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
               where=tuple(Condition(c, op, tuple(operand)) for c, op, operand in t["where"]),
               epsilon=Fraction(t["epsilon"]), post_process=t["post_process"], description=t["description"],
               levels=tuple(t["levels"]), level_epsilons=tuple(Fraction(e) for e in t["level_epsilons"]),
-              consistency=t["consistency"])
+              consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
+              upper=t.get("upper"))
         for t in data["tables"])
     return Spec(source=source, release=data["release"], dataset=dataset, definition=data["privacy"]["definition"],
                 unit=data["privacy"]["unit"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,

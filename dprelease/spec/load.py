@@ -123,9 +123,10 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
         case "minItems" if error.schema.get("minItems") == 1:
             return [doc.problem(path, "the list is empty; give at least one item")]
         case "uniqueItems":
-            seen: set[str] = set()
-            twice = next(str(v) for v in error.instance if str(v) in seen or seen.add(str(v)))  # type: ignore[func-returns-value]
-            return [doc.problem(path, f"{twice!r} is listed twice; list each item once")]
+            items = [json.dumps(v, sort_keys=True) for v in error.instance]
+            twice = next((v for i, v in enumerate(items) if v in items[:i]), None)
+            what = f"{twice} is listed twice" if twice is not None else "an item is listed twice"
+            return [doc.problem(path, f"{what}; list each item once")]
         case "enum":
             allowed = " | ".join(str(v) for v in error.schema["enum"])
             return [doc.problem(path, f"{error.instance!r} is not allowed; use one of: {allowed}")]
@@ -526,9 +527,24 @@ class _Checker:
                 self.fail(at + ("post_process",), f"tables of consistency group {consistency!r} are post-processed "
                           "together: use post_process: consistent, or leave the group")
                 continue
+            mechanism = self.get(at + ("mechanism",), str, "discrete_laplace")
+            upper = self.get(at + ("upper",), int)
+            if mechanism == "truncated_geometric" and upper is None:
+                self.fail(at + ("mechanism",), "truncated_geometric needs the counts' public upper bound: add "
+                          "upper: N (outputs lie in [0, N])")
+                continue
+            if mechanism != "truncated_geometric" and upper is not None:
+                self.fail(at + ("upper",), "upper: is the bound of the truncated geometric mechanism; add "
+                          "mechanism: truncated_geometric, or remove upper:")
+                continue
+            if mechanism == "truncated_geometric" and post == "consistent":
+                self.fail(at + ("mechanism",), "truncated geometric outputs are already clamped to [0, upper], so "
+                          "consistent post-processing (which needs unbiased noise) cannot use them: use "
+                          "post_process: none, or the default mechanism")
+                continue
             out.append(Table(name, tuple(group_by), tuple(where), epsilon, post,
                              self.get(at + ("description",), str), table_levels,
-                             tuple(epsilons or ()), consistency))
+                             tuple(epsilons or ()), consistency, mechanism, upper))
         self.groups(out, columns, max_cells)
         return out
 

@@ -161,6 +161,8 @@ class Table:
     levels: tuple[str, ...] = ()  # ("root", "STATE", "PUMA") for a geographic table
     level_epsilons: tuple[Fraction, ...] = ()
     consistency: str | None = None  # the consistency group, if any
+    mechanism: Literal["discrete_laplace", "truncated_geometric"] = "discrete_laplace"
+    upper: int | None = None  # truncated_geometric: the public upper bound of every count
 
     def __post_init__(self) -> None:
         if self.epsilon <= 0:
