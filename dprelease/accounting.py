@@ -9,6 +9,7 @@ No floats enter here. ε is parsed from the text the user wrote, so ``0.1`` is e
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 from fractions import Fraction
@@ -117,43 +118,51 @@ def zcdp_epsilon(rho: Fraction, delta: Fraction, digits: int = 6) -> Fraction:
 
     Canonne, Kamath and Steinke 2020, Proposition 12 / Corollary 13: ρ-zCDP implies (ε, δ)-DP
     for every α > 1 with ε = αρ + (ln(1/δ) + (α − 1)·ln(1 − 1/α) − ln α)/(α − 1) (the same
-    bound OpenDP uses). Any α gives a valid ε; a float search only *chooses* α (then made
-    rational), and the bound at that α is evaluated in 60-digit decimal arithmetic, widened by
-    far more than its rounding error, and rounded up.
+    bound OpenDP uses). Any α gives a valid ε, so the search only has to choose a good one: a
+    golden-section search over α = 1 + e^x. Everything is 60-digit decimal arithmetic (no
+    floats); the bound at the chosen α, a decimal and so an exact rational, is widened by far
+    more than its rounding error and rounded up.
     """
-    import decimal
-
-    import scipy.optimize
-
     if rho <= 0 or not 0 < delta < 1:
         raise ValueError("need ρ > 0 and 0 < δ < 1")
-    r, log_inv_delta = float(rho), -math.log(float(delta))
-
-    def bound(log_excess: float) -> float:  # α = 1 + e^x keeps the search inside α > 1
-        alpha = 1 + math.exp(log_excess)
-        return alpha * r + (log_inv_delta + (alpha - 1) * math.log1p(-1 / alpha) - math.log(alpha)) / (alpha - 1)
-
-    best = scipy.optimize.minimize_scalar(bound, bounds=(-20.0, 20.0), method="bounded")
-    alpha = Fraction(1 + math.exp(best.x)).limit_denominator(10**6)
-    if alpha <= 1:
-        alpha = Fraction(1) + Fraction(1, 10**6)
     with decimal.localcontext() as ctx:
         ctx.prec = _ZCDP_DIGITS
-        d = decimal.Decimal
+        r, log_inv_delta = _dec(rho), -_dec(delta).ln()
 
-        def dec(f: Fraction) -> decimal.Decimal:
-            return d(f.numerator) / d(f.denominator)
+        def bound(alpha: decimal.Decimal) -> decimal.Decimal:
+            return alpha * r + (log_inv_delta + (alpha - 1) * (1 - 1 / alpha).ln() - alpha.ln()) / (alpha - 1)
 
-        a = dec(alpha)
-        eps = a * dec(rho) + ((-dec(delta).ln()) + (a - 1) * (1 - 1 / a).ln() - a.ln()) / (a - 1)
-        eps += d(10) ** (-(_ZCDP_DIGITS - 10))  # far above the accumulated rounding error
+        def at(x: decimal.Decimal) -> decimal.Decimal:
+            return bound(1 + x.exp())
+
+        low, high = decimal.Decimal(-30), decimal.Decimal(30)
+        ratio = (decimal.Decimal(5).sqrt() - 1) / 2
+        c, d = high - ratio * (high - low), low + ratio * (high - low)
+        fc, fd = at(c), at(d)
+        for _ in range(160):  # the bracket shrinks by 0.618 per step: far below any useful width
+            if fc <= fd:
+                high, d, fd = d, c, fc
+                c = high - ratio * (high - low)
+                fc = at(c)
+            else:
+                low, c, fc = c, d, fd
+                d = low + ratio * (high - low)
+                fd = at(d)
+        alpha = 1 + min((fc, c), (fd, d))[1].exp()
+        eps = bound(alpha) + decimal.Decimal(10) ** (-(_ZCDP_DIGITS - 10))  # far above the rounding error
     return _round_up(Fraction(eps), digits)
+
+
+def _dec(value: Fraction) -> decimal.Decimal:
+    return decimal.Decimal(value.numerator) / decimal.Decimal(value.denominator)
 
 
 def _round_up(value: Fraction, digits: int) -> Fraction:
     """``value`` rounded up to ``digits`` significant decimal digits."""
     if value <= 0:
         return value
-    exponent = math.floor(math.log10(value)) - digits + 1
+    with decimal.localcontext() as ctx:
+        ctx.prec = _ZCDP_DIGITS
+        exponent = _dec(value).adjusted() - digits + 1  # the leading digit's power of ten
     unit = Fraction(10) ** exponent
     return math.ceil(value / unit) * unit
