@@ -161,3 +161,49 @@ def test_inconsistent_invariants_are_refused():
                    {"STATE": totals["STATE"]}):  # a level missing
         with pytest.raises(ValueError):
             check_invariants(spec, broken)
+
+
+def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, run_env, cli):
+    """Once invariants of a dataset are public, every later release of it is planned (and
+    charged) under change one record; a dataset with add/remove releases refuses invariants."""
+    from dprelease.errors import LedgerError
+    from dprelease.ledger import Ledger, resolve_location
+
+    def ledger_at(path):
+        ledger = Ledger.open(resolve_location(str(path)), create=True)
+        assert ledger is not None
+        return ledger
+
+    spec, plain = load_spec(INVARIANTS), load_spec(CENSUS)
+    assert spec.dataset.name == plain.dataset.name
+    bounded = tmp_path / "bounded.sqlite"
+    ledger = ledger_at(bounded)
+    first = plan_release(spec, None)
+    assert first.terms == "pure-bounded"
+    ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=[(t.key, t.epsilon) for t in first.tables],
+                   spec_fingerprint=first.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
+                   definition=first.terms)
+    later = plan_release(plain, ledger.state(plain.dataset.name))  # no invariants of its own
+    assert later.terms == "pure-bounded" and {t.sensitivity for t in later.tables} == {2}
+    assert "change one record" in later.neighbouring
+    with pytest.raises(LedgerError):  # the reservation re-checks the terms in its transaction
+        ledger.reserve(dataset=plain.dataset.name, release="sneaky", charges=[("t", Fraction(1, 10))],
+                       spec_fingerprint="sha256:x", lifetime_from_spec=plain.dataset.lifetime_epsilon,
+                       definition="pure")
+    ledger.close()
+    # end to end: the plain census release on the bounded dataset is published with sensitivity 2
+    out = tmp_path / "out"
+    proc = run(CENSUS, "--output-dir", out, "--ledger", bounded, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((out / "acs-census-2019" / "manifest.json").read_text())
+    assert {t["sensitivity"] for t in manifest["tables"]} == {2}
+    assert manifest["privacy"]["ledger_terms"] == "pure-bounded"
+    # the other way round: add/remove releases first, then invariants are refused (nothing spent)
+    plain_ledger = tmp_path / "plain.sqlite"
+    proc = run(CENSUS, "--output-dir", tmp_path / "out2", "--ledger", plain_ledger, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    refused = cli("run", INVARIANTS, "--ledger", plain_ledger, "--output-dir", tmp_path / "out3")
+    assert refused.code != 0 and "add/remove" in refused.stderr and "Traceback" not in refused.stderr, refused
+    ledger = ledger_at(plain_ledger)
+    assert len(ledger.state(plain.dataset.name).runs) == 1
+    ledger.close()

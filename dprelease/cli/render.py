@@ -17,6 +17,9 @@ pct = percent_text
 both = exact_and_decimal
 
 
+TERMS_SHOWN = {"pure": "pure DP, add/remove one row", "pure-bounded": "pure DP, change one record: invariants public"}
+
+
 def ledger_line(location: LedgerLocation, exists: bool, created: bool = False) -> str:
     state = " — created now" if created else ("" if exists else " — none yet; the first run creates it")
     return f"ledger: {location.shown} [{location.source}]{state}"
@@ -67,6 +70,9 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                             ("sensitivity", "right"), ("noise scale", "right"), ("cells", "right"),
                             (f"± MoE {conf}", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    if plan.terms != "pure" and not plan.invariants:
+        console.print(f"Note: neighbouring datasets: {plan.neighbouring}; every sensitivity is 2.",
+                      markup=False, highlight=False)
     if plan.invariants:
         console.print(f"WARNING: invariants — the number of persons per place at {', '.join(plan.invariants)} is "
                       "published EXACTLY, not protected by differential privacy. The neighbouring relation is "
@@ -139,7 +145,7 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
         console.print("No datasets in this ledger yet.")
         return
     for s in states:
-        console.print(f"\nDataset {s.name} ({s.definition} DP): cap ε = {both(s.budget)}, spent {both(s.spent)}, "
+        console.print(f"\nDataset {s.name} ({TERMS_SHOWN.get(s.definition, s.definition)}): cap ε = {both(s.budget)}, spent {both(s.spent)}, "
                       f"remaining {both(s.remaining)}", markup=False, highlight=False)
         if s.caps:
             for c in s.caps:

@@ -55,7 +55,8 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
                                  charges=[(t.key, t.epsilon) for t in plan.tables],
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
-                                 spec_path=str(spec.source.resolve()), output_dir=str(output_dir))
+                                 spec_path=str(spec.source.resolve()), output_dir=str(output_dir),
+                                 definition=plan.terms)
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
     finally:
         ledger.close()

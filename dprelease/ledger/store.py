@@ -286,6 +286,9 @@ class Ledger:
                 state = _state(conn, dataset)
                 assert state is not None
             check_lifetime_matches(state, lifetime_from_spec)
+            if state.definition != definition:  # checked again here: two first releases may race
+                raise LedgerError(f"dataset {dataset!r} is in the ledger under {state.definition!r} terms; this run was "
+                                  f"planned under {definition!r}. Plan it again")
             live = state.live_run(release)
             if live is not None:
                 raise AlreadyReleasedError(

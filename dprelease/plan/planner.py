@@ -66,6 +66,7 @@ class Plan:
     lifetime_caps: tuple[CapChange, ...] = ()  # the ledger's recorded cap decisions
     neighbouring: str = "add or remove one row (one row per person)"
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (NOT DP)
+    terms: str = "pure"  # the dataset's ledger terms this plan is charged under (see ledger_terms)
 
     @property
     def fits_release(self) -> bool:
@@ -103,7 +104,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     else:
         check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
         lifetime, spent = state.budget, state.spent
-    tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper)
+    terms, sensitivity, neighbouring = ledger_terms(spec, state)
+    tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper, sensitivity)
                    for t in spec.tables for level, dims, eps in t.measured())
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
@@ -111,13 +113,42 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         confidence=spec.confidence, lifetime_budget=lifetime, lifetime_spent=spent,
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
-        neighbouring=spec.neighbouring, invariants=spec.invariant_levels,
+        neighbouring=neighbouring, invariants=spec.invariant_levels, terms=terms,
     )
 
 
-def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None = None,
-                mechanism: str = "discrete_laplace", upper: int | None = None) -> TablePlan:
-    sensitivity = spec.sensitivity  # 1, or 2 under change-one-record: see the module docstring
+TERMS_ADD_REMOVE = "pure"  # ε-DP, add or remove one row: the ledger's original terms
+TERMS_BOUNDED = "pure-bounded"  # ε-DP, change one record: a dataset whose invariants are public
+
+
+def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]:
+    """(terms, sensitivity, neighbouring relation) of a release of ``spec`` on its dataset.
+
+    A dataset's lifetime budget is one guarantee under one neighbouring relation, fixed when
+    the dataset enters the ledger. A release with invariants needs the bounded relation; once
+    a dataset is bounded (its invariants are public for ever), every later release of it is
+    planned under change one record too, sensitivity 2, invariants or not. A dataset whose
+    ledger holds add/remove releases cannot take a release with invariants: exact totals are
+    not DP under add/remove, and its earlier ε would double under the bounded relation.
+    """
+    wanted = TERMS_BOUNDED if spec.invariants else TERMS_ADD_REMOVE
+    if state is None or state.definition == wanted:
+        return wanted, spec.sensitivity, spec.neighbouring
+    if state.definition == TERMS_BOUNDED:
+        return TERMS_BOUNDED, 2, ("change one record (bounded DP: invariants of this dataset were published "
+                                  "before, so every release of it is planned under change one record)")
+    if state.definition == TERMS_ADD_REMOVE:
+        raise LedgerError(
+            f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under add/remove-one-row terms, but "
+            "this spec publishes invariants, which need change-one-record terms for the whole dataset (its "
+            "earlier ε would double). Release the invariants under a new dataset name, or drop invariants:")
+    raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
+                      "of dprelease does not know")
+
+
+def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None,
+                mechanism: str, upper: int | None, sensitivity: int) -> TablePlan:
+    """``sensitivity``: 1, or 2 under change one record (see the module docstring)."""
     scale = Fraction(sensitivity) / epsilon
     try:
         check_scale(scale)
