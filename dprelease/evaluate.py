@@ -84,7 +84,10 @@ def report_md(spec: Spec, rows: list[Row], trials: int, command: str) -> str:
     lines = [f"# Accuracy evaluation — {spec.release} ({NOT_PRIVATE})", "",
              f"{trials} simulated releases of `{spec.dataset.path}` (spec `{spec.source.name}`), each post-processed "
              "with clamp (max(0, x) per cell) and with consistent (census-style) post-processing, compared with the "
-             "exact counts. Errors are absolute, in persons.", "", f"Command: `{command}`", "",
+             "exact counts. Errors are absolute, in persons.", "",
+             f"Neighbouring datasets: {spec.neighbouring}; every sensitivity is {spec.sensitivity}."
+             + (f" Invariants (published exactly, NOT protected by DP): totals at {', '.join(spec.invariant_levels)}."
+                if spec.invariants else ""), "", f"Command: `{command}`", "",
              "| table | level | cells: MAE clamp | MAE consistent | p95 clamp | p95 consistent | "
              "totals: MAE clamp | MAE consistent |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]

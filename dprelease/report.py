@@ -89,7 +89,11 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
             "of counts within the bound."]
           if any(t["mechanism"] == "truncated_geometric" for t in manifest["tables"]) else []),
         "- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost.",
-        "- Counts are unweighted person counts (one per row).",
+        ("- Counts are unweighted row counts. Each person (one value of "
+         f"`{manifest['privacy']['contribution_bound']['id']}`) contributes at most "
+         f"{manifest['privacy']['contribution_bound']['max_rows']} rows, chosen at random; rows beyond were dropped, "
+         "and every sensitivity is that many times larger."
+         if "contribution_bound" in manifest["privacy"] else "- Counts are unweighted person counts (one per row)."),
         "",
     ]
     return "\n".join(lines)

@@ -97,6 +97,13 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
         total = sum((t.epsilon for t in spec.tables), Fraction(0))
         out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables, total ε = "
                   f"{fraction_text(total)} of {fraction_text(spec.budget_epsilon)}", markup=False)
+        if spec.invariants:
+            say(f"note: {path}: invariants — the number of persons per place at {', '.join(spec.invariant_levels)} "
+                "is published EXACTLY, not protected by differential privacy; every sensitivity is "
+                f"{spec.sensitivity} (change one record)")
+        if spec.unit == "person":
+            say(f"note: {path}: at most {spec.max_rows} rows per {spec.unit_id} are kept; every sensitivity is "
+                f"{spec.sensitivity}")
         if total > spec.budget_epsilon:
             say(f"warning: {path}: the tables' ε sum to {fraction_text(total)}, over the release budget of "
                 f"{fraction_text(spec.budget_epsilon)} by {fraction_text(total - spec.budget_epsilon)}; "

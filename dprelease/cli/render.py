@@ -70,9 +70,9 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                             ("sensitivity", "right"), ("noise scale", "right"), ("cells", "right"),
                             (f"± MoE {conf}", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
-    if plan.terms != "pure" and not plan.invariants:
-        console.print(f"Note: neighbouring datasets: {plan.neighbouring}; every sensitivity is 2.",
-                      markup=False, highlight=False)
+    if plan.neighbouring != Plan.neighbouring and not plan.invariants:  # not the default relation
+        console.print(f"Note: neighbouring datasets: {plan.neighbouring}; every sensitivity is "
+                      f"{max(t.sensitivity for t in plan.tables)}.", markup=False, highlight=False)
     if plan.invariants:
         console.print(f"WARNING: invariants — the number of persons per place at {', '.join(plan.invariants)} is "
                       "published EXACTLY, not protected by differential privacy. The neighbouring relation is "

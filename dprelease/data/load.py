@@ -42,7 +42,8 @@ class Encoded:
 
     codes: dict[str, np.ndarray]
     rows_read: int
-    rows_dropped: int
+    rows_dropped: int  # out-of-domain drops and rows over the contribution bound
+    rows_over_bound: int = 0  # of which: a person's rows beyond max_rows
 
     @property
     def rows(self) -> int:
@@ -133,8 +134,9 @@ def encode(spec: Spec) -> Encoded:
     """
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
-    table = read_table(spec, [c.name for c in declared],
-                       [c.name for c in declared if isinstance(c, CategoricalColumn)])
+    identifier = [spec.unit_id] if spec.unit_id else []
+    table = read_table(spec, [c.name for c in declared] + identifier,
+                       [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier)
     n = table.num_rows
     codes: dict[str, np.ndarray] = {}
     keep = np.ones(n, dtype=bool)
@@ -159,9 +161,44 @@ def encode(spec: Spec) -> Encoded:
         if isinstance(column, RollupColumn):
             table_ = np.asarray(column.parent_of, dtype=code_dtype(column.size))
             codes[column.name] = table_[codes[column.source]]
+    over = 0
+    if spec.unit_id:
+        before = int(keep.sum())
+        keep &= bound_contributions(spec, table.column(spec.unit_id), keep)
+        over = before - int(keep.sum())
     if not keep.all():
         codes = {k: v[keep] for k, v in codes.items()}
-    return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()))
+    return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()), rows_over_bound=over)
+
+
+def bound_contributions(spec: Spec, ids: pa.ChunkedArray, keep: np.ndarray, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Rows to keep so that no person (one value of ``spec.unit_id``) has more than
+    ``spec.max_rows`` of the rows in ``keep``; which of a person's rows stay is chosen
+    uniformly at random with the OS CSPRNG (``rng``: the test-only seam).
+
+    Privacy contract: a person's rows are bounded whatever the others hold, so adding or
+    removing one person changes at most ``max_rows`` rows of every later histogram (its
+    sensitivity is scaled by ``max_rows``). The choice must be random, not "the first k": a
+    deterministic choice would still be bounded, but the random one does not favour the
+    file's order. A row without an id cannot be bounded: it is an error.
+    """
+    from dprelease.mechanisms import OsEntropy
+
+    arr = ids.combine_chunks() if ids.num_chunks else pa.array([], pa.string())
+    missing = np.asarray(arr.is_null().to_numpy(zero_copy_only=False)) & keep
+    if missing.any():
+        raise DataError(f"{spec.dataset.resolved_path}: {int(missing.sum())} row(s) have no {spec.unit_id} (the "
+                        f"person identifier of privacy.unit); every row must name its person")
+    person = np.asarray(arr.dictionary_encode().indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    rows = np.flatnonzero(keep)
+    random = (OsEntropy() if rng is None else rng).words(rows.size)
+    order = rows[np.lexsort((random, person[rows]))]  # by person, each person's rows in random order
+    group = person[order]
+    starts = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1] if order.size else np.zeros(0, np.int64)
+    rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+    bounded = np.zeros(keep.size, dtype=bool)
+    bounded[order[rank < spec.max_rows]] = True
+    return bounded
 
 
 def _encode_column(spec: Spec, column: Column, arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:

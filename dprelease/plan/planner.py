@@ -135,7 +135,7 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
     if state is None or state.definition == wanted:
         return wanted, spec.sensitivity, spec.neighbouring
     if state.definition == TERMS_BOUNDED:
-        return TERMS_BOUNDED, 2, ("change one record (bounded DP: invariants of this dataset were published "
+        return TERMS_BOUNDED, 2 * spec.max_rows, ("change one record (bounded DP: invariants of this dataset were published "
                                   "before, so every release of it is planned under change one record)")
     if state.definition == TERMS_ADD_REMOVE:
         raise LedgerError(

@@ -41,7 +41,8 @@ def canonical(spec: Spec) -> dict[str, Any]:
             "delimiter": d.delimiter,
             "lifetime_epsilon": fraction_text(d.lifetime_epsilon) if d.lifetime_epsilon else None,
         },
-        "privacy": {"definition": spec.definition, "unit": spec.unit},
+        "privacy": {"definition": spec.definition,
+                    "unit": spec.unit if spec.unit == "row" else {"id": spec.unit_id, "max_rows": spec.max_rows}},
         "budget": {"epsilon": fraction_text(spec.budget_epsilon)},
         "columns": [_column(c) for c in spec.columns],
         "geography": list(spec.geography),
@@ -107,8 +108,10 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
               consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
               upper=t.get("upper"))
         for t in data["tables"])
+    unit = data["privacy"]["unit"]
     return Spec(source=source, release=data["release"], dataset=dataset, definition=data["privacy"]["definition"],
-                unit=data["privacy"]["unit"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,
+                unit="row" if unit == "row" else "person", unit_id=None if unit == "row" else unit["id"],
+                max_rows=1 if unit == "row" else unit["max_rows"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,
                 tables=tables, geography=tuple(data["geography"]), description=data["description"],
                 invariants=tuple(data.get("invariants", {}).get("totals", ())))
 

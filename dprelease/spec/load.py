@@ -95,6 +95,12 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
         path += (error.instance,)  # a bad key: point at the key itself
         return [doc.problem(path, f"{error.instance!r} is not a column name: use letters, digits and '_', "
                             "starting with a letter or '_'", at_key=True)]
+    if error.validator == "oneOf" and isinstance(error.instance, dict) and error.context:
+        # a mapping where a choice allows one (privacy.unit): explain the mapping branch's errors
+        branch = [e for e in error.context if e.relative_schema_path and
+                  error.schema["oneOf"][e.relative_schema_path[0]].get("type") == "object"]
+        if branch:
+            return [p for e in branch for p in _explain(doc, e)]
     match error.validator:
         case "additionalProperties" if isinstance(error.instance, dict):
             known = sorted(error.schema.get("properties", {}))
@@ -232,8 +238,16 @@ class _Checker:
                           "starting with a letter or digit")
         if self.problems or dataset is None or budget is None or release is None:
             return None
+        unit = self.get(("privacy", "unit"), dict)
+        unit_id = unit.get("id") if unit else None
+        max_rows = unit.get("max_rows", 1) if unit else 1
+        if unit_id is not None and any(c.name == unit_id for c in columns):
+            self.fail(("privacy", "unit", "id"), f"{unit_id!r} is a declared column; the person identifier is read to "
+                      "bound contributions and never published, so it cannot be a table column")
+            return None
         return Spec(source=self.doc.file, release=release, dataset=dataset, definition="pure",
-                    unit="row", budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
+                    unit="person" if unit_id else "row", unit_id=unit_id, max_rows=max_rows,
+                    budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants)
 

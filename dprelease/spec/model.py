@@ -197,7 +197,7 @@ class Spec:
     release: str
     dataset: Dataset
     definition: Literal["pure"]
-    unit: Literal["row"]
+    unit: Literal["row", "person"]  # person: every row with one value of ``unit_id``
     budget_epsilon: Fraction
     columns: tuple[Column, ...]  # declared, then derived, in spec order
     tables: tuple[Table, ...]
@@ -207,6 +207,8 @@ class Spec:
     max_cells: int = DEFAULT_MAX_CELLS
     description: str | None = None
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (not DP)
+    unit_id: str | None = None  # the person identifier (unit "person"); read, never published
+    max_rows: int = 1  # rows kept per person (contribution bound); 1 for unit "row"
 
     @property
     def invariant_levels(self) -> tuple[str, ...]:
@@ -224,11 +226,18 @@ class Spec:
         Add/remove one row moves one cell by 1. With invariants, datasets that differ by an
         added or removed row no longer share the published totals, so the honest relation is
         change one record (bounded DP): a row leaves one cell and enters another, 2 in L1.
+        With a contribution bound (unit person, at most K rows each), both scale by K.
         """
-        return 2 if self.invariants else 1
+        return (2 if self.invariants else 1) * self.max_rows
 
     @property
     def neighbouring(self) -> str:
+        if self.unit == "person":
+            who = (f"one person (every row with one {self.unit_id}; at most {self.max_rows} of them kept, chosen "
+                   "at random, so one person moves at most that many rows)")
+            if self.invariants:
+                return f"change {who} (bounded DP: the invariants are public, so neighbours have the same totals)"
+            return f"add or remove {who}"
         if self.invariants:
             return ("change one record (bounded DP: the invariants are public, so neighbours have the same "
                     "totals)")
