@@ -40,8 +40,9 @@ def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type:
     exact, scales = {}, {}
     for t in spec.tables:
         for level, dims, eps in t.measured():
-            exact[(t.name, level)] = histogram(spec, t, data, dims)
-            scales[(t.name, level)] = Fraction(spec.sensitivity) / eps
+            exact[(t.name, level)] = histogram(spec, t, data, dims) * (t.measure.granularity if t.measure else 1)
+            sensitivity = t.measure.sensitivity(bool(spec.invariants)) * spec.max_rows if t.measure else spec.sensitivity
+            scales[(t.name, level)] = Fraction(sensitivity) / eps
     return exact, scales
 
 
@@ -51,7 +52,8 @@ def _noisy(spec: Spec, key: tuple[str, str | None], exact: np.ndarray, scale: Fr
     if table.mechanism == "truncated_geometric":
         assert table.upper is not None
         return truncated_geometric(exact, table.upper, scale)
-    return exact + discrete_laplace(scale, exact.size)
+    g = table.measure.granularity if table.measure else 1  # sums: noise in units of the granularity
+    return exact + g * discrete_laplace(scale / g, exact.size)
 
 
 def evaluate(spec: Spec, trials: int) -> list[Row]:

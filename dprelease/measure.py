@@ -18,7 +18,10 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
     row leaves one cell and enters another). Guarantee: the returned vector is
     ``table.epsilon``-DP (pure), every cell with independent noise. With the truncated geometric
     mechanism each cell is clamped to the declared [0, upper] first (neighbours stay within Δ)
-    and the noisy result clamped again (post-processing): outputs lie in [0, upper]. ``rng`` is the test-only
+    and the noisy result clamped again (post-processing): outputs lie in [0, upper]. A sum's
+    ``counts`` are in units of its granularity g (values clamped and discretised, see
+    :func:`dprelease.data.histogram.histogram`), its noise is drawn in those units with scale
+    (Δ/g)/ε, and the result is returned in value units (× g). ``rng`` is the test-only
     seam of :func:`~dprelease.mechanisms.discrete_laplace`; release code never passes it.
     """
     if counts.dtype != np.int64:
@@ -26,8 +29,9 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
     if counts.size != table.cells:
         raise ValueError(f"table {table.name}: {counts.size} cells, the plan says {table.cells}")
     match table.mechanism:
-        case "discrete_laplace":
-            return counts + discrete_laplace(table.scale, counts.size, rng=rng)
+        case "discrete_laplace":  # in units of the granularity (1 for counts); published in value units
+            g = table.granularity
+            return (counts + discrete_laplace(table.scale / g, counts.size, rng=rng)) * g
         case "truncated_geometric":  # counts clamped to [0, upper], noise, output clamped (GRS 2009)
             assert table.upper is not None
             return truncated_geometric(counts, table.upper, table.scale, rng=rng)

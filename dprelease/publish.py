@@ -66,10 +66,16 @@ def cell_columns(spec: Spec, dims: tuple[str, ...]) -> dict[str, pa.Array]:
     return out
 
 
+def value_column(table: Table) -> str:
+    """The published value of every cell: ``count``, or ``sum`` for a sum measure."""
+    return "count" if table.measure is None else "sum"
+
+
 def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | None, values: np.ndarray,
                 directory: Path) -> Path:
-    """The level's geography column (if any), the group_by columns with their labels, then ``count``."""
-    return _write_counts(spec, dims, values, directory / table_path(table, level))
+    """The level's geography column (if any), the group_by columns with their labels, then ``count``
+    (or ``sum``)."""
+    return _write_counts(spec, dims, values, directory / table_path(table, level), value_column(table))
 
 
 def invariant_path(level: str) -> str:
@@ -94,11 +100,11 @@ def read_invariant(spec: Spec, level: str, path: Path) -> np.ndarray:
     return np.asarray(table.column("count").to_numpy(), dtype=np.int64)
 
 
-def _write_counts(spec: Spec, dims: tuple[str, ...], values: np.ndarray, path: Path) -> Path:
+def _write_counts(spec: Spec, dims: tuple[str, ...], values: np.ndarray, path: Path, name: str = "count") -> Path:
     from pyarrow import csv
 
     columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
-    columns["count"] = pa.array(values, pa.int64())
+    columns[name] = pa.array(values, pa.int64())
     path.parent.mkdir(parents=True, exist_ok=True)
     csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
     return path
@@ -110,7 +116,7 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
     import pyarrow.parquet as pq
 
     columns = dict(cell_columns(spec, dims))
-    columns["noisy_count"] = pa.array(noisy, pa.int64())
+    columns["noisy_" + value_column(table)] = pa.array(noisy, pa.int64())
     metadata = {"dprelease": json.dumps({"table": table.name, "level": plan.level,
                                          "epsilon": fraction_text(plan.epsilon),
                                          "mechanism": plan.mechanism, "sensitivity": plan.sensitivity,
@@ -158,6 +164,9 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              **({"upper": t.upper} if t.upper is not None else {}),
+             **({"measure": {"sum": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
+                             "missing": "zero" if m.missing_as_zero else "error"}}
+                if (m := by_name[t.name].measure) is not None else {"measure": "count"}),
              "consistency": by_name[t.name].consistency,
              "group_by": list(by_name[t.name].group_by),
              "where": [[c.column, c.op, list(c.operand)] for c in by_name[t.name].where],

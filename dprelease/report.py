@@ -88,6 +88,12 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
             "[0, upper]; counts above the bound are published as at most the bound. The ±MoE bounds the error "
             "of counts within the bound."]
           if any(t["mechanism"] == "truncated_geometric" for t in manifest["tables"]) else []),
+        *[f"- `{t['name']}` publishes sums of `{t['measure']['sum']}` per cell: each value clamped to "
+          f"[{t['measure']['bounds'][0]}, {t['measure']['bounds'][1]}] and rounded to a multiple of "
+          f"{t['measure']['granularity']} before noise (sensitivity {t['sensitivity']}); missing values "
+          f"{'count 0' if t['measure']['missing'] == 'zero' else 'are refused'}. A sum of a weight column is a "
+          "weighted count; every other table counts rows, unweighted."
+          for t in {t['name']: t for t in manifest["tables"] if isinstance(t.get("measure"), dict)}.values()],
         "- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost.",
         ("- Counts are unweighted row counts. Each person (one value of "
          f"`{manifest['privacy']['contribution_bound']['id']}`) contributes at most "

@@ -41,7 +41,8 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     scales: dict[tuple[str, str | None], Fraction] = {}
     for entry in manifest["tables"]:
         key = (entry["name"], entry.get("level"))
-        values = pq.read_table(release_dir / entry["measurements"], columns=["noisy_count"]).column(0)
+        name = "noisy_count" if entry.get("measure", "count") == "count" else "noisy_sum"
+        values = pq.read_table(release_dir / entry["measurements"], columns=[name]).column(0)
         noisy[key] = np.asarray(values.to_numpy(), dtype=np.int64)
         if noisy[key].size != entry["cells"]:
             raise UserError(f"{entry['measurements']}: {noisy[key].size} cells, the manifest says {entry['cells']}")

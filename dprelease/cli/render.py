@@ -11,6 +11,7 @@ from rich.table import Table
 from dprelease.accounting import exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.plan import Plan
+from dprelease.plan.planner import ADD_REMOVE_ROW
 
 
 pct = percent_text
@@ -70,9 +71,9 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                             ("sensitivity", "right"), ("noise scale", "right"), ("cells", "right"),
                             (f"± MoE {conf}", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
-    if plan.neighbouring != Plan.neighbouring and not plan.invariants:  # not the default relation
-        console.print(f"Note: neighbouring datasets: {plan.neighbouring}; every sensitivity is "
-                      f"{max(t.sensitivity for t in plan.tables)}.", markup=False, highlight=False)
+    if plan.neighbouring != ADD_REMOVE_ROW and not plan.invariants:  # not the default relation
+        console.print(f"Note: neighbouring datasets: {plan.neighbouring}; the sensitivities below follow from it.",
+                      markup=False, highlight=False)
     if plan.invariants:
         console.print(f"WARNING: invariants — the number of persons per place at {', '.join(plan.invariants)} is "
                       "published EXACTLY, not protected by differential privacy. The neighbouring relation is "

@@ -15,7 +15,7 @@ offending value; it must only ever reach the operator's terminal.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ class Encoded:
     rows_read: int
     rows_dropped: int  # out-of-domain drops and rows over the contribution bound
     rows_over_bound: int = 0  # of which: a person's rows beyond max_rows
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # summed columns (float64, NaN if missing)
 
     @property
     def rows(self) -> int:
@@ -135,8 +136,9 @@ def encode(spec: Spec) -> Encoded:
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
     identifier = [spec.unit_id] if spec.unit_id else []
-    table = read_table(spec, [c.name for c in declared] + identifier,
-                       [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier)
+    summed = list(dict.fromkeys(t.measure.column for t in spec.tables if t.measure))
+    table = read_table(spec, [c.name for c in declared] + identifier + summed,
+                       [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed)
     n = table.num_rows
     codes: dict[str, np.ndarray] = {}
     keep = np.ones(n, dtype=bool)
@@ -166,9 +168,32 @@ def encode(spec: Spec) -> Encoded:
         before = int(keep.sum())
         keep &= bound_contributions(spec, table.column(spec.unit_id), keep)
         over = before - int(keep.sum())
+    values = {name: _numbers(spec, name, table.column(name)) for name in summed}
     if not keep.all():
         codes = {k: v[keep] for k, v in codes.items()}
-    return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()), rows_over_bound=over)
+        values = {k: v[keep] for k, v in values.items()}
+    return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()), rows_over_bound=over, values=values)
+
+
+def _numbers(spec: Spec, name: str, column: pa.ChunkedArray) -> np.ndarray:
+    """A summed column as float64 (NaN where missing); refuses text, NaN and infinities, and
+    missing values unless every table summing it says ``missing: zero``."""
+    arr = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+    try:
+        numbers = pc.cast(arr, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataError(f"{spec.dataset.resolved_path}: column {name} (summed by a table's measure) must hold "
+                        f"numbers: {first_line(exc)}") from None
+    out = np.array(numbers.to_numpy(zero_copy_only=False), dtype=np.float64)  # a writable copy
+    missing = np.asarray(arr.is_null().to_numpy(zero_copy_only=False))
+    if (~np.isfinite(out) & ~missing).any():
+        raise DataError(f"{spec.dataset.resolved_path}: column {name} holds NaN or an infinity; a sum needs "
+                        "finite numbers (or missing values, with measure.missing: zero)")
+    if missing.any() and not all(t.measure.missing_as_zero for t in spec.tables if t.measure and t.measure.column == name):
+        raise DataError(f"{spec.dataset.resolved_path}: column {name} has {int(missing.sum())} missing value(s); "
+                        f"add missing: zero to the measure of every table that sums {name} to count them as 0")
+    out[missing] = np.nan
+    return out
 
 
 def bound_contributions(spec: Spec, ids: pa.ChunkedArray, keep: np.ndarray, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]

@@ -25,9 +25,10 @@ from dprelease.errors import LedgerError, UserError
 from dprelease.ledger.store import CapChange, DatasetState, RunRecord, check_lifetime_matches
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
 from dprelease.mechanisms.sampling import check_scale
-from dprelease.spec import Spec, fingerprint
+from dprelease.spec import Spec, Table, fingerprint
 
 CONFIDENCE_95 = Fraction(95, 100)
+ADD_REMOVE_ROW = "add or remove one row (one row per person)"  # the default relation, as Spec states it
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class TablePlan:
     moe95: int
     level: str | None = None  # the geographic level of this measurement (None: a plain table)
     upper: int | None = None  # truncated_geometric: the public bound; outputs lie in [0, upper]
+    granularity: int = 1  # sums: values are multiples of it; noise is drawn in its units
 
     @property
     def key(self) -> str:
@@ -64,7 +66,7 @@ class Plan:
     existing_run: RunRecord | None  # a live run of the same release, if any
     data_versions: int  # distinct data fingerprints among earlier releases
     lifetime_caps: tuple[CapChange, ...] = ()  # the ledger's recorded cap decisions
-    neighbouring: str = "add or remove one row (one row per person)"
+    neighbouring: str = "add or remove one row (one row per person)"  # = ADD_REMOVE_ROW
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (NOT DP)
     terms: str = "pure"  # the dataset's ledger terms this plan is charged under (see ledger_terms)
 
@@ -105,7 +107,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
         lifetime, spent = state.budget, state.spent
     terms, sensitivity, neighbouring = ledger_terms(spec, state)
-    tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper, sensitivity)
+    tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
+                               _sensitivity(spec, t, sensitivity, terms), t.measure.granularity if t.measure else 1)
                    for t in spec.tables for level, dims, eps in t.measured())
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
@@ -115,6 +118,15 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
         neighbouring=neighbouring, invariants=spec.invariant_levels, terms=terms,
     )
+
+
+def _sensitivity(spec: Spec, table: Table, count_sensitivity: int, terms: str) -> int:
+    """L1 sensitivity of one measurement of ``table``, in published units: a count's is
+    ``count_sensitivity``; a sum's is max(|L|, |U|) (add/remove) or U − L (change one record),
+    times the contribution bound."""
+    if table.measure is None:
+        return count_sensitivity
+    return table.measure.sensitivity(bounded=terms == TERMS_BOUNDED) * spec.max_rows
 
 
 TERMS_ADD_REMOVE = "pure"  # ε-DP, add or remove one row: the ledger's original terms
@@ -147,11 +159,12 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
 
 
 def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None,
-                mechanism: str, upper: int | None, sensitivity: int) -> TablePlan:
-    """``sensitivity``: 1, or 2 under change one record (see the module docstring)."""
+                mechanism: str, upper: int | None, sensitivity: int, granularity: int) -> TablePlan:
+    """``sensitivity`` in published units (see the module docstring); the noise is drawn in units
+    of ``granularity`` (1 for counts), with scale (sensitivity/granularity)/ε."""
     scale = Fraction(sensitivity) / epsilon
     try:
-        check_scale(scale)
+        check_scale(scale / granularity)
     except ValueError:
         raise UserError(  # exit 2, before anything is spent
             f"{spec.source}: table {name}: ε = {epsilon} has too many digits for the exact sampler (the noise "
@@ -159,9 +172,11 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
         ) from None
     # the truncated geometric's error is never larger than its noise when the true count is in
     # [0, upper] (clamping moves towards it), so the discrete Laplace margin bounds it too
+    units = scale / granularity
     return TablePlan(name=name, epsilon=epsilon, mechanism=mechanism, sensitivity=sensitivity,
-                     scale=scale, cells=cells, moe=margin_of_error(scale, spec.confidence),
-                     moe95=margin_of_error(scale, CONFIDENCE_95), level=level, upper=upper)
+                     scale=scale, cells=cells, moe=granularity * margin_of_error(units, spec.confidence),
+                     moe95=granularity * margin_of_error(units, CONFIDENCE_95), level=level, upper=upper,
+                     granularity=granularity)
 
 
 def epsilon_for_target(spec: Spec, target_moe: int) -> list[tuple[str, Fraction]]:

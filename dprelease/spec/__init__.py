@@ -12,10 +12,11 @@ from dprelease.spec.model import (
     RangeColumn,
     RollupColumn,
     Spec,
+    SumMeasure,
     Table,
 )
 
 __all__ = [
     "BinnedColumn", "CategoricalColumn", "Column", "Condition", "Dataset", "ROOT", "RangeColumn",
-    "RollupColumn", "Spec", "Table", "canonical", "fingerprint", "load_spec", "schema",
+    "RollupColumn", "Spec", "SumMeasure", "Table", "canonical", "fingerprint", "load_spec", "schema",
 ]

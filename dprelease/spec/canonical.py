@@ -24,6 +24,7 @@ from dprelease.spec.model import (
     RangeColumn,
     RollupColumn,
     Spec,
+    SumMeasure,
     Table,
 )
 
@@ -55,6 +56,9 @@ def canonical(spec: Spec) -> dict[str, Any]:
                 "epsilon": fraction_text(t.epsilon), "post_process": t.post_process,
                 # only when not the default: specs without keep their fingerprints
                 **({"mechanism": t.mechanism, "upper": t.upper} if t.mechanism != "discrete_laplace" else {}),
+                **({"measure": {"sum": t.measure.column, "bounds": [t.measure.low, t.measure.high],
+                                "granularity": t.measure.granularity, "missing_as_zero": t.measure.missing_as_zero}}
+                   if t.measure else {}),
             }
             for t in spec.tables
         ],
@@ -106,7 +110,7 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
               epsilon=Fraction(t["epsilon"]), post_process=t["post_process"], description=t["description"],
               levels=tuple(t["levels"]), level_epsilons=tuple(Fraction(e) for e in t["level_epsilons"]),
               consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
-              upper=t.get("upper"))
+              upper=t.get("upper"), measure=_measure_from(t.get("measure")))
         for t in data["tables"])
     unit = data["privacy"]["unit"]
     return Spec(source=source, release=data["release"], dataset=dataset, definition=data["privacy"]["definition"],
@@ -114,6 +118,12 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
                 max_rows=1 if unit == "row" else unit["max_rows"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,
                 tables=tables, geography=tuple(data["geography"]), description=data["description"],
                 invariants=tuple(data.get("invariants", {}).get("totals", ())))
+
+
+def _measure_from(m: dict[str, Any] | None) -> SumMeasure | None:
+    if m is None:
+        return None
+    return SumMeasure(m["sum"], m["bounds"][0], m["bounds"][1], m["granularity"], m["missing_as_zero"])
 
 
 def _column_from(c: dict[str, Any]) -> Column:

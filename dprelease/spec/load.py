@@ -32,6 +32,7 @@ from dprelease.spec.model import (
     ROOT,
     RangeColumn,
     Spec,
+    SumMeasure,
     Table,
 )
 
@@ -250,6 +251,29 @@ class _Checker:
                     budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants)
+
+    def measure(self, at: Path_, columns: dict[str, Column]) -> SumMeasure | None | bool:
+        """The table's measure: None for counts, a SumMeasure, or False when it is invalid (reported)."""
+        body = self.get(at + ("measure",), dict)
+        if body is None:
+            return None
+        bounds, g, column = body.get("bounds"), body.get("granularity"), body.get("sum")
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
+                and type(g) is int and isinstance(column, str)):
+            return False  # the schema has reported it
+        low, high = bounds
+        if low >= high:
+            self.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must increase: [L, U] with L < U")
+            return False
+        if low % g or high % g:
+            self.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must be multiples of the granularity "
+                      f"{g}, so that clamped values stay on the grid")
+            return False
+        if column in columns:
+            self.fail(at + ("measure", "sum"), f"{column!r} is a declared (categorical) column; a sum reads a "
+                      "numeric data column that is not declared under columns:")
+            return False
+        return SumMeasure(column, low, high, g, body.get("missing") == "zero")
 
     def invariants(self, levels: tuple[str, ...]) -> tuple[str, ...]:
         """Levels whose place totals are published exactly, coarse to fine (the root first)."""
@@ -531,7 +555,12 @@ class _Checker:
             if None in (name, group_by, where, epsilon):
                 continue
             consistency = self.get(at + ("consistency",), str)
+            measure = self.measure(at, columns)
+            if measure is False:
+                continue
             default = "consistent" if consistency or geographic else "clamp"
+            if measure is not None:
+                default = "clamp" if measure.low >= 0 else "none"
             post = self.get(at + ("post_process",), str, default)
             if post == "consistent" and not (consistency or geographic):
                 self.fail(at + ("post_process",), "consistent post-processing needs a geography (group_by: "
@@ -540,6 +569,10 @@ class _Checker:
             if consistency and post != "consistent":
                 self.fail(at + ("post_process",), f"tables of consistency group {consistency!r} are post-processed "
                           "together: use post_process: consistent, or leave the group")
+                continue
+            if measure is not None and (post == "consistent" or (post == "clamp" and measure.low < 0)):
+                self.fail(at + ("post_process",), "a sum is post-processed with none, or clamp when its lower "
+                          "bound is ≥ 0 (clamp sets negative sums to 0); consistent post-processing is for counts")
                 continue
             mechanism = self.get(at + ("mechanism",), str, "discrete_laplace")
             upper = self.get(at + ("upper",), int)
@@ -551,6 +584,9 @@ class _Checker:
                 self.fail(at + ("upper",), "upper: is the bound of the truncated geometric mechanism; add "
                           "mechanism: truncated_geometric, or remove upper:")
                 continue
+            if mechanism == "truncated_geometric" and measure is not None:
+                self.fail(at + ("mechanism",), "the truncated geometric mechanism is for counts, not sums")
+                continue
             if mechanism == "truncated_geometric" and post == "consistent":
                 self.fail(at + ("mechanism",), "truncated geometric outputs are already clamped to [0, upper], so "
                           "consistent post-processing (which needs unbiased noise) cannot use them: use "
@@ -558,7 +594,7 @@ class _Checker:
                 continue
             out.append(Table(name, tuple(group_by), tuple(where), epsilon, post,
                              self.get(at + ("description",), str), table_levels,
-                             tuple(epsilons or ()), consistency, mechanism, upper))
+                             tuple(epsilons or ()), consistency, mechanism, upper, measure))
         self.groups(out, columns, max_cells)
         return out
 

@@ -144,6 +144,26 @@ PostProcess = Literal["clamp", "none", "consistent"]
 
 
 @dataclass(frozen=True, slots=True)
+class SumMeasure:
+    """Each cell holds the sum of ``column`` over its rows, every value clamped to [low, high]
+    and rounded to a multiple of ``granularity`` first (low and high are multiples of it).
+
+    Sensitivity (in value units, times the contribution bound): add/remove one row
+    max(|low|, |high|); change one record high − low. Noise is drawn in units of the
+    granularity, so published sums are multiples of it.
+    """
+
+    column: str
+    low: int
+    high: int
+    granularity: int
+    missing_as_zero: bool = False
+
+    def sensitivity(self, bounded: bool) -> int:
+        return self.high - self.low if bounded else max(abs(self.low), abs(self.high))
+
+
+@dataclass(frozen=True, slots=True)
 class Table:
     """A noisy histogram over the cross product of its group_by domains.
 
@@ -163,6 +183,7 @@ class Table:
     consistency: str | None = None  # the consistency group, if any
     mechanism: Literal["discrete_laplace", "truncated_geometric"] = "discrete_laplace"
     upper: int | None = None  # truncated_geometric: the public upper bound of every count
+    measure: SumMeasure | None = None  # None: counts
 
     def __post_init__(self) -> None:
         if self.epsilon <= 0:

@@ -1,0 +1,141 @@
+"""Sums and weighted counts: measure {sum, bounds, granularity}. Values clamped and discretised
+before integer noise drawn in units of the granularity; sensitivity max(|L|, |U|) under
+add/remove, U − L under change one record."""
+
+from __future__ import annotations
+
+import csv
+import json
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from dprelease.data import encode, histogram
+from dprelease.measure import measure_counts
+from dprelease.mechanisms import discrete_laplace
+from dprelease.plan import plan_release
+from dprelease.spec import load_spec
+from tests.conftest import ROOT
+from tests.stats import chi_square_pvalue, discrete_laplace_pmf, empirical_epsilon
+from tests.test_run import run
+
+DATA = ROOT / "data" / "nist_acs" / "national2019.csv"
+SPEC = """\
+release: acs-income-2019
+dataset:
+  name: nist-acs-sums
+  path: {data}
+  na_values: ["N"]
+  lifetime_budget: {{epsilon: 4}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+columns:
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+{invariants}
+tables:
+  - name: income_by_sex
+    group_by: [SEX]
+    measure: {{sum: PINCP, bounds: [{low}, 200000], granularity: 100, missing: zero}}
+    epsilon: 0.5
+    post_process: none
+  - name: weighted_persons_by_sex
+    group_by: [SEX]
+    measure: {{sum: PWGTP, bounds: [0, 1000], granularity: 1}}
+    epsilon: 0.5
+"""
+
+
+def write(tmp_path, low=0, invariants=""):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.format(data=DATA, low=low, invariants=invariants))
+    return path
+
+
+def test_sensitivity_follows_the_relation(tmp_path):
+    spec = load_spec(write(tmp_path, low=-50000))
+    plan = plan_release(spec, None)
+    income, weights = plan.tables
+    assert (income.sensitivity, income.granularity, income.scale) == (200000, 100, 400000)  # max(|L|, |U|)
+    assert weights.sensitivity == 1000
+    assert income.moe95 % 100 == 0  # margins in published units, multiples of the granularity
+    bounded = load_spec(write(tmp_path, low=-50000, invariants="invariants: {totals: [root]}"))
+    income, weights = plan_release(bounded, None).tables
+    assert (income.sensitivity, weights.sensitivity) == (250000, 1000)  # change one record: U − L
+
+
+def test_sums_are_the_clamped_discretised_values(tmp_path):
+    spec = load_spec(write(tmp_path))
+    data = encode(spec)
+    raw = pd.read_csv(DATA, na_values=["N"], usecols=["SEX", "PINCP", "PWGTP"])
+    units = np.rint(raw.PINCP.fillna(0).clip(0, 200000) / 100)
+    want = units.groupby(raw.SEX).sum().to_numpy().astype(np.int64)
+    assert np.array_equal(histogram(spec, spec.tables[0], data), want)
+    assert np.array_equal(histogram(spec, spec.tables[1], data),
+                          raw.PWGTP.clip(0, 1000).groupby(raw.SEX).sum().to_numpy())
+
+
+def test_noise_is_drawn_in_units_of_the_granularity(tmp_path):
+    """(published − exact)/g follows the discrete Laplace of scale (Δ/g)/ε: a fit, with the
+    control that noise of scale Δ/ε drawn in units (g forgotten: 100× too wide) fails it; and the
+    tight privacy loss of one row of value U is ε, with an off-by-g sensitivity caught."""
+    path = write(tmp_path)
+    path.write_text(path.read_text().replace("bounds: [0, 200000], granularity: 100", "bounds: [0, 2000], granularity: 100"))
+    income = plan_release(load_spec(path), None).tables[0]
+    assert (income.sensitivity, income.scale, income.granularity) == (2000, 4000, 100)  # 40 units of 100
+    exact = np.array([1234, 0])  # the histogram of a sum is in units of the granularity
+    draws = np.stack([measure_counts(exact, income) for _ in range(10_000)])  # published in value units
+    assert (draws % 100 == 0).all()
+    noise = (draws // 100 - exact).ravel()
+    units = float(income.scale / income.granularity)
+    assert chi_square_pvalue(noise, lambda k: discrete_laplace_pmf(k, units)) > 1e-6
+    forgot_g = discrete_laplace(income.scale, noise.size)
+    assert chi_square_pvalue(forgot_g, lambda k: discrete_laplace_pmf(k, units)) < 1e-6
+    n, step = 1_000_000, 2000 // 100  # one row of value U moves the sum by U/g units
+    scale = income.scale / income.granularity
+    estimate, se = empirical_epsilon(discrete_laplace(scale, n) >= step, step + discrete_laplace(scale, n) >= step)
+    assert abs(estimate - float(income.epsilon)) < 6 * se, (estimate, se)
+    broken = Fraction(1) / income.epsilon  # the mistake: sensitivity of one unit
+    loss, se = empirical_epsilon(discrete_laplace(broken, n) >= step, step + discrete_laplace(broken, n) >= step)
+    assert loss > float(income.epsilon) + 6 * se
+
+
+def test_missing_or_non_numeric_values_are_refused(tmp_path, cli):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.format(data=DATA, low=0, invariants="").replace(", missing: zero", ""))
+    result = cli("run", path, "--output-dir", tmp_path / "out")
+    assert result.code == 2 and "missing: zero" in result.stderr and "Traceback" not in result.stderr, result
+    (tmp_path / "bad.csv").write_text("SEX,PINCP,PWGTP\n1,100,3\n2,lots,4\n")
+    path.write_text(SPEC.format(data=tmp_path / "bad.csv", low=0, invariants=""))
+    result = cli("run", path, "--output-dir", tmp_path / "out")
+    assert result.code == 2 and "must hold numbers" in result.stderr, result
+    assert not (tmp_path / "out" / "acs-income-2019").exists()
+
+
+def test_a_release_of_sums_end_to_end(tmp_path, run_env, cli):
+    path = write(tmp_path)
+    out = tmp_path / "out"
+    proc = run(path, "--output-dir", out, "--ledger", tmp_path / "ledger.sqlite", env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    release = out / "acs-income-2019"
+    rows = list(csv.DictReader((release / "tables" / "income_by_sex.csv").open()))
+    assert list(rows[0]) == ["SEX", "sum"] and all(int(r["sum"]) % 100 == 0 for r in rows)
+    manifest = json.loads((release / "manifest.json").read_text())
+    income = next(t for t in manifest["tables"] if t["name"] == "income_by_sex")
+    assert income["measure"] == {"sum": "PINCP", "bounds": [0, 200000], "granularity": 100, "missing": "zero"}
+    assert "publishes sums of `PINCP`" in (release / "budget_report.md").read_text()
+    again = cli("postprocess", release)
+    assert again.code == 0, again
+    for name in ("income_by_sex", "weighted_persons_by_sex"):
+        assert (release / "postprocessed" / "1-as-specified" / "tables" / f"{name}.csv").read_bytes() == \
+            (release / "tables" / f"{name}.csv").read_bytes()
+
+
+def test_evaluate_simulates_sums_at_their_scale(tmp_path):
+    """Mean absolute error of 'none'-processed cells ≈ the noise scale (400,000 for income): a
+    simulation in the wrong units would be off by the granularity (100×)."""
+    from dprelease.evaluate import evaluate
+
+    rows = evaluate(load_spec(write(tmp_path)), trials=100)
+    income = next(r for r in rows if r.table == "income_by_sex" and r.method == "clamp")
+    assert 0.5 * 400_000 < income.cell_mae < 2 * 400_000, income
