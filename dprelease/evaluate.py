@@ -41,7 +41,8 @@ def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type:
     for t in spec.tables:
         for level, dims, eps in t.measured():
             exact[(t.name, level)] = histogram(spec, t, data, dims) * (t.measure.granularity if t.measure else 1)
-            sensitivity = t.measure.sensitivity(bool(spec.invariants)) * spec.max_rows if t.measure else spec.sensitivity
+            sensitivity = (t.measure.sensitivity(bool(spec.invariants), spec.dims_cells(dims), bool(t.where))
+                           * spec.max_rows if t.measure else spec.sensitivity)
             scales[(t.name, level)] = Fraction(sensitivity) / eps
     return exact, scales
 

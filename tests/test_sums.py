@@ -61,7 +61,13 @@ def test_sensitivity_follows_the_relation(tmp_path):
     assert income.moe95 % 100 == 0  # margins in published units, multiples of the granularity
     bounded = load_spec(write(tmp_path, low=-50000, invariants="invariants: {totals: [root]}"))
     income, weights = plan_release(bounded, None).tables
-    assert (income.sensitivity, weights.sensitivity) == (250000, 1000)  # change one record: U − L
+    # change one record: a row may move from one cell to another, taking up to max(|L|, |U|)
+    # out of one and putting up to that into the other
+    assert (income.sensitivity, weights.sensitivity) == (400000, 2000)
+    single = write(tmp_path, low=-50000, invariants="invariants: {totals: [root]}")
+    single.write_text(single.read_text().replace("group_by: [SEX]\n    measure: {sum: PINCP", "group_by: []\n    measure: {sum: PINCP"))
+    income, _ = plan_release(load_spec(single), None).tables
+    assert income.cells == 1 and income.sensitivity == 250000  # one unfiltered cell: U − L
 
 
 def test_sums_are_the_clamped_discretised_values(tmp_path):
@@ -139,3 +145,24 @@ def test_evaluate_simulates_sums_at_their_scale(tmp_path):
     rows = evaluate(load_spec(write(tmp_path)), trials=100)
     income = next(r for r in rows if r.table == "income_by_sex" and r.method == "clamp")
     assert 0.5 * 400_000 < income.cell_mae < 2 * 400_000, income
+
+
+def test_change_one_record_audit_of_a_grouped_sum():
+    """Under change one record a row of value U can move from cell a to cell b: (a, b) → (a − U,
+    b + U). The joint tight event has loss ε at the planner's sensitivity 2·max(|L|, |U|); at
+    U − L (right only for a single cell, and what a naive reading of the rule gives) it is 2ε."""
+    from dprelease.spec import SumMeasure
+
+    measure, epsilon, n = SumMeasure("X", 0, 2000, 100, False), Fraction(1, 2), 400_000
+    step = 2000 // 100  # the row's value, in units
+
+    def loss(sensitivity):
+        scale = Fraction(sensitivity, 100) / epsilon
+        a0, b0 = 500 + discrete_laplace(scale, n), 300 + discrete_laplace(scale, n)
+        a1, b1 = 500 - step + discrete_laplace(scale, n), 300 + step + discrete_laplace(scale, n)
+        return empirical_epsilon((a0 <= 500 - step) & (b0 >= 300 + step), (a1 <= 500 - step) & (b1 >= 300 + step))
+
+    estimate, se = loss(measure.sensitivity(bounded=True, cells=2, filtered=False))
+    assert abs(estimate - float(epsilon)) < 6 * se, (estimate, se)
+    naive, se = loss(measure.high - measure.low)
+    assert naive > float(epsilon) + 6 * se, (naive, se)

@@ -39,9 +39,10 @@ def _sums(measure: SumMeasure, data: Encoded, index: np.ndarray, mask: np.ndarra
     """Per cell, the sum of the clamped, discretised values, in units of the granularity (int64).
 
     Privacy contract: each row's contribution is clamped to [low, high] and rounded (half to
-    even) to a multiple of the granularity, a row-wise map, so one row moves one cell by at
-    most max(|low|, |high|) (add/remove) and two cells by at most high − low in total
-    (change one record): the sensitivities the planner uses. Missing values count 0.
+    even) to a multiple of the granularity, a row-wise map, so adding or removing one row moves
+    one cell by at most M = max(|low|, |high|), and changing one row moves the sums by at most
+    2M in total (high − low if it stays in its cell): the sensitivities the planner uses
+    (:meth:`SumMeasure.sensitivity`). Missing values count 0 (only with ``missing: zero``).
     """
     g = measure.granularity
     values = data.values[measure.column] if mask is None else data.values[measure.column][mask]

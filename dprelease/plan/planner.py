@@ -108,7 +108,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         lifetime, spent = state.budget, state.spent
     terms, sensitivity, neighbouring = ledger_terms(spec, state)
     tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
-                               _sensitivity(spec, t, sensitivity, terms), t.measure.granularity if t.measure else 1)
+                               _sensitivity(spec, t, spec.dims_cells(dims), sensitivity, terms),
+                               t.measure.granularity if t.measure else 1)
                    for t in spec.tables for level, dims, eps in t.measured())
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
@@ -120,13 +121,15 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     )
 
 
-def _sensitivity(spec: Spec, table: Table, count_sensitivity: int, terms: str) -> int:
-    """L1 sensitivity of one measurement of ``table``, in published units: a count's is
-    ``count_sensitivity``; a sum's is max(|L|, |U|) (add/remove) or U − L (change one record),
-    times the contribution bound."""
+def _sensitivity(spec: Spec, table: Table, cells: int, count_sensitivity: int, terms: str) -> int:
+    """L1 sensitivity of one measurement of ``table`` (``cells`` cells), in published units: a
+    count's is ``count_sensitivity``; a sum's follows :meth:`SumMeasure.sensitivity` (max(|L|, |U|)
+    under add/remove; under change one record 2·max(|L|, |U|) once a row can change cell), times
+    the contribution bound."""
     if table.measure is None:
         return count_sensitivity
-    return table.measure.sensitivity(bounded=terms == TERMS_BOUNDED) * spec.max_rows
+    bounded = terms == TERMS_BOUNDED
+    return table.measure.sensitivity(bounded, cells, bool(table.where)) * spec.max_rows
 
 
 TERMS_ADD_REMOVE = "pure"  # ε-DP, add or remove one row: the ledger's original terms

@@ -148,9 +148,13 @@ class SumMeasure:
     """Each cell holds the sum of ``column`` over its rows, every value clamped to [low, high]
     and rounded to a multiple of ``granularity`` first (low and high are multiples of it).
 
-    Sensitivity (in value units, times the contribution bound): add/remove one row
-    max(|low|, |high|); change one record high − low. Noise is drawn in units of the
-    granularity, so published sums are multiples of it.
+    Sensitivity (in value units, times the contribution bound), with M = max(|low|, |high|):
+    add/remove one row, M. Change one record: a row that stays in its cell moves that cell by
+    at most high − low, but a row that changes cell (or enters or leaves the table's ``where``)
+    takes up to M out of one cell and puts up to M into another, so 2M for a table of more
+    than one cell (or with a ``where``, max(high − low, M) for a single cell); only a single
+    unfiltered cell keeps high − low. Noise is drawn in units of the granularity, so published
+    sums are multiples of it.
     """
 
     column: str
@@ -159,8 +163,13 @@ class SumMeasure:
     granularity: int
     missing_as_zero: bool = False
 
-    def sensitivity(self, bounded: bool) -> int:
-        return self.high - self.low if bounded else max(abs(self.low), abs(self.high))
+    def sensitivity(self, bounded: bool, cells: int, filtered: bool) -> int:
+        m = max(abs(self.low), abs(self.high))
+        if not bounded:
+            return m
+        if cells > 1:
+            return 2 * m
+        return max(self.high - self.low, m) if filtered else self.high - self.low
 
 
 @dataclass(frozen=True, slots=True)
