@@ -26,6 +26,11 @@ def clamp_or_none(noisy: np.ndarray, method: str) -> np.ndarray:
     raise ValueError(f"unknown post-processing {method!r}")
 
 
+def overridable(table: Table) -> bool:
+    """Whether a ``--method`` override applies: counts with unbiased (discrete Laplace) noise."""
+    return table.measure is None and table.mechanism == "discrete_laplace"
+
+
 def groups(spec: Spec) -> list[list[Table]]:
     """Tables post-processed together: each consistency group, and each other consistent table alone."""
     out: dict[str, list[Table]] = {}
@@ -38,7 +43,9 @@ def groups(spec: Spec) -> list[list[Table]]:
 def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[Key, Fraction],
                         method: str | None = None,
                         invariants: dict[str, np.ndarray] | None = None) -> dict[Key, np.ndarray]:
-    """The published values of every measurement. ``method`` overrides the spec's choices.
+    """The published values of every measurement. ``method`` overrides the spec's choices for
+    the count tables with unbiased noise (discrete Laplace); sums and truncated-geometric tables
+    keep their own (consistent post-processing is for counts; a truncated output is clamped).
 
     ``invariants`` (exact place totals per level, published outside DP) bind consistent
     post-processing of every group whose tables count all rows (no ``where``): each place's
@@ -46,7 +53,7 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
     """
     published: dict[Key, np.ndarray] = {}
     for t in spec.tables:
-        chosen = method or t.post_process
+        chosen = (method if overridable(t) else None) or t.post_process
         if chosen != "consistent":
             for level, _, _ in t.measured():
                 published[(t.name, level)] = clamp_or_none(noisy[(t.name, level)], chosen)
@@ -54,7 +61,7 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
         check_invariants(spec, invariants)
     consistent = [g for g in groups(spec) if method in (None, "consistent")]
     if method == "consistent":  # every table, grouped as the spec says or alone
-        consistent = [[t] for t in spec.tables if t.post_process != "consistent"] + groups(spec)
+        consistent = [[t] for t in spec.tables if t.post_process != "consistent" and overridable(t)] + groups(spec)
     for group in consistent:
         binding = invariants if invariants and not any(t.where for t in group) else None
         published.update(consistent_group(spec, group, noisy, scales, binding))
