@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from dprelease.data import Encoded, encode, histogram, place_totals
-from dprelease.mechanisms import discrete_laplace, truncated_geometric
+from dprelease.mechanisms import discrete_gaussian, discrete_laplace, sigma2_for, truncated_geometric
 from dprelease.postprocess import postprocess_release
 from dprelease.spec import Spec
 
@@ -43,13 +43,16 @@ def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type:
             exact[(t.name, level)] = histogram(spec, t, data, dims) * (t.measure.granularity if t.measure else 1)
             sensitivity = (t.measure.sensitivity(bool(spec.invariants), spec.dims_cells(dims), bool(t.where))
                            * spec.max_rows if t.measure else spec.sensitivity)
-            scales[(t.name, level)] = Fraction(sensitivity) / eps
+            scales[(t.name, level)] = (sigma2_for(eps, spec.l2_sensitivity_squared) if spec.definition == "zcdp"
+                                       else Fraction(sensitivity) / eps)
     return exact, scales
 
 
 def _noisy(spec: Spec, key: tuple[str, str | None], exact: np.ndarray, scale: Fraction) -> np.ndarray:
     """One simulated measurement with the table's mechanism (the release's own samplers)."""
     table = next(t for t in spec.tables if t.name == key[0])
+    if spec.definition == "zcdp":  # ``scale`` is σ²
+        return exact + discrete_gaussian(scale, exact.size)
     if table.mechanism == "truncated_geometric":
         assert table.upper is not None
         return truncated_geometric(exact, table.upper, scale)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dprelease.mechanisms import discrete_laplace, truncated_geometric
+from dprelease.mechanisms import discrete_gaussian, discrete_laplace, truncated_geometric
 from dprelease.plan import TablePlan
 
 
@@ -32,6 +32,8 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
         case "discrete_laplace":  # in units of the granularity (1 for counts); published in value units
             g = table.granularity
             return (counts + discrete_laplace(table.scale / g, counts.size, rng=rng)) * g
+        case "discrete_gaussian":  # zcdp: σ² = Δ₂²/(2ρ) in table.scale (CKS 2020)
+            return counts + discrete_gaussian(table.scale, counts.size, rng=rng)
         case "truncated_geometric":  # counts clamped to [0, upper], noise, output clamped (GRS 2009)
             assert table.upper is not None
             return truncated_geometric(counts, table.upper, table.scale, rng=rng)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from dprelease import __version__
-from dprelease.accounting import fraction_text
+from dprelease.accounting import fraction_text, zcdp_epsilon
 from dprelease.plan import Plan, TablePlan
 from dprelease.spec import ROOT, Spec, Table
 
@@ -144,11 +144,17 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
                     "ledger_terms": plan.terms,
                     **({"contribution_bound": {"id": spec.unit_id, "max_rows": spec.max_rows}}
                        if spec.unit == "person" else {})},
-        "total_epsilon": fraction_text(plan.total_epsilon),
+        "total_epsilon": fraction_text(plan.total_epsilon),  # in the spec's unit: budget_unit
         "release_budget": fraction_text(plan.release_budget),
+        "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
+        "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
+        "ledger_charge": fraction_text(plan.charge),
+        **({"implied_approximate_dp": {"epsilon": fraction_text(zcdp_epsilon(plan.charge, plan.delta)),
+                                       "delta": fraction_text(plan.delta)}}
+           if plan.ledger_symbol == "ρ" and plan.delta is not None else {}),
         "lifetime": {"budget": fraction_text(plan.lifetime_budget),
                      "spent_before": fraction_text(plan.lifetime_spent),
-                     "spent_after": fraction_text(plan.lifetime_spent + plan.total_epsilon),
+                     "spent_after": fraction_text(plan.lifetime_spent + plan.charge),
                      "remaining": fraction_text(plan.lifetime_remaining_after)},
         "confidence": fraction_text(plan.confidence),
         "geography": list(spec.geography),

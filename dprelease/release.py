@@ -90,7 +90,8 @@ class ReleaseRun:
             counts = histogram(self.spec, table, self.data, dims)
             self._timed("histogram", start)
             self.stage = "noise"
-            check_scale(table_plan.scale / table_plan.granularity)  # a refusal here must come before the budget counts as used
+            if table_plan.mechanism != "discrete_gaussian":  # σ² was checked when planned
+                check_scale(table_plan.scale / table_plan.granularity)  # a refusal here must come before the budget counts as used
             self.noise_drawn = True  # from here on the budget is spent, whatever happens next
             start = time.perf_counter()
             self.noisy[(name, level)] = measure_counts(counts, table_plan)

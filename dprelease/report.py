@@ -32,6 +32,8 @@ _pct = percent_text
 
 def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -> str:
     total = Fraction(manifest["total_epsilon"])
+    sym = "ρ" if manifest.get("budget_unit") == "rho" else "ε"
+    life_sym = "ρ" if manifest.get("ledger_unit") == "rho" else "ε"
     confidence = _pct(Fraction(manifest["confidence"]))
     life = manifest["lifetime"]
     lines = [
@@ -44,15 +46,25 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         *_invariants_warning(manifest),
         "## Guarantee",
         "",
-        f"Pure ε-differential privacy; neighbouring datasets: "
-        f"{manifest['privacy']['neighbouring']}. The {len(manifest['tables'])} measurements compose "
-        f"sequentially: the release as a whole is ε = {_both(manifest['total_epsilon'])}-DP "
-        f"(release budget {_both(manifest['release_budget'])}). Each table is one histogram over the full "
-        "declared domain, so its cells together cost the table's ε once. Post-processing is free.",
+        (f"Pure ε-differential privacy; neighbouring datasets: "
+         f"{manifest['privacy']['neighbouring']}. The {len(manifest['tables'])} measurements compose "
+         f"sequentially: the release as a whole is ε = {_both(manifest['total_epsilon'])}-DP "
+         f"(release budget {_both(manifest['release_budget'])}). Each table is one histogram over the full "
+         "declared domain, so its cells together cost the table's ε once. Post-processing is free."
+         if sym == "ε" else
+         f"ρ-zero-concentrated differential privacy (discrete Gaussian noise); neighbouring datasets: "
+         f"{manifest['privacy']['neighbouring']}. The {len(manifest['tables'])} measurements compose "
+         f"sequentially: the release as a whole is ρ = {_both(manifest['ledger_charge'])}-zCDP (asked "
+         f"{_both(manifest['total_epsilon'])}; each σ² is rounded up, so the cost is never more; release budget "
+         f"{_both(manifest['release_budget'])}). Post-processing is free."),
+        *([f"", f"**Implied (ε, δ)-DP of this release:** ε = {_both(manifest['implied_approximate_dp']['epsilon'])} "
+           f"at δ = {manifest['implied_approximate_dp']['delta']} (Canonne, Kamath and Steinke 2020, Corollary 13; "
+           "ε rounded up)."] if "implied_approximate_dp" in manifest else []),
         "",
         "## Spend per table",
         "",
-        f"| table | ε | share | mechanism | sensitivity | noise scale | cells | ±MoE {confidence} | post-processing |",
+        f"| table | {sym} | share | mechanism | sensitivity | noise scale{' (σ²)' if sym == 'ρ' else ''} | cells | "
+        f"±MoE {confidence} | post-processing |",
         "|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for t in manifest["tables"]:
@@ -62,11 +74,11 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
                      f"{_both(t['scale'])} | {t['cells']:,} | {t['moe']} | {t['post_process']} |")
     lines += [
         "",
-        f"## Lifetime budget of {manifest['dataset']}",
+        f"## Lifetime budget of {manifest['dataset']} ({life_sym})",
         "",
         "| cap | spent before | this release | spent after | remaining |",
         "|---:|---:|---:|---:|---:|",
-        f"| {_both(life['budget'])} | {_both(life['spent_before'])} | {_both(manifest['total_epsilon'])} | "
+        f"| {_both(life['budget'])} | {_both(life['spent_before'])} | {_both(manifest.get('ledger_charge', manifest['total_epsilon']))} | "
         f"{_both(life['spent_after'])} | {_both(life['remaining'])} |",
         "",
     ]
@@ -79,7 +91,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "## Reading the tables",
         "",
         f"- ±MoE: for each cell, the noise exceeds the margin of error with probability at most "
-        f"{_pct(1 - Fraction(manifest['confidence']))}, computed from the exact discrete Laplace distribution "
+        f"{_pct(1 - Fraction(manifest['confidence']))}, computed from the exact noise distribution (discrete Laplace or discrete Gaussian) "
         "(before post-processing).",
         "- `clamp` sets negative noisy counts to 0: every published count is a non-negative integer, but "
         "cells whose true count is near 0 are biased upwards, and sums of cells are not unbiased.",

@@ -95,7 +95,7 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
             print(exc, file=sys.stderr)
             continue
         total = sum((t.epsilon for t in spec.tables), Fraction(0))
-        out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables, total ε = "
+        out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables, total {spec.symbol} = "
                   f"{fraction_text(total)} of {fraction_text(spec.budget_epsilon)}", markup=False)
         if spec.invariants:
             say(f"note: {path}: invariants — the number of persons per place at {', '.join(spec.invariant_levels)} "

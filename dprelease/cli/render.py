@@ -18,7 +18,8 @@ pct = percent_text
 both = exact_and_decimal
 
 
-TERMS_SHOWN = {"pure": "pure DP, add/remove one row", "pure-bounded": "pure DP, change one record: invariants public"}
+TERMS_SHOWN = {"pure": "pure DP, add/remove one row", "pure-bounded": "pure DP, change one record: invariants public",
+               "zcdp": "zCDP (ρ), add/remove one row", "zcdp-bounded": "zCDP (ρ), change one record: invariants public"}
 
 
 def ledger_line(location: LedgerLocation, exists: bool, created: bool = False) -> str:
@@ -39,12 +40,15 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
         "already_released": plan.existing_run is not None,
         "total_epsilon": fraction_text(plan.total_epsilon),
         "release_budget": fraction_text(plan.release_budget),
+        "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
+        "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
+        "ledger_charge": fraction_text(plan.charge),
         "confidence": fraction_text(plan.confidence),
         "lifetime": {
             "budget": fraction_text(plan.lifetime_budget),
             "spent": fraction_text(plan.lifetime_spent),
             "remaining": fraction_text(plan.lifetime_remaining),
-            "spent_after": fraction_text(plan.lifetime_spent + plan.total_epsilon),
+            "spent_after": fraction_text(plan.lifetime_spent + plan.charge),
             "remaining_after": fraction_text(plan.lifetime_remaining_after),
             "new_dataset": plan.lifetime_is_new,
             "changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by, "at": c.set_at}
@@ -67,8 +71,9 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
 def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
     conf = pct(plan.confidence)
     table = Table(title=f"Plan for release {plan.release} ({spec_path})", title_justify="left")
-    for header, justify in (("table", "left"), ("ε", "right"), ("mechanism", "left"),
-                            ("sensitivity", "right"), ("noise scale", "right"), ("cells", "right"),
+    for header, justify in (("table", "left"), (plan.symbol, "right"), ("mechanism", "left"),
+                            ("sensitivity" if plan.symbol == "ε" else "Δ₂²", "right"),
+                            ("noise scale" if plan.symbol == "ε" else "σ²", "right"), ("cells", "right"),
                             (f"± MoE {conf}", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     if plan.neighbouring != ADD_REMOVE_ROW and not plan.invariants:  # not the default relation
@@ -85,13 +90,21 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
                   "noise distribution (before clamping).", markup=False, highlight=False)
     mark = "fits" if plan.fits_release else f"OVER by {both(plan.total_epsilon - plan.release_budget)}"
-    console.print(f"Release budget:  total ε = {both(plan.total_epsilon)} of {both(plan.release_budget)} — "
+    console.print(f"Release budget:  total {plan.symbol} = {both(plan.total_epsilon)} of {both(plan.release_budget)} — "
                   f"{mark}", markup=False, highlight=False)
     new = " (new to the ledger; cap from the spec)" if plan.lifetime_is_new else ""
-    after = plan.lifetime_spent + plan.total_epsilon
+    after = plan.lifetime_spent + plan.charge
     mark = ("fits" if plan.fits_lifetime
             else f"OVER by {both(after - plan.lifetime_budget)}")
-    console.print(f"Lifetime budget of dataset {plan.dataset}{new}: cap {both(plan.lifetime_budget)}, "
+    if plan.ledger_symbol != plan.symbol:
+        console.print(f"This pure ε-DP release is charged to a zCDP ledger as ρ = Σ ε²/2 = {both(plan.charge)} "
+                      "(ε-DP implies ε²/2-zCDP).", markup=False, highlight=False)
+    if plan.delta is not None and plan.ledger_symbol == "ρ":
+        from dprelease.accounting import zcdp_epsilon
+
+        console.print(f"Implied (ε, δ)-DP of this release: ε = {both(zcdp_epsilon(plan.charge, plan.delta))} at "
+                      f"δ = {fraction_text(plan.delta)}.", markup=False, highlight=False)
+    console.print(f"Lifetime budget ({plan.ledger_symbol}) of dataset {plan.dataset}{new}: cap {both(plan.lifetime_budget)}, "
                   f"spent {both(plan.lifetime_spent)} → {both(after)} after this release, remaining "
                   f"{both(plan.lifetime_remaining)} → {both(plan.lifetime_remaining_after)} — {mark}",
                   markup=False, highlight=False)
@@ -146,7 +159,7 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
         console.print("No datasets in this ledger yet.")
         return
     for s in states:
-        console.print(f"\nDataset {s.name} ({TERMS_SHOWN.get(s.definition, s.definition)}): cap ε = {both(s.budget)}, spent {both(s.spent)}, "
+        console.print(f"\nDataset {s.name} ({TERMS_SHOWN.get(s.definition, s.definition)}): cap {'ρ' if s.definition.startswith('zcdp') else 'ε'} = {both(s.budget)}, spent {both(s.spent)}, "
                       f"remaining {both(s.remaining)}", markup=False, highlight=False)
         if s.caps:
             for c in s.caps:

@@ -53,7 +53,7 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
         _discard_stale_staging(spec, state, output_dir)
         _refuse_before_spending(spec, plan, output_dir)
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
-                                 charges=[(t.key, t.epsilon) for t in plan.tables],
+                                 charges=[(t.key, t.charge) for t in plan.tables],
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                                  spec_path=str(spec.source.resolve()), output_dir=str(output_dir),
                                  definition=plan.terms)
@@ -62,7 +62,7 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
         ledger.close()
     # what the manifest states about the lifetime budget comes from the reserving transaction
     plan = dataclasses.replace(plan, lifetime_spent=granted.spent_before, lifetime_budget=granted.budget)
-    say(f"reserved ε = {fraction_text(plan.total_epsilon)} for {spec.release} (run {granted.run_id})")
+    say(f"reserved {plan.ledger_symbol} = {fraction_text(plan.charge)} for {spec.release} (run {granted.run_id})")
     run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
                      layout=Layout(output_dir, spec.release, granted.run_id), caps=caps)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite kill settles the reservation too
@@ -103,9 +103,9 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
         over = [f"release budget by {fraction_text(plan.total_epsilon - plan.release_budget)}"
                 if not plan.fits_release else None,
                 f"lifetime budget of {spec.dataset.name} by "
-                f"{fraction_text(plan.lifetime_spent + plan.total_epsilon - plan.lifetime_budget)} "
+                f"{fraction_text(plan.lifetime_spent + plan.charge - plan.lifetime_budget)} {plan.ledger_symbol} "
                 f"(remaining {fraction_text(plan.lifetime_remaining)})" if not plan.fits_lifetime else None]
-        raise OverBudgetError(f"the release needs ε = {fraction_text(plan.total_epsilon)}, over the "
+        raise OverBudgetError(f"the release needs {plan.symbol} = {fraction_text(plan.total_epsilon)}, over the "
                               f"{' and the '.join(o for o in over if o)}. The data was not read; nothing spent.")
     if not spec.dataset.resolved_path.is_file():
         what = "is not a file" if spec.dataset.resolved_path.exists() else "does not exist"
@@ -210,8 +210,8 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
 
 
 def _print_done(spec: Spec, plan: Plan, final: Path, out: Console, spent_now: bool = True) -> None:
-    out.print(f"published {spec.release}: {len(spec.tables)} tables, ε = {both(plan.total_epsilon)} → {final}",
+    out.print(f"published {spec.release}: {len(spec.tables)} tables, {plan.symbol} = {both(plan.total_epsilon)} → {final}",
               markup=False)
     if spent_now:
-        out.print(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent + plan.total_epsilon)} of "
+        out.print(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent + plan.charge)} of "
                   f"{both(plan.lifetime_budget)}, remaining {both(plan.lifetime_remaining_after)}", markup=False)

@@ -95,3 +95,22 @@ def _accept(y: np.ndarray, a: int, b: int, t: int, rng) -> np.ndarray:  # type: 
             whole -= 1
         result[i] = accept
     return result
+
+
+def gaussian_margin(sigma2: Fraction, confidence: Fraction) -> int:
+    """The smallest k with P(|Z| > k) ≤ 1 − confidence for the discrete Gaussian of parameter σ²
+    (its exact pmf, summed in float64 over ±(40σ + 10), beyond which the mass is below e^−800).
+
+    Never understated: the tail is compared with (1 − confidence)·(1 − 10⁻⁹), a margin far
+    above float64's accumulated relative error (≈ 10⁻¹³ here), so rounding can only make the
+    printed margin larger, never smaller, than the exact one.
+    """
+    s2 = float(sigma2)
+    top = int(40 * math.sqrt(s2)) + 10
+    k = np.arange(0, top + 1, dtype=np.float64)
+    weights = np.exp(-k * k / (2 * s2))
+    total = weights[0] + 2 * weights[1:].sum()
+    tail = 2 * np.cumsum(weights[::-1])[::-1] / total  # tail[j] = P(|Z| ≥ j) for j ≥ 1
+    beyond = np.r_[tail[1:], 0.0]  # P(|Z| > j)
+    allowed = float(1 - confidence) * (1 - 1e-9)
+    return int(np.argmax(beyond <= allowed))

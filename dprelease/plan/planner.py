@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dprelease.accounting import compose_sequential
+from dprelease.accounting import compose_sequential, pure_to_zcdp
 from dprelease.errors import LedgerError, UserError
 from dprelease.ledger.store import CapChange, DatasetState, RunRecord, check_lifetime_matches
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
+from dprelease.mechanisms.gaussian import gaussian_margin, sigma2_for, zcdp_rho
 from dprelease.mechanisms.sampling import check_scale
 from dprelease.spec import Spec, Table, fingerprint
 
@@ -37,13 +38,14 @@ class TablePlan:
     epsilon: Fraction
     mechanism: str
     sensitivity: int  # L1, under the release's neighbouring relation (Spec.sensitivity)
-    scale: Fraction  # sensitivity / epsilon
+    scale: Fraction  # sensitivity / epsilon; σ² for the discrete Gaussian
     cells: int
     moe: int  # at the plan's confidence
     moe95: int
     level: str | None = None  # the geographic level of this measurement (None: a plain table)
     upper: int | None = None  # truncated_geometric: the public bound; outputs lie in [0, upper]
     granularity: int = 1  # sums: values are multiples of it; noise is drawn in its units
+    charge: Fraction | None = None  # what the ledger is charged, in its unit (ρ on a zCDP ledger)
 
     @property
     def key(self) -> str:
@@ -69,6 +71,14 @@ class Plan:
     neighbouring: str = "add or remove one row (one row per person)"  # = ADD_REMOVE_ROW
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (NOT DP)
     terms: str = "pure"  # the dataset's ledger terms this plan is charged under (see ledger_terms)
+    symbol: str = "ε"  # of the spec's budgets (total_epsilon, release_budget): ε, or ρ for zcdp
+    total_charge: Fraction | None = None  # what the ledger is charged, in its unit (None: total_epsilon)
+    ledger_symbol: str = "ε"  # of the lifetime figures: ε, or ρ for a zcdp ledger
+    delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee
+
+    @property
+    def charge(self) -> Fraction:
+        return self.total_epsilon if self.total_charge is None else self.total_charge
 
     @property
     def fits_release(self) -> bool:
@@ -76,7 +86,7 @@ class Plan:
 
     @property
     def fits_lifetime(self) -> bool:
-        return self.lifetime_spent + self.total_epsilon <= self.lifetime_budget
+        return self.lifetime_spent + self.charge <= self.lifetime_budget
 
     @property
     def fits(self) -> bool:
@@ -88,7 +98,7 @@ class Plan:
 
     @property
     def lifetime_remaining_after(self) -> Fraction:
-        return self.lifetime_remaining - self.total_epsilon
+        return self.lifetime_remaining - self.charge
 
 
 def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
@@ -103,13 +113,15 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
             raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is not in the ledger yet, so the "
                               "spec must declare dataset.lifetime_budget: {epsilon: E}")
         lifetime, spent = spec.dataset.lifetime_epsilon, Fraction(0)
-    else:
-        check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
-        lifetime, spent = state.budget, state.spent
     terms, sensitivity, neighbouring = ledger_terms(spec, state)
+    to_rho = terms.startswith("zcdp") and spec.definition == "pure"  # a pure release on a zCDP ledger
+    if state is not None:
+        if not to_rho:  # a pure spec's lifetime ε says nothing about a ρ cap
+            check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
+        lifetime, spent = state.budget, state.spent
     tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
                                _sensitivity(spec, t, spec.dims_cells(dims), sensitivity, terms),
-                               t.measure.granularity if t.measure else 1)
+                               t.measure.granularity if t.measure else 1, to_rho, terms)
                    for t in spec.tables for level, dims, eps in t.measured())
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
@@ -117,7 +129,9 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         confidence=spec.confidence, lifetime_budget=lifetime, lifetime_spent=spent,
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
-        neighbouring=neighbouring, invariants=spec.invariant_levels, terms=terms,
+        neighbouring=neighbouring, invariants=spec.invariant_levels, terms=terms, symbol=spec.symbol,
+        total_charge=compose_sequential(t.charge for t in tables), ledger_symbol="ρ" if terms.startswith("zcdp") else "ε",
+        delta=spec.delta,
     )
 
 
@@ -128,43 +142,59 @@ def _sensitivity(spec: Spec, table: Table, cells: int, count_sensitivity: int, t
     the contribution bound."""
     if table.measure is None:
         return count_sensitivity
-    bounded = terms == TERMS_BOUNDED
+    bounded = terms.endswith("-bounded")
     return table.measure.sensitivity(bounded, cells, bool(table.where)) * spec.max_rows
 
 
-TERMS_ADD_REMOVE = "pure"  # ε-DP, add or remove one row: the ledger's original terms
-TERMS_BOUNDED = "pure-bounded"  # ε-DP, change one record: a dataset whose invariants are public
-
-
 def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]:
-    """(terms, sensitivity, neighbouring relation) of a release of ``spec`` on its dataset.
+    """(terms, count sensitivity, neighbouring relation) of a release of ``spec`` on its dataset.
 
-    A dataset's lifetime budget is one guarantee under one neighbouring relation, fixed when
-    the dataset enters the ledger. A release with invariants needs the bounded relation; once
-    a dataset is bounded (its invariants are public for ever), every later release of it is
-    planned under change one record too, sensitivity 2, invariants or not. A dataset whose
-    ledger holds add/remove releases cannot take a release with invariants: exact totals are
-    not DP under add/remove, and its earlier ε would double under the bounded relation.
+    A dataset's lifetime budget is one guarantee, in one unit, under one neighbouring relation,
+    fixed when the dataset enters the ledger: terms ``pure`` or ``zcdp``, ``-bounded`` when
+    invariants are public. A release with invariants needs bounded terms; once a dataset is
+    bounded (its invariants are public for ever), every later release of it is planned under
+    change one record too, sensitivity 2, invariants or not. A dataset whose ledger holds
+    add/remove releases cannot take a release with invariants: exact totals are not DP under
+    add/remove, and its earlier budget would double under the bounded relation. A pure
+    release may be charged to a zCDP ledger (ε-DP implies ε²/2-zCDP); a zCDP release cannot be
+    charged to a pure one.
     """
-    wanted = TERMS_BOUNDED if spec.invariants else TERMS_ADD_REMOVE
+    base = "zcdp" if spec.definition == "zcdp" else "pure"
+    wanted = base + ("-bounded" if spec.invariants else "")
     if state is None or state.definition == wanted:
         return wanted, spec.sensitivity, spec.neighbouring
-    if state.definition == TERMS_BOUNDED:
-        return TERMS_BOUNDED, 2 * spec.max_rows, ("change one record (bounded DP: invariants of this dataset were published "
-                                  "before, so every release of it is planned under change one record)")
-    if state.definition == TERMS_ADD_REMOVE:
+    held_base, _, bounded = state.definition.partition("-")
+    if held_base not in ("pure", "zcdp") or bounded not in ("", "bounded"):
+        raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
+                          "of dprelease does not know")
+    if held_base == "pure" and base == "zcdp":
+        raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under pure ε-DP terms; a "
+                          "zcdp release cannot be charged in ε. Release it under a new dataset name, or as pure ε-DP")
+    if spec.invariants and not bounded:
         raise LedgerError(
             f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under add/remove-one-row terms, but "
             "this spec publishes invariants, which need change-one-record terms for the whole dataset (its "
-            "earlier ε would double). Release the invariants under a new dataset name, or drop invariants:")
-    raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
-                      "of dprelease does not know")
+            "earlier budget would double). Release the invariants under a new dataset name, or drop invariants:")
+    if bounded and not spec.invariants:
+        return state.definition, 2 * spec.max_rows, (
+            "change one record (bounded DP: invariants of this dataset were published before, so every release "
+            "of it is planned under change one record)")
+    return state.definition, spec.sensitivity, spec.neighbouring
 
 
 def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None,
-                mechanism: str, upper: int | None, sensitivity: int, granularity: int) -> TablePlan:
+                mechanism: str, upper: int | None, sensitivity: int, granularity: int, to_rho: bool = False,
+                terms: str = "pure") -> TablePlan:
     """``sensitivity`` in published units (see the module docstring); the noise is drawn in units
-    of ``granularity`` (1 for counts), with scale (sensitivity/granularity)/ε."""
+    of ``granularity`` (1 for counts), with scale (sensitivity/granularity)/ε. Under zcdp
+    (``epsilon`` is then ρ) the discrete Gaussian with σ² = Δ₂²/(2ρ), rounded up, and the
+    ``sensitivity`` recorded is Δ₂². ``to_rho``: charge ε²/2 to a zCDP ledger."""
+    if spec.definition == "zcdp":
+        l2 = (2 if terms.endswith("-bounded") else 1) * spec.max_rows ** 2  # Δ₂² of a count histogram
+        sigma2 = sigma2_for(epsilon, l2)
+        return TablePlan(name=name, epsilon=epsilon, mechanism="discrete_gaussian", sensitivity=l2, scale=sigma2,
+                         cells=cells, moe=gaussian_margin(sigma2, spec.confidence),
+                         moe95=gaussian_margin(sigma2, CONFIDENCE_95), level=level, charge=zcdp_rho(sigma2, l2))
     scale = Fraction(sensitivity) / epsilon
     try:
         check_scale(scale / granularity)
@@ -179,7 +209,7 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
     return TablePlan(name=name, epsilon=epsilon, mechanism=mechanism, sensitivity=sensitivity,
                      scale=scale, cells=cells, moe=granularity * margin_of_error(units, spec.confidence),
                      moe95=granularity * margin_of_error(units, CONFIDENCE_95), level=level, upper=upper,
-                     granularity=granularity)
+                     granularity=granularity, charge=pure_to_zcdp(epsilon) if to_rho else epsilon)
 
 
 def epsilon_for_target(spec: Spec, target_moe: int) -> list[tuple[str, Fraction]]:

@@ -57,6 +57,12 @@ def discrete_laplace_variance(scale: Fraction) -> float:
     return 2 * p / (1 - p) ** 2
 
 
+def noise_variance(spec: Spec, scale: Fraction) -> float:
+    """The variance of a measurement's noise: the discrete Laplace's, or for zcdp releases
+    (``scale`` is then σ²) σ², which bounds the discrete Gaussian's from above."""
+    return float(scale) if spec.definition == "zcdp" else discrete_laplace_variance(scale)
+
+
 def marginal_matrix(sizes: list[int], subset: list[int]) -> scipy.sparse.csr_matrix:
     """0/1 matrix mapping a detail histogram (row-major over ``sizes``) to the marginal on ``subset``."""
     d = math.prod(sizes)
@@ -93,13 +99,13 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
     Each place's total then equals its invariant exactly.
     """
     invariants = invariants or {}
+    variances = {key: noise_variance(spec, scale) for key, scale in scales.items()}
     dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
     sizes = [spec.column(c).size for c in dims]
     marginals = {t.name: marginal_matrix(sizes, [dims.index(c) for c in t.group_by]) for t in tables}
     levels = group_levels(spec, tables[0])
-    own = [_wls(tables, level, noisy, scales, marginals, math.prod(sizes)) for level in levels]
-    variance = [1 / sum(1 / discrete_laplace_variance(scales[(t.name, level.name)]) for t in tables)
-                for level in levels]
+    own = [_wls(tables, level, noisy, variances, marginals, math.prod(sizes)) for level in levels]
+    variance = [1 / sum(1 / variances[(t.name, level.name)] for t in tables) for level in levels]
     combined, weights = _bottom_up(levels, own, variance)
     ms = [marginals[t.name] for t in tables]
     patterns = _patterns(levels, combined, ms)
@@ -154,13 +160,13 @@ def _bottom_up(levels: list[Level], own: list[np.ndarray], variance: list[float]
     return combined, var
 
 
-def _wls(tables, level, noisy, scales, marginals, d) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _wls(tables, level, noisy, variances, marginals, d) -> np.ndarray:  # type: ignore[no-untyped-def]
     """Per unit, the unconstrained weighted least-squares detail (minimum norm where not identified)."""
     q = np.zeros((d, d))
     b = np.zeros((level.units, d))
     for t in tables:
         key = (t.name, level.name)
-        w = 1 / discrete_laplace_variance(scales[key])
+        w = 1 / variances[key]
         a = marginals[t.name]
         q += w * (a.T @ a).toarray()
         y = noisy[key].reshape(level.units, -1).astype(float)

@@ -63,6 +63,8 @@ def canonical(spec: Spec) -> dict[str, Any]:
             for t in spec.tables
         ],
     }
+    if spec.delta is not None:
+        out["privacy"]["delta"] = fraction_text(spec.delta)
     if spec.invariants:  # only when declared: specs without keep their fingerprints
         out["invariants"] = {"totals": list(spec.invariants)}
     return out
@@ -117,7 +119,8 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
                 unit="row" if unit == "row" else "person", unit_id=None if unit == "row" else unit["id"],
                 max_rows=1 if unit == "row" else unit["max_rows"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,
                 tables=tables, geography=tuple(data["geography"]), description=data["description"],
-                invariants=tuple(data.get("invariants", {}).get("totals", ())))
+                invariants=tuple(data.get("invariants", {}).get("totals", ())),
+                delta=Fraction(data["privacy"]["delta"]) if "delta" in data["privacy"] else None)
 
 
 def _measure_from(m: dict[str, Any] | None) -> SumMeasure | None:

@@ -216,8 +216,15 @@ class _Checker:
         if not isinstance(self.doc.data, dict):
             self.fail((), "a spec is a mapping with release, dataset, privacy, budget, columns and tables")
             return None
+        definition = self.get(("privacy", "definition"), str, "pure")
+        self.cost, self.other = ("rho", "epsilon") if definition == "zcdp" else ("epsilon", "rho")
+        self.symbol = "ρ" if definition == "zcdp" else "ε"
+        self.wrong_unit(("budget",))
+        self.wrong_unit(("dataset", "lifetime_budget"))
+        for i, _ in enumerate(self.get(("tables",), list, [])):
+            self.wrong_unit(("tables", i))
         dataset = self.dataset()
-        budget = self.budget(("budget", "epsilon"))
+        budget = self.budget(("budget", self.cost), self.symbol)
         confidence = self.confidence()
         max_cells = self.get(("limits", "max_cells"), int, DEFAULT_MAX_CELLS)
         columns = self.columns()
@@ -246,7 +253,25 @@ class _Checker:
             self.fail(("privacy", "unit", "id"), f"{unit_id!r} is a declared column; the person identifier is read to "
                       "bound contributions and never published, so it cannot be a table column")
             return None
-        return Spec(source=self.doc.file, release=release, dataset=dataset, definition="pure",
+        delta = self.budget(("privacy", "delta"), "δ")
+        if definition == "zcdp":
+            if delta is None and ("privacy", "delta") not in self.doc.marks:
+                self.fail(("privacy",), "a zcdp release states its implied (ε, δ)-DP guarantee: add delta: (e.g. "
+                          "delta: 1e-6, well below 1/number of persons)")
+                return None
+            if delta is not None and not delta < 1:
+                self.fail(("privacy", "delta"), "δ must lie strictly between 0 and 1")
+                return None
+            for i, t in enumerate(tables):
+                if t.measure is not None or t.mechanism != "discrete_laplace":
+                    self.fail(("tables", i), "a zcdp release measures counts with the discrete Gaussian; sums and "
+                              "the truncated geometric mechanism are not supported under zcdp yet")
+                    return None
+        elif delta is not None:
+            self.fail(("privacy", "delta"), "delta: is for definition: zcdp (pure ε-DP has δ = 0)")
+            return None
+        return Spec(source=self.doc.file, release=release, dataset=dataset, definition=definition,  # type: ignore[arg-type]
+                    delta=delta,
                     unit="person" if unit_id else "row", unit_id=unit_id, max_rows=max_rows,
                     budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
@@ -274,6 +299,15 @@ class _Checker:
                       "numeric data column that is not declared under columns:")
             return False
         return SumMeasure(column, low, high, g, body.get("missing") == "zero")
+
+    def wrong_unit(self, at: Path_) -> None:
+        """A budget in the other definition's unit (ε in a zcdp release, ρ in a pure one)."""
+        body = self.get(at, dict)
+        if body is not None and self.other in body:
+            definition = "zcdp" if self.cost == "rho" else "pure"
+            self.fail(at + (self.other,), f"this release is {definition} (privacy.definition), so its budgets are "
+                      f"{self.symbol}: write {self.cost}: instead of {self.other}: (one release cannot mix "
+                      "definitions)", at_key=True)
 
     def invariants(self, levels: tuple[str, ...]) -> tuple[str, ...]:
         """Levels whose place totals are published exactly, coarse to fine (the root first)."""
@@ -322,7 +356,7 @@ class _Checker:
                    enumerate(self.get(("dataset", "na_values"), list, [])))
         lifetime = None
         if isinstance(d.get("lifetime_budget"), dict):
-            lifetime = self.budget(("dataset", "lifetime_budget", "epsilon"), "lifetime ε")
+            lifetime = self.budget(("dataset", "lifetime_budget", self.cost), f"lifetime {self.symbol}")
         if name is None or path is None or fmt is None:
             return None
         resolved = (self.base / path) if not Path(path).is_absolute() else Path(path)
@@ -543,7 +577,10 @@ class _Checker:
             written_geographic = "geography" in self.get(at + ("group_by",), list, [])
             epsilons = self.level_budgets(at, table_levels) if geographic else None
             epsilon = sum(epsilons, Fraction(0)) if epsilons else (
-                None if geographic or written_geographic else self.budget(at + ("epsilon",)))
+                None if geographic or written_geographic else self.budget(at + (self.cost,), self.symbol))
+            if epsilon is None and not geographic and not written_geographic and at + (self.cost,) not in self.doc.marks \
+                    and at + (self.other,) not in self.doc.marks:
+                self.fail(at, f"missing required key {self.cost!r} (the table's {self.symbol})")
             if group_by is not None and name is not None:
                 cells = columns[levels[-1]].size if geographic else 1
                 for c in group_by:
@@ -600,20 +637,23 @@ class _Checker:
 
     def level_budgets(self, at: Path_, levels: tuple[str, ...]) -> list[Fraction] | None:
         """ε per level of a geographic table: a mapping with exactly the root and every level."""
-        body = self.get(at + ("epsilon",), dict)
+        key, symbol = self.cost, self.symbol
+        body = self.get(at + (key,), dict)
         if body is None:
-            if at + ("epsilon",) in self.doc.marks:
-                self.fail(at + ("epsilon",), f"a geographic table takes ε per level: epsilon: {{"
+            if at + (key,) in self.doc.marks:
+                self.fail(at + (key,), f"a geographic table takes {symbol} per level: {key}: {{"
                           + ", ".join(f"{lv}: ..." for lv in levels) + "}")
+            elif at + (self.other,) not in self.doc.marks:
+                self.fail(at, f"missing required key {key!r} (the table's {symbol} per level)")
             return None
         if set(body) != set(levels):
             missing = [lv for lv in levels if lv not in body]
             extra = [k for k in body if k not in levels]
-            self.fail(at + ("epsilon",), "ε per level must name exactly " + ", ".join(levels)
+            self.fail(at + (key,), f"{symbol} per level must name exactly " + ", ".join(levels)
                       + (f"; missing {', '.join(missing)}" if missing else "")
                       + (f"; not a level: {', '.join(extra)}" if extra else ""))
             return None
-        out = [self.budget(at + ("epsilon", lv), f"ε at {lv}") for lv in levels]
+        out = [self.budget(at + (key, lv), f"{symbol} at {lv}") for lv in levels]
         return None if None in out else out  # type: ignore[return-value]
 
     def groups(self, tables: list[Table], columns: dict[str, Column], max_cells: int) -> None:

@@ -226,7 +226,7 @@ class Spec:
     source: Path
     release: str
     dataset: Dataset
-    definition: Literal["pure"]
+    definition: Literal["pure", "zcdp"]  # zcdp: every ε-named budget field holds ρ instead
     unit: Literal["row", "person"]  # person: every row with one value of ``unit_id``
     budget_epsilon: Fraction
     columns: tuple[Column, ...]  # declared, then derived, in spec order
@@ -237,6 +237,7 @@ class Spec:
     max_cells: int = DEFAULT_MAX_CELLS
     description: str | None = None
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (not DP)
+    delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee
     unit_id: str | None = None  # the person identifier (unit "person"); read, never published
     max_rows: int = 1  # rows kept per person (contribution bound); 1 for unit "row"
 
@@ -272,6 +273,17 @@ class Spec:
             return ("change one record (bounded DP: the invariants are public, so neighbours have the same "
                     "totals)")
         return "add or remove one row (one row per person)"
+
+    @property
+    def symbol(self) -> str:
+        """The budget's symbol: ε (pure) or ρ (zcdp)."""
+        return "ρ" if self.definition == "zcdp" else "ε"
+
+    @property
+    def l2_sensitivity_squared(self) -> int:
+        """Δ₂² of every count histogram: k² under add/remove (k rows of one person in one cell),
+        2k² under change one record (k rows leave one cell and k enter another)."""
+        return (2 if self.invariants else 1) * self.max_rows ** 2
 
     def column(self, name: str) -> Column:
         for c in self.columns:

@@ -1,0 +1,164 @@
+"""zCDP releases: ρ budgets, the discrete Gaussian with σ² = Δ₂²/(2ρ), ledgers in ρ (pure
+releases charged ε²/2), implied (ε, δ) never understated (OpenDP as a test-only oracle)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dprelease.accounting import zcdp_epsilon
+from dprelease.ledger import Ledger, resolve_location
+from dprelease.measure import measure_counts
+from dprelease.plan import plan_release
+from dprelease.spec import load_spec
+from tests.conftest import ROOT
+from tests.stats import chi_square_pvalue, discrete_gaussian_pmf
+from tests.test_run import run
+
+SPEC = """\
+release: acs-zcdp-2019
+dataset:
+  name: nist-acs-zcdp
+  path: {data}
+  na_values: ["N"]
+  lifetime_budget: {{rho: 2}}
+privacy: {{definition: zcdp, unit: {unit}, delta: 1e-6}}
+budget: {{rho: 0.5}}
+columns:
+  PUMA: {{domain_file: {domains}/puma.txt}}
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+  AGEP: {{range: [0, 99]}}
+derived:
+  AGE_GROUP: {{from: AGEP, bins: [0, 18, 65, 100], labels: ["0-17", "18-64", "65+"]}}
+geography:
+  levels: [STATE, PUMA]
+  STATE: {{from: PUMA, prefix: 2}}
+{invariants}
+tables:
+  - name: persons_by_sex_age_group
+    group_by: [geography, SEX, AGE_GROUP]
+    rho: {{root: 0.05, STATE: 0.15, PUMA: 0.2}}
+  - name: persons_by_sex
+    group_by: [SEX]
+    rho: 0.1
+"""
+
+
+def write(tmp_path, unit="row", invariants=""):
+    path = tmp_path / "zcdp.yaml"
+    path.write_text(SPEC.format(data=ROOT / "data" / "nist_acs" / "national2019.csv", domains=ROOT / "configs" / "domains",
+                                unit=unit, invariants=invariants))
+    return path
+
+
+def test_the_gaussian_is_calibrated_to_each_rho(tmp_path):
+    plan = plan_release(load_spec(write(tmp_path)), None)
+    assert plan.symbol == plan.ledger_symbol == "ρ" and plan.total_epsilon == Fraction(1, 2)
+    for t in plan.tables:
+        assert t.mechanism == "discrete_gaussian" and t.sensitivity == 1
+        assert t.scale == 1 / (2 * t.epsilon) and t.charge == t.epsilon  # σ² = Δ₂²/(2ρ), exact here
+    bounded = plan_release(load_spec(write(tmp_path, invariants="invariants: {totals: [STATE]}")), None)
+    assert all(t.sensitivity == 2 and t.scale == 1 / t.epsilon for t in bounded.tables)  # Δ₂² = 2
+    persons = plan_release(load_spec(write(tmp_path, unit="{id: SERIALNO, max_rows: 3}")), None)
+    assert all(t.sensitivity == 9 and t.scale == 9 / (2 * t.epsilon) for t in persons.tables)  # Δ₂² = k²
+
+
+def test_measurement_draws_the_planned_gaussian(tmp_path):
+    """The release's measurement step, many times: the noise fits the discrete Gaussian of the
+    planned σ², and not that of σ² for the wrong sensitivity (Δ₂² = 2 where 1 was planned)."""
+    table = plan_release(load_spec(write(tmp_path)), None).tables[2]  # PUMA: ρ = 1/5, σ² = 5/2
+    draws = np.concatenate([measure_counts(np.full(table.cells, 100), table) for _ in range(2_000)]) - 100
+    assert chi_square_pvalue(draws, lambda k: discrete_gaussian_pmf(k, float(table.scale))) > 1e-6
+    assert chi_square_pvalue(draws, lambda k: discrete_gaussian_pmf(k, 2 * float(table.scale))) < 1e-6
+
+
+@pytest.mark.parametrize("text,field", [
+    ("    rho: 0.1\n", None),
+    ("    epsilon: 0.1\n", "tables[1].epsilon"),  # ε in a zcdp release
+])
+def test_one_release_cannot_mix_definitions(tmp_path, cli, text, field):
+    path = write(tmp_path)
+    path.write_text(path.read_text().replace("    rho: 0.1\n", text))
+    result = cli("validate", path)
+    if field is None:
+        assert result.code == 0, result
+    else:
+        assert result.code == 2 and field in result.stderr and "mix" in result.stderr, result
+
+
+def test_a_zcdp_release_end_to_end(tmp_path, run_env, cli):
+    path = write(tmp_path)
+    ledger = tmp_path / "ledger.sqlite"
+    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    release = tmp_path / "out" / "acs-zcdp-2019"
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert manifest["budget_unit"] == manifest["ledger_unit"] == "rho"
+    assert {t["mechanism"] for t in manifest["tables"]} == {"discrete_gaussian"}
+    implied = Fraction(manifest["implied_approximate_dp"]["epsilon"])
+    assert implied == zcdp_epsilon(Fraction(1, 2), Fraction(1, 10**6))
+    report = (release / "budget_report.md").read_text()
+    assert "zero-concentrated" in report and "Implied (ε, δ)-DP" in report
+    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    state = opened.state("nist-acs-zcdp")
+    opened.close()
+    assert state.definition == "zcdp" and state.spent == Fraction(1, 2)  # charged in ρ
+    again = cli("postprocess", release)  # consistent weights from σ²: reproduces the tables
+    assert again.code == 0, again
+    for level in ("root", "STATE", "PUMA"):
+        name = f"persons_by_sex_age_group/{level}.csv"
+        assert (release / "postprocessed" / "1-as-specified" / "tables" / name).read_bytes() == \
+            (release / "tables" / name).read_bytes()
+
+
+def test_ledgers_keep_their_unit(tmp_path, cli):
+    """A pure release on a zCDP ledger is charged Σ ε²/2; a zCDP release on a pure ledger is refused."""
+    zcdp = load_spec(write(tmp_path))
+    pure_path = tmp_path / "pure.yaml"
+    pure_path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
+                         .replace("nist-acs-national-2019", "nist-acs-zcdp")
+                         .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
+                         .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
+    pure = load_spec(pure_path)
+    ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
+    first = plan_release(zcdp, None)
+    ledger.reserve(dataset=zcdp.dataset.name, release=zcdp.release, charges=[(t.key, t.charge) for t in first.tables],
+                   spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime_epsilon,
+                   definition=first.terms)
+    on_zcdp = plan_release(pure, ledger.state(pure.dataset.name))
+    assert on_zcdp.terms == "zcdp" and on_zcdp.ledger_symbol == "ρ"
+    assert on_zcdp.charge == sum(t.epsilon ** 2 / 2 for t in on_zcdp.tables)
+    assert on_zcdp.total_epsilon == 1  # the release budget is still checked in ε
+    ledger.close()
+    # the other way round
+    pure_ledger = tmp_path / "pure.sqlite"
+    (tmp_path / "out").mkdir()
+    ledger = Ledger.open(resolve_location(str(pure_ledger)), create=True)
+    p = plan_release(pure, None)
+    ledger.reserve(dataset=pure.dataset.name, release=pure.release, charges=[(t.key, t.charge) for t in p.tables],
+                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime_epsilon, definition=p.terms)
+    ledger.close()
+    refused = cli("plan", write(tmp_path), "--ledger", pure_ledger)
+    assert refused.code == 2 and "cannot be charged in ε" in refused.stderr, refused
+
+
+def test_implied_epsilon_is_never_below_opendp(tmp_path):
+    try:
+        import opendp.prelude as dp
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("OpenDP (test extra) is not installed")
+    dp.enable_features("contrib")
+    plan = plan_release(load_spec(write(tmp_path)), None)
+    for t in plan.tables:
+        meas = dp.m.make_gaussian(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale=math.sqrt(float(t.scale)))
+        assert meas.map(1) == pytest.approx(float(t.charge), rel=1e-12)  # our ρ for this σ² is OpenDP's
+    theirs = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(
+        dp.m.make_gaussian(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale=1.0)), 1e-6).map(1)[0]
+    assert float(zcdp_epsilon(Fraction(1, 2), Fraction(1, 10**6))) >= theirs  # ρ = 1/2: σ = 1, Δ = 1
