@@ -82,3 +82,19 @@ def finite_chi_square_pvalue(samples: np.ndarray, probabilities: np.ndarray) -> 
         observed = np.r_[observed[~small], observed[small].sum()]
         expected = np.r_[expected[~small], expected[small].sum()]
     return float(stats.chisquare(observed, expected).pvalue)
+
+
+def opendp():
+    """OpenDP's prelude, the test-only oracle (in the test extra); skipped outside CI if absent."""
+    import os
+
+    import pytest
+
+    try:
+        import opendp.prelude as dp
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("OpenDP (test extra) is not installed")
+    dp.enable_features("contrib")
+    return dp

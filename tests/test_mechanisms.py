@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from fractions import Fraction
 
 import numpy as np
@@ -26,6 +25,7 @@ from tests.stats import (
     discrete_laplace_pmf,
     empirical_epsilon,
     finite_chi_square_pvalue,
+    opendp,
 )
 
 ALPHA = 1e-6
@@ -92,21 +92,10 @@ def test_gaussian_scale_for_a_zcdp_budget():
 
 # ---------------------------------------------------------------- OpenDP as a test-only oracle
 
-def _opendp():
-    try:
-        import opendp.prelude as dp
-    except ImportError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("OpenDP (test extra) is not installed")
-    dp.enable_features("contrib")
-    return dp
-
-
 @pytest.mark.parametrize("rho", [Fraction(1, 100), Fraction(1, 8), Fraction(1, 2), Fraction(2)], ids=str)
 @pytest.mark.parametrize("delta", [Fraction(1, 10**5), Fraction(1, 10**9)], ids=str)
 def test_zcdp_to_approx_dp_agrees_with_opendp_and_never_understates(rho, delta):
-    dp = _opendp()
+    dp = opendp()
     sigma = math.sqrt(float(sigma2_for(rho, 1)))
     meas = dp.m.make_gaussian(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale=sigma)
     assert meas.map(1) == pytest.approx(float(rho), rel=1e-12)  # ρ = Δ²/(2σ²), as ours

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from fractions import Fraction
 
 import numpy as np
@@ -17,7 +16,7 @@ from dprelease.measure import measure_counts
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
-from tests.stats import chi_square_pvalue, discrete_gaussian_pmf
+from tests.stats import chi_square_pvalue, discrete_gaussian_pmf, opendp
 from tests.test_run import run
 
 SPEC = """\
@@ -148,13 +147,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
 
 
 def test_implied_epsilon_is_never_below_opendp(tmp_path):
-    try:
-        import opendp.prelude as dp
-    except ImportError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("OpenDP (test extra) is not installed")
-    dp.enable_features("contrib")
+    dp = opendp()
     plan = plan_release(load_spec(write(tmp_path)), None)
     for t in plan.tables:
         meas = dp.m.make_gaussian(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale=math.sqrt(float(t.scale)))
