@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dprelease.mechanisms import discrete_gaussian, discrete_laplace, truncated_geometric
+from fractions import Fraction
+
+from dprelease.mechanisms import discrete_gaussian, discrete_laplace, permute_and_flip, truncated_geometric
 from dprelease.plan import TablePlan
 
 
@@ -38,3 +40,17 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
             assert table.upper is not None
             return truncated_geometric(counts, table.upper, table.scale, rng=rng)
     raise ValueError(f"table {table.name}: unknown mechanism {table.mechanism!r}")
+
+
+def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Per cell, the code of the chosen category: permute-and-flip on the cell's category counts.
+
+    Neighbouring relation: the release's. Utility: the counts (row-major cells × categories),
+    sensitivity Δu = ``table.sensitivity`` (the contribution bound); ``table.scale`` is the
+    temperature, Δu/ε (monotone utility, add/remove) or 2Δu/ε (change one record). Guarantee:
+    the vector of choices is ``table.epsilon``-DP (cells partition the rows: parallel
+    composition). Exact Bernoulli(exp(−x)) flips from the OS CSPRNG (``rng``: test-only seam).
+    """
+    utilities = counts.reshape(table.cells, categories)
+    monotone = table.scale == Fraction(table.sensitivity) / table.epsilon
+    return permute_and_flip(utilities, table.epsilon, table.sensitivity, monotone=monotone, rng=rng)

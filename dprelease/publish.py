@@ -21,7 +21,7 @@ import pyarrow as pa
 from dprelease import __version__
 from dprelease.accounting import fraction_text, zcdp_epsilon
 from dprelease.plan import Plan, TablePlan
-from dprelease.spec import ROOT, Spec, Table
+from dprelease.spec import ROOT, ModeMeasure, Spec, SumMeasure, Table
 
 MANIFEST_FORMAT = 1
 
@@ -67,15 +67,28 @@ def cell_columns(spec: Spec, dims: tuple[str, ...]) -> dict[str, pa.Array]:
 
 
 def value_column(table: Table) -> str:
-    """The published value of every cell: ``count``, or ``sum`` for a sum measure."""
+    """The published value of every cell: ``count``, ``sum`` for a sum measure, ``mode`` for a mode."""
+    if isinstance(table.measure, ModeMeasure):
+        return "mode"
     return "count" if table.measure is None else "sum"
 
 
 def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | None, values: np.ndarray,
                 directory: Path) -> Path:
     """The level's geography column (if any), the group_by columns with their labels, then ``count``
-    (or ``sum``)."""
-    return _write_counts(spec, dims, values, directory / table_path(table, level), value_column(table))
+    (or ``sum``, or ``mode``: the chosen category's label)."""
+    path = directory / table_path(table, level)
+    if isinstance(table.measure, ModeMeasure):
+        from pyarrow import csv
+
+        columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
+        labels = spec.column(table.measure.column).categories
+        columns["mode"] = pa.DictionaryArray.from_arrays(pa.array(values, pa.int32()),
+                                                         pa.array(labels, pa.string())).dictionary_decode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
+        return path
+    return _write_counts(spec, dims, values, path, value_column(table))
 
 
 def invariant_path(level: str) -> str:
@@ -172,7 +185,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"measure": {"sum": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
                              "missing": "zero" if m.missing_as_zero else "error"}}
-                if (m := by_name[t.name].measure) is not None else {"measure": "count"}),
+                if isinstance(m := by_name[t.name].measure, SumMeasure)
+                else {"measure": {"mode": m.column}} if isinstance(m, ModeMeasure) else {"measure": "count"}),
              "consistency": by_name[t.name].consistency,
              "group_by": list(by_name[t.name].group_by),
              "where": [[c.column, c.op, list(c.operand)] for c in by_name[t.name].where],

@@ -16,7 +16,7 @@ from dprelease import __version__
 from dprelease.data import Encoded, encode, file_fingerprint, histogram, place_totals
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
-from dprelease.measure import measure_counts
+from dprelease.measure import measure_counts, measure_mode
 from dprelease.postprocess import postprocess_release
 from dprelease.mechanisms import check_scale
 from dprelease.plan import Plan
@@ -33,7 +33,7 @@ from dprelease.publish import (
     write_table,
 )
 from dprelease.report import budget_report_md
-from dprelease.spec import Spec, canonical
+from dprelease.spec import ModeMeasure, Spec, canonical
 
 STAGE_TIMINGS = ("fingerprint", "load", "histogram", "noise", "postprocess", "publish")
 
@@ -87,14 +87,16 @@ class ReleaseRun:
             self.stage = "histogram"
             checkpoint("histogram")
             start = time.perf_counter()
-            counts = histogram(self.spec, table, self.data, dims)
+            mode = table.measure.column if isinstance(table.measure, ModeMeasure) else None
+            counts = histogram(self.spec, table, self.data, dims + ((mode,) if mode else ()))
             self._timed("histogram", start)
             self.stage = "noise"
             if table_plan.mechanism != "discrete_gaussian":  # σ² was checked when planned
                 check_scale(table_plan.scale / table_plan.granularity)  # a refusal here must come before the budget counts as used
             self.noise_drawn = True  # from here on the budget is spent, whatever happens next
             start = time.perf_counter()
-            self.noisy[(name, level)] = measure_counts(counts, table_plan)
+            self.noisy[(name, level)] = (measure_mode(counts, table_plan, self.spec.column(mode).size) if mode
+                                         else measure_counts(counts, table_plan))
             del counts
             self._timed("noise", start)
             checkpoint("noise")

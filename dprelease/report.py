@@ -105,7 +105,15 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
           f"{t['measure']['granularity']} before noise (sensitivity {t['sensitivity']}); missing values "
           f"{'count 0' if t['measure']['missing'] == 'zero' else 'are refused'}. A sum of a weight column is a "
           "weighted count; every other table counts rows, unweighted."
-          for t in {t['name']: t for t in manifest["tables"] if isinstance(t.get("measure"), dict)}.values()],
+          for t in {t['name']: t for t in manifest["tables"]
+                    if isinstance(t.get("measure"), dict) and "sum" in t["measure"]}.values()],
+        *[f"- `{t['name']}` publishes, per cell, the most common category of `{t['measure']['mode']}`, chosen by the "
+          "exponential mechanism (permute-and-flip, McKenna and Sheldon 2020) with the cell's category counts as "
+          f"utilities (sensitivity {t['sensitivity']}; exponent ε·u/({'' if t['scale'] == fraction_text(Fraction(t['sensitivity']) / Fraction(t['epsilon'])) else '2'}Δu)). "
+          "It has no margin of error: the chosen category is the true mode with high probability when the mode "
+          "leads the runner-up by several times Δu/ε."
+          for t in {t['name']: t for t in manifest["tables"]
+                    if isinstance(t.get("measure"), dict) and "mode" in t["measure"]}.values()],
         "- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost.",
         ("- Counts are unweighted row counts. Each person (one value of "
          f"`{manifest['privacy']['contribution_bound']['id']}`) contributes at most "

@@ -41,7 +41,8 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     scales: dict[tuple[str, str | None], Fraction] = {}
     for entry in manifest["tables"]:
         key = (entry["name"], entry.get("level"))
-        name = "noisy_count" if entry.get("measure", "count") == "count" else "noisy_sum"
+        measure = entry.get("measure", "count")
+        name = "noisy_count" if measure == "count" else "noisy_mode" if "mode" in measure else "noisy_sum"
         values = pq.read_table(release_dir / entry["measurements"], columns=[name]).column(0)
         noisy[key] = np.asarray(values.to_numpy(), dtype=np.int64)
         if noisy[key].size != entry["cells"]:

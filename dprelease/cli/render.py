@@ -85,7 +85,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                       "change one record (bounded DP): every sensitivity is 2.", markup=False, highlight=False)
     for t in plan.tables:
         table.add_row(t.key, both(t.epsilon), t.mechanism, str(t.sensitivity), both(t.scale),
-                      f"{t.cells:,}", str(t.moe))
+                      f"{t.cells:,}", "—" if t.mechanism == "permute_and_flip" else str(t.moe))
     console.print(table)
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
                   "noise distribution (before clamping).", markup=False, highlight=False)

@@ -30,7 +30,7 @@ def histogram(spec: Spec, table: Table, data: Encoded, dims: tuple[str, ...] | N
     mask = where_mask(spec, table.where, data)
     if mask is not None:
         index = index[mask]
-    if table.measure is not None:
+    if isinstance(table.measure, SumMeasure):
         return _sums(table.measure, data, index, mask, cells)
     return np.bincount(index, minlength=cells).astype(np.int64, copy=False)
 

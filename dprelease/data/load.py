@@ -25,7 +25,17 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from dprelease.errors import UserError, first_line
-from dprelease.spec import ROOT, BinnedColumn, CategoricalColumn, Column, RangeColumn, RollupColumn, Spec
+from dprelease.spec import (
+    ROOT,
+    BinnedColumn,
+    CategoricalColumn,
+    Column,
+    ModeMeasure,
+    RangeColumn,
+    RollupColumn,
+    Spec,
+    SumMeasure,
+)
 
 def code_dtype(size: int) -> np.dtype:
     """Signed (−1 marks 'no code' while encoding) and narrow: less memory traffic per row."""
@@ -58,6 +68,8 @@ def needed_columns(spec: Spec) -> list[Column]:
         for _, dims, _ in table.measured():
             used.update(dims)
         used.update(c.column for c in table.where)
+        if isinstance(table.measure, ModeMeasure):
+            used.add(table.measure.column)
     used.update(level for level in spec.invariant_levels if level != ROOT)
     for column in reversed(spec.columns):  # rollups: coarse first, each from the next finer
         if isinstance(column, (BinnedColumn, RollupColumn)) and column.name in used:
@@ -136,7 +148,7 @@ def encode(spec: Spec) -> Encoded:
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
     identifier = [spec.unit_id] if spec.unit_id else []
-    summed = list(dict.fromkeys(t.measure.column for t in spec.tables if t.measure))
+    summed = list(dict.fromkeys(t.measure.column for t in spec.tables if isinstance(t.measure, SumMeasure)))
     table = read_table(spec, [c.name for c in declared] + identifier + summed,
                        [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed)
     n = table.num_rows
@@ -189,7 +201,8 @@ def _numbers(spec: Spec, name: str, column: pa.ChunkedArray) -> np.ndarray:
     if (~np.isfinite(out) & ~missing).any():
         raise DataError(f"{spec.dataset.resolved_path}: column {name} holds NaN or an infinity; a sum needs "
                         "finite numbers (or missing values, with measure.missing: zero)")
-    if missing.any() and not all(t.measure.missing_as_zero for t in spec.tables if t.measure and t.measure.column == name):
+    if missing.any() and not all(t.measure.missing_as_zero for t in spec.tables
+                                 if isinstance(t.measure, SumMeasure) and t.measure.column == name):
         raise DataError(f"{spec.dataset.resolved_path}: column {name} has {int(missing.sum())} missing value(s); "
                         f"add missing: zero to the measure of every table that sums {name} to count them as 0")
     out[missing] = np.nan

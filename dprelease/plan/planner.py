@@ -26,7 +26,7 @@ from dprelease.ledger.store import CapChange, DatasetState, RunRecord, check_lif
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
 from dprelease.mechanisms.gaussian import gaussian_margin, sigma2_for, zcdp_rho
 from dprelease.mechanisms.sampling import check_scale
-from dprelease.spec import Spec, Table, fingerprint
+from dprelease.spec import ModeMeasure, Spec, SumMeasure, Table, fingerprint
 
 CONFIDENCE_95 = Fraction(95, 100)
 ADD_REMOVE_ROW = "add or remove one row (one row per person)"  # the default relation, as Spec states it
@@ -119,9 +119,10 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         if not to_rho:  # a pure spec's lifetime ε says nothing about a ρ cap
             check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
         lifetime, spent = state.budget, state.spent
-    tables = tuple(_plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
-                               _sensitivity(spec, t, spec.dims_cells(dims), sensitivity, terms),
-                               t.measure.granularity if t.measure else 1, to_rho, terms)
+    tables = tuple(_plan_mode(spec, t, eps, spec.dims_cells(dims), level, terms) if isinstance(t.measure, ModeMeasure)
+                   else _plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
+                                    _sensitivity(spec, t, spec.dims_cells(dims), sensitivity, terms),
+                                    t.measure.granularity if isinstance(t.measure, SumMeasure) else 1, to_rho, terms)
                    for t in spec.tables for level, dims, eps in t.measured())
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
@@ -140,8 +141,8 @@ def _sensitivity(spec: Spec, table: Table, cells: int, count_sensitivity: int, t
     count's is ``count_sensitivity``; a sum's follows :meth:`SumMeasure.sensitivity` (max(|L|, |U|)
     under add/remove; under change one record 2·max(|L|, |U|) once a row can change cell), times
     the contribution bound."""
-    if table.measure is None:
-        return count_sensitivity
+    if not isinstance(table.measure, SumMeasure):  # counts, and a mode's counts as utilities: Δu = Δ/(1 or 2)
+        return count_sensitivity if table.measure is None else spec.max_rows
     bounded = terms.endswith("-bounded")
     return table.measure.sensitivity(bounded, cells, bool(table.where)) * spec.max_rows
 
@@ -210,6 +211,19 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
                      scale=scale, cells=cells, moe=granularity * margin_of_error(units, spec.confidence),
                      moe95=granularity * margin_of_error(units, CONFIDENCE_95), level=level, upper=upper,
                      granularity=granularity, charge=pure_to_zcdp(epsilon) if to_rho else epsilon)
+
+
+def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, terms: str) -> TablePlan:
+    """A mode per cell by permute-and-flip: utilities are the cell's category counts, Δu = the
+    contribution bound. ``scale`` is the exponent's temperature: a candidate u below the best is
+    accepted with probability exp(−(u* − u)/scale), scale = Δu/ε when the utility is monotone
+    (add/remove one row: every count moves the same way) and 2Δu/ε otherwise (change one record).
+    There is no margin of error (moe = 0): the output is a category, not a count."""
+    monotone = not terms.endswith("-bounded")
+    du = spec.max_rows
+    return TablePlan(name=table.name, epsilon=epsilon, mechanism="permute_and_flip", sensitivity=du,
+                     scale=Fraction(du * (1 if monotone else 2)) / epsilon, cells=cells, moe=0, moe95=0, level=level,
+                     charge=epsilon)
 
 
 def epsilon_for_target(spec: Spec, target_moe: int) -> list[tuple[str, Fraction]]:

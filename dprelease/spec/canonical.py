@@ -21,6 +21,7 @@ from dprelease.spec.model import (
     Column,
     Condition,
     Dataset,
+    ModeMeasure,
     RangeColumn,
     RollupColumn,
     Spec,
@@ -58,7 +59,8 @@ def canonical(spec: Spec) -> dict[str, Any]:
                 **({"mechanism": t.mechanism, "upper": t.upper} if t.mechanism != "discrete_laplace" else {}),
                 **({"measure": {"sum": t.measure.column, "bounds": [t.measure.low, t.measure.high],
                                 "granularity": t.measure.granularity, "missing_as_zero": t.measure.missing_as_zero}}
-                   if t.measure else {}),
+                   if isinstance(t.measure, SumMeasure) else {}),
+                **({"measure": {"mode": t.measure.column}} if isinstance(t.measure, ModeMeasure) else {}),
             }
             for t in spec.tables
         ],
@@ -123,9 +125,11 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
                 delta=Fraction(data["privacy"]["delta"]) if "delta" in data["privacy"] else None)
 
 
-def _measure_from(m: dict[str, Any] | None) -> SumMeasure | None:
+def _measure_from(m: dict[str, Any] | None) -> SumMeasure | ModeMeasure | None:
     if m is None:
         return None
+    if "mode" in m:
+        return ModeMeasure(m["mode"])
     return SumMeasure(m["sum"], m["bounds"][0], m["bounds"][1], m["granularity"], m["missing_as_zero"])
 
 

@@ -32,6 +32,8 @@ from dprelease.spec.model import (
     ROOT,
     RangeColumn,
     Spec,
+    ModeMeasure,
+    RollupColumn,
     SumMeasure,
     Table,
 )
@@ -263,7 +265,7 @@ class _Checker:
                 self.fail(("privacy", "delta"), "δ must lie strictly between 0 and 1")
                 return None
             for i, t in enumerate(tables):
-                if t.measure is not None or t.mechanism != "discrete_laplace":
+                if t.measure is not None or t.mechanism != "discrete_laplace":  # sums, modes, truncated
                     self.fail(("tables", i), "a zcdp release measures counts with the discrete Gaussian; sums and "
                               "the truncated geometric mechanism are not supported under zcdp yet")
                     return None
@@ -277,11 +279,24 @@ class _Checker:
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants)
 
-    def measure(self, at: Path_, columns: dict[str, Column]) -> SumMeasure | None | bool:
-        """The table's measure: None for counts, a SumMeasure, or False when it is invalid (reported)."""
+    def measure(self, at: Path_, columns: dict[str, Column]) -> SumMeasure | ModeMeasure | None | bool:
+        """The table's measure: None for counts, a SumMeasure or ModeMeasure, or False when it is
+        invalid (reported)."""
         body = self.get(at + ("measure",), dict)
         if body is None:
             return None
+        if "mode" in body:
+            column = body["mode"]
+            if not isinstance(column, str):
+                return False
+            if column not in columns or isinstance(columns[column], RollupColumn):
+                self.fail(at + ("measure", "mode"), f"{column!r} is not a declared column: a mode is chosen among "
+                          "the categories of a column declared under columns: (or derived:)")
+                return False
+            if column in self.get(at + ("group_by",), list, []):
+                self.fail(at + ("measure", "mode"), f"{column!r} is in group_by: each cell would have one category")
+                return False
+            return ModeMeasure(column)
         bounds, g, column = body.get("bounds"), body.get("granularity"), body.get("sum")
         if not (isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
                 and type(g) is int and isinstance(column, str)):
@@ -596,8 +611,14 @@ class _Checker:
             if measure is False:
                 continue
             default = "consistent" if consistency or geographic else "clamp"
-            if measure is not None:
+            if isinstance(measure, SumMeasure):
                 default = "clamp" if measure.low >= 0 else "none"
+            elif isinstance(measure, ModeMeasure):
+                default = "none"
+                if self.get(at + ("post_process",), str, "none") != "none" or consistency:
+                    self.fail(at + ("post_process",) if consistency is None else at + ("consistency",),
+                              "a mode is a category, published as chosen: post_process: none, no consistency group")
+                    continue
             post = self.get(at + ("post_process",), str, default)
             if post == "consistent" and not (consistency or geographic):
                 self.fail(at + ("post_process",), "consistent post-processing needs a geography (group_by: "
@@ -607,7 +628,7 @@ class _Checker:
                 self.fail(at + ("post_process",), f"tables of consistency group {consistency!r} are post-processed "
                           "together: use post_process: consistent, or leave the group")
                 continue
-            if measure is not None and (post == "consistent" or (post == "clamp" and measure.low < 0)):
+            if isinstance(measure, SumMeasure) and (post == "consistent" or (post == "clamp" and measure.low < 0)):
                 self.fail(at + ("post_process",), "a sum is post-processed with none, or clamp when its lower "
                           "bound is ≥ 0 (clamp sets negative sums to 0); consistent post-processing is for counts")
                 continue

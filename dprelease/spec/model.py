@@ -144,6 +144,19 @@ PostProcess = Literal["clamp", "none", "consistent"]
 
 
 @dataclass(frozen=True, slots=True)
+class ModeMeasure:
+    """Each cell holds the most common category of ``column`` (a declared column) among its
+    rows, chosen by the exponential mechanism (permute-and-flip) over the declared domain.
+
+    Utility: the category's count in the cell, sensitivity Δu = the contribution bound; under
+    add/remove one row every count moves the same way (monotone), so the exponent is ε·u/Δu;
+    under change one record one count falls and another rises, so ε·u/(2Δu).
+    """
+
+    column: str
+
+
+@dataclass(frozen=True, slots=True)
 class SumMeasure:
     """Each cell holds the sum of ``column`` over its rows, every value clamped to [low, high]
     and rounded to a multiple of ``granularity`` first (low and high are multiples of it).
@@ -192,7 +205,7 @@ class Table:
     consistency: str | None = None  # the consistency group, if any
     mechanism: Literal["discrete_laplace", "truncated_geometric"] = "discrete_laplace"
     upper: int | None = None  # truncated_geometric: the public upper bound of every count
-    measure: SumMeasure | None = None  # None: counts
+    measure: SumMeasure | ModeMeasure | None = None  # None: counts
 
     def __post_init__(self) -> None:
         if self.epsilon <= 0:

@@ -1,0 +1,109 @@
+"""Modes by the exponential mechanism: measure {mode: COLUMN}, permute-and-flip over the declared
+categories with the cell's counts as utilities; the exponent ε·u/Δu only where the utility is
+monotone (add/remove one row), ε·u/(2Δu) under change one record."""
+
+from __future__ import annotations
+
+import csv
+import json
+from fractions import Fraction
+
+import numpy as np
+
+from dprelease.measure import measure_mode
+from dprelease.plan import plan_release
+from dprelease.spec import load_spec
+from tests.conftest import ROOT
+from tests.stats import empirical_epsilon, finite_chi_square_pvalue
+from tests.test_mechanisms import pf_probabilities
+from tests.test_run import run
+
+SPEC = """\
+release: acs-modes-2019
+dataset:
+  name: nist-acs-modes
+  path: {data}
+  na_values: ["N"]
+  lifetime_budget: {{epsilon: 4}}
+privacy: {{definition: pure, unit: {unit}}}
+budget: {{epsilon: 1}}
+columns:
+  PUMA: {{domain_file: {domains}/puma.txt}}
+  RAC1P: {{domain: [1, 2, 3, 4, 5, 6, 7, 8, 9]}}
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+{invariants}
+tables:
+  - name: most_common_race_by_puma
+    group_by: [PUMA]
+    measure: {{mode: RAC1P}}
+    epsilon: 0.5
+  - name: persons_by_sex
+    group_by: [SEX]
+    epsilon: 0.5
+"""
+
+
+def write(tmp_path, unit="row", invariants=""):
+    path = tmp_path / "modes.yaml"
+    path.write_text(SPEC.format(data=ROOT / "data" / "nist_acs" / "national2019.csv",
+                                domains=ROOT / "configs" / "domains", unit=unit, invariants=invariants))
+    return path
+
+
+def test_the_exponent_follows_monotonicity(tmp_path):
+    mode = plan_release(load_spec(write(tmp_path)), None).tables[0]
+    assert (mode.mechanism, mode.sensitivity, mode.scale, mode.cells) == ("permute_and_flip", 1, 2, 20)
+    bounded = plan_release(load_spec(write(tmp_path, invariants="invariants: {totals: [root]}")), None).tables[0]
+    assert bounded.scale == 4  # 2Δu/ε: counts under change one record are not monotone
+    persons = plan_release(load_spec(write(tmp_path, unit="{id: SERIALNO, max_rows: 3}")), None).tables[0]
+    assert (persons.sensitivity, persons.scale) == (3, 6)
+
+
+def test_measure_mode_draws_the_permute_and_flip_law(tmp_path):
+    """One cell's counts [10, 9, 7, 3, 0, 0, 0, 0, 0] through the release's measure step, 40,000
+    times: the exact PF law with exponent ε·u/Δu (monotone), and not the 2Δu one."""
+    plan = plan_release(load_spec(write(tmp_path)), None).tables[0]
+    one = plan.__class__(**{**{f: getattr(plan, f) for f in plan.__slots__}, "cells": 40_000})
+    utilities = np.tile([10, 9, 7, 3, 0, 0, 0, 0, 0], 40_000)
+    chosen = measure_mode(utilities, one, 9)
+    law = pf_probabilities([10, 9, 7, 3, 0, 0, 0, 0, 0], float(plan.epsilon), 1)
+    assert finite_chi_square_pvalue(chosen, law) > 1e-6
+    assert finite_chi_square_pvalue(chosen, pf_probabilities([10, 9, 7, 3, 0, 0, 0, 0, 0], 0.5, 2)) < 1e-6
+
+
+def test_change_one_record_audit_through_the_plan(tmp_path):
+    """Neighbours [6, 5, 0, …] and [5, 6, 0, …] (one person changed category): the event {choose
+    the first} has loss ≤ ε at the bounded plan's exponent; the add/remove plan's exponent (the
+    monotone shortcut, wrong here) is caught above ε."""
+    spec_bounded = load_spec(write(tmp_path, invariants="invariants: {totals: [root]}"))
+    spec_plain = load_spec(write(tmp_path))
+    n = 400_000
+    for spec, within in ((spec_bounded, True), (spec_plain, False)):
+        plan = plan_release(spec, None).tables[0]
+        many = plan.__class__(**{**{f: getattr(plan, f) for f in plan.__slots__}, "cells": n})
+        first = np.tile([6, 5, 0, 0, 0, 0, 0, 0, 0], n)
+        second = np.tile([5, 6, 0, 0, 0, 0, 0, 0, 0], n)
+        estimate, se = empirical_epsilon(measure_mode(second, many, 9) == 0, measure_mode(first, many, 9) == 0)
+        if within:
+            assert estimate <= float(plan.epsilon) + 6 * se, (estimate, se)
+        else:
+            assert estimate > float(plan.epsilon) + 6 * se, (estimate, se)
+
+
+def test_a_release_with_a_mode_end_to_end(tmp_path, run_env, cli):
+    out = tmp_path / "out"
+    proc = run(write(tmp_path), "--output-dir", out, "--ledger", tmp_path / "ledger.sqlite", env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    release = out / "acs-modes-2019"
+    rows = list(csv.DictReader((release / "tables" / "most_common_race_by_puma.csv").open()))
+    assert len(rows) == 20 and list(rows[0]) == ["PUMA", "mode"]
+    assert {r["mode"] for r in rows} <= {str(v) for v in range(1, 10)}
+    manifest = json.loads((release / "manifest.json").read_text())
+    entry = next(t for t in manifest["tables"] if t["name"] == "most_common_race_by_puma")
+    assert entry["measure"] == {"mode": "RAC1P"} and entry["mechanism"] == "permute_and_flip"
+    assert Fraction(entry["epsilon"]) == Fraction(1, 2)
+    assert "most common category of `RAC1P`" in (release / "budget_report.md").read_text()
+    again = cli("postprocess", release)
+    assert again.code == 0, again
+    assert (release / "postprocessed" / "1-as-specified" / "tables" / "most_common_race_by_puma.csv").read_bytes() \
+        == (release / "tables" / "most_common_race_by_puma.csv").read_bytes()
