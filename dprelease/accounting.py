@@ -150,7 +150,7 @@ def zcdp_epsilon(rho: Fraction, delta: Fraction, digits: int = 6) -> Fraction:
                 fd = at(d)
         alpha = 1 + min((fc, c), (fd, d))[1].exp()
         eps = bound(alpha) + decimal.Decimal(10) ** (-(_ZCDP_DIGITS - 10))  # far above the rounding error
-    return _round_up(Fraction(eps), digits)
+    return max(_round_up(Fraction(eps), digits), Fraction(0))  # a tiny ρ at a large δ: ε = 0
 
 
 def _dec(value: Fraction) -> decimal.Decimal:

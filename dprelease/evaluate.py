@@ -19,7 +19,7 @@ import numpy as np
 from dprelease.data import Encoded, encode, histogram, place_totals
 from dprelease.mechanisms import discrete_gaussian, discrete_laplace, sigma2_for, truncated_geometric
 from dprelease.postprocess import postprocess_release
-from dprelease.spec import ModeMeasure, Spec
+from dprelease.spec import ModeMeasure, Spec, SumMeasure
 
 METHODS = ("clamp", "consistent")
 NOT_PRIVATE = "NOT PRIVATE — evaluation against the confidential data; never publish"
@@ -41,9 +41,10 @@ def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type:
     exact, scales = {}, {}
     for t in spec.tables:
         for level, dims, eps in t.measured():
-            exact[(t.name, level)] = histogram(spec, t, data, dims) * (t.measure.granularity if t.measure else 1)
-            sensitivity = (t.measure.sensitivity(bool(spec.invariants), spec.dims_cells(dims), bool(t.where))
-                           * spec.max_rows if t.measure else spec.sensitivity)
+            exact[(t.name, level)] = histogram(spec, t, data, dims) * (t.measure.granularity
+                                                                      if isinstance(t.measure, SumMeasure) else 1)
+            sensitivity = (t.measure.sensitivity(bool(spec.invariants), spec.dims_cells(dims)) * spec.max_rows
+                           if isinstance(t.measure, SumMeasure) else spec.sensitivity)
             scales[(t.name, level)] = (sigma2_for(eps, spec.l2_sensitivity_squared) if spec.definition == "zcdp"
                                        else Fraction(sensitivity) / eps)
     return exact, scales
@@ -57,7 +58,7 @@ def _noisy(spec: Spec, key: tuple[str, str | None], exact: np.ndarray, scale: Fr
     if table.mechanism == "truncated_geometric":
         assert table.upper is not None
         return truncated_geometric(exact, table.upper, scale)
-    g = table.measure.granularity if table.measure else 1  # sums: noise in units of the granularity
+    g = table.measure.granularity if isinstance(table.measure, SumMeasure) else 1  # sums: noise in units of g
     return exact + g * discrete_laplace(scale / g, exact.size)
 
 
@@ -94,7 +95,8 @@ def report_md(spec: Spec, rows: list[Row], trials: int, command: str) -> str:
              f"{trials} simulated releases of `{spec.dataset.path}` (spec `{spec.source.name}`), each post-processed "
              "with clamp (max(0, x) per cell) and with consistent (census-style) post-processing, compared with the "
              "exact counts. Errors are absolute, in persons.", "",
-             f"Neighbouring datasets: {spec.neighbouring}; every sensitivity is {spec.sensitivity}."
+             f"Neighbouring datasets: {spec.neighbouring}; every count's sensitivity is {spec.sensitivity} "
+             "(a sum's follows its bounds)."
              + (f" Invariants (published exactly, NOT protected by DP): totals at {', '.join(spec.invariant_levels)}."
                 if spec.invariants else ""), "", f"Command: `{command}`", "",
              "| table | level | cells: MAE clamp | MAE consistent | p95 clamp | p95 consistent | "

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dprelease import __version__
-from dprelease.data import Encoded, encode, file_fingerprint, histogram, place_totals
+from dprelease.data import DataError, Encoded, encode, file_fingerprint, histogram, place_totals
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
 from dprelease.measure import measure_counts, measure_mode
@@ -162,7 +162,7 @@ class ReleaseRun:
             "stage": self.stage,
             "noise_drawn": self.noise_drawn,
             "published": self.published,
-            "error": f"{type(self.error).__name__}: {self.error}" if self.error else None,
+            "error": _error_record(self.error),
             "timings": {**{k: round(v, 6) for k, v in self.timings.items()},
                         "total": round(time.perf_counter() - self.started, 6)},
             "output": str(self.layout.final.resolve()) if self.published else None,
@@ -175,3 +175,13 @@ class ReleaseRun:
         write_json(path, self.internal_record())
         path.chmod(0o600)
         return path
+
+
+def _error_record(error: BaseException | None) -> str | None:
+    """What the run record keeps of a failure: a data error's message may quote confidential
+    values, so it reaches the operator's terminal only and is recorded here by type alone."""
+    if error is None:
+        return None
+    if isinstance(error, DataError):
+        return f"{type(error).__name__} (the message, which may quote data values, went to the terminal only)"
+    return f"{type(error).__name__}: {error}"

@@ -129,3 +129,25 @@ def test_a_bounded_release_end_to_end(synthetic, run_env):
     assert not any("P0001" in p.read_text(errors="ignore") for p in published if p.is_file())  # ids never published
     record = json.loads((path / "out" / "_internal" / "bounded-test" / "run.json").read_text())
     assert record["rows"]["over_contribution_bound"] > 0
+
+
+def test_a_dataset_keeps_its_privacy_unit(synthetic):
+    """Budgets spent per row and per person do not add up: a dataset's ledger terms carry its unit."""
+    from dprelease.errors import LedgerError
+    from dprelease.ledger import Ledger, resolve_location
+
+    path, _ = synthetic
+    person = load_spec(path / "spec.yaml")
+    (path / "row.yaml").write_text(SPEC.format(unit="row"))
+    row = load_spec(path / "row.yaml")
+    ledger = Ledger.open(resolve_location(str(path / "l.sqlite")), create=True)
+    plan = plan_release(person, None)
+    assert plan.terms == "pure@PID"
+    ledger.reserve(dataset=person.dataset.name, release=person.release, charges=[(t.key, t.charge) for t in plan.tables],
+                   spec_fingerprint=plan.fingerprint, lifetime_from_spec=person.dataset.lifetime_epsilon,
+                   definition=plan.terms)
+    state = ledger.state(row.dataset.name)
+    ledger.close()
+    with pytest.raises(LedgerError, match="privacy unit"):
+        plan_release(row, state)
+    assert plan_release(person, state).terms == "pure@PID"

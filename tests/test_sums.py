@@ -116,6 +116,8 @@ def test_missing_or_non_numeric_values_are_refused(tmp_path, cli):
     result = cli("run", path, "--output-dir", tmp_path / "out")
     assert result.code == 2 and "must hold numbers" in result.stderr, result
     assert not (tmp_path / "out" / "acs-income-2019").exists()
+    records = list((tmp_path / "out" / "_internal").rglob("run.json"))
+    assert records and all("lots" not in r.read_text() for r in records)  # data values reach the terminal only
 
 
 def test_a_release_of_sums_end_to_end(tmp_path, run_env, cli):
@@ -162,7 +164,7 @@ def test_change_one_record_audit_of_a_grouped_sum():
         a1, b1 = 500 - step + discrete_laplace(scale, n), 300 + step + discrete_laplace(scale, n)
         return empirical_epsilon((a0 <= 500 - step) & (b0 >= 300 + step), (a1 <= 500 - step) & (b1 >= 300 + step))
 
-    estimate, se = loss(measure.sensitivity(bounded=True, cells=2, filtered=False))
+    estimate, se = loss(measure.sensitivity(bounded=True, cells=2))
     assert abs(estimate - float(epsilon)) < 6 * se, (estimate, se)
     naive, se = loss(measure.high - measure.low)
     assert naive > float(epsilon) + 6 * se, (naive, se)
@@ -180,3 +182,41 @@ def test_a_method_override_leaves_sums_alone(tmp_path):
         out = postprocess_release(spec, noisy, scales, method=method, invariants={"root": np.array([27253])})
         assert out[("income_by_sex", None)].tolist() == [-500, 900]  # post_process: none, as specified
         assert out[("weighted_persons_by_sex", None)].tolist() == [0, 5]  # the default for L ≥ 0: clamp
+
+
+def test_single_cell_change_one_covers_drops_and_missing_values():
+    """A changed record may be dropped (out of domain) or missing (counted 0): for [1000, 2000]
+    one cell moves by up to 2000, not U − L = 1000 (found by review: a drop moved it 1227)."""
+    from dprelease.spec import SumMeasure
+
+    assert SumMeasure("X", 1000, 2000, 100, True).sensitivity(bounded=True, cells=1) == 2000
+    assert SumMeasure("X", -500, 2000, 100, True).sensitivity(bounded=True, cells=1) == 2500
+
+
+def test_missing_counts_zero_and_sums_are_exact(tmp_path):
+    from types import SimpleNamespace
+
+    from dprelease.data.histogram import _sums
+    from dprelease.spec import SumMeasure
+
+    data = SimpleNamespace(values={"X": np.array([np.nan, np.nan, np.nan, 150.0])})
+    got = _sums(SumMeasure("X", 100, 200, 1, True), data, np.zeros(4, dtype=np.int64), None, 1)
+    assert got.tolist() == [150]  # missing values count 0, not the lower bound
+    big = np.r_[np.full(9100, 1e12), 1.0, np.full(9100, -1e12)]  # float64 cancellation would lose the 1
+    data = SimpleNamespace(values={"X": big})
+    got = _sums(SumMeasure("X", -10**12, 10**12, 1, False), data, np.zeros(big.size, dtype=np.int64), None, 1)
+    assert got.tolist() == [1]
+
+
+def test_target_margin_uses_each_measurements_sensitivity(tmp_path):
+    """Found by review: --target-moe used the count sensitivity for sums (ε 0.006 for ±1000)."""
+    from dprelease.mechanisms import margin_of_error
+    from dprelease.plan import epsilon_for_target
+
+    spec = load_spec(write(tmp_path))
+    plan = plan_release(spec, None)
+    for (key, eps), t in zip(epsilon_for_target(plan, spec.confidence, 2_000_000), plan.tables):
+        assert t.granularity * margin_of_error(Fraction(t.sensitivity, t.granularity) / eps, spec.confidence) <= 2_000_000
+        slightly_less = eps * Fraction(99, 100)
+        assert t.granularity * margin_of_error(Fraction(t.sensitivity, t.granularity) / slightly_less,
+                                               spec.confidence) > 2_000_000 * Fraction(99, 100) - t.granularity

@@ -182,7 +182,7 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
     from dprelease.cli.render import both, pct
     from dprelease.plan import epsilon_for_target
 
-    needs = epsilon_for_target(spec, target)
+    needs = epsilon_for_target(the_plan, spec.confidence, target)
     total = sum((e for _, e in needs), Fraction(0))
     if as_json:
         print(json.dumps({"target_moe": target, "confidence": fraction_text(spec.confidence),

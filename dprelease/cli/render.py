@@ -22,6 +22,11 @@ TERMS_SHOWN = {"pure": "pure DP, add/remove one row", "pure-bounded": "pure DP, 
                "zcdp": "zCDP (ρ), add/remove one row", "zcdp-bounded": "zCDP (ρ), change one record: invariants public"}
 
 
+def _terms_shown(terms: str) -> str:
+    base, _, unit = terms.partition("@")
+    return TERMS_SHOWN.get(base, base) + (f"; one person = one {unit}" if unit else "")
+
+
 def ledger_line(location: LedgerLocation, exists: bool, created: bool = False) -> str:
     state = " — created now" if created else ("" if exists else " — none yet; the first run creates it")
     return f"ledger: {location.shown} [{location.source}]{state}"
@@ -159,7 +164,7 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
         console.print("No datasets in this ledger yet.")
         return
     for s in states:
-        console.print(f"\nDataset {s.name} ({TERMS_SHOWN.get(s.definition, s.definition)}): cap {'ρ' if s.definition.startswith('zcdp') else 'ε'} = {both(s.budget)}, spent {both(s.spent)}, "
+        console.print(f"\nDataset {s.name} ({_terms_shown(s.definition)}): cap {'ρ' if s.definition.startswith('zcdp') else 'ε'} = {both(s.budget)}, spent {both(s.spent)}, "
                       f"remaining {both(s.remaining)}", markup=False, highlight=False)
         if s.caps:
             for c in s.caps:

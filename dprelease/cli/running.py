@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import typer
 from rich.console import Console
 
@@ -32,7 +33,7 @@ from dprelease.ledger import DatasetState, Ledger, resolve_location
 from dprelease.plan import Plan, plan_release
 from dprelease.publish import Layout, discard_staging, move_into_place, staged_runs
 from dprelease.release import ReleaseRun
-from dprelease.spec import Spec, load_spec
+from dprelease.spec import ROOT, Spec, load_spec
 
 Say = Callable[[str], None]
 
@@ -112,7 +113,24 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
         raise DataError(f"{spec.source}: dataset.path {spec.dataset.path!r} {what} (resolved to "
                         f"{spec.dataset.resolved_path}). Nothing was spent.")
     _check_writable(output_dir)
+    _rehearse_postprocessing(spec, plan)
     _check_prefect_server()
+
+
+def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
+    """Run post-processing once on all-zero measurements (no data): a spec that post-processing
+    cannot handle fails here, before any budget is reserved, not after the noise is drawn."""
+    from dprelease.postprocess import postprocess_release
+
+    zeros = {(t.name, t.level): np.zeros(t.cells, dtype=np.int64) for t in plan.tables}
+    scales = {(t.name, t.level): t.scale for t in plan.tables}
+    invariants = {level: np.zeros(1 if level == ROOT else spec.column(level).size, dtype=np.int64)
+                  for level in spec.invariant_levels}
+    try:
+        postprocess_release(spec, zeros, scales, invariants=invariants)
+    except Exception as exc:  # noqa: BLE001 - whatever it is, nothing may be spent on it
+        raise UserError(f"{spec.source}: post-processing cannot handle this spec ({type(exc).__name__}: {exc}); "
+                        "nothing was spent. Please report it, with the spec.") from None
 
 
 def _check_writable(output_dir: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dprelease.data.load import Encoded
+from dprelease.data.load import DataError, Encoded
 from dprelease.spec import ROOT, CategoricalColumn, Condition, RangeColumn, Spec, SumMeasure, Table
 
 
@@ -39,18 +39,27 @@ def _sums(measure: SumMeasure, data: Encoded, index: np.ndarray, mask: np.ndarra
     """Per cell, the sum of the clamped, discretised values, in units of the granularity (int64).
 
     Privacy contract: each row's contribution is clamped to [low, high] and rounded (half to
-    even) to a multiple of the granularity, a row-wise map, so adding or removing one row moves
-    one cell by at most M = max(|low|, |high|), and changing one row moves the sums by at most
-    2M in total (high − low if it stays in its cell): the sensitivities the planner uses
-    (:meth:`SumMeasure.sensitivity`). Missing values count 0 (only with ``missing: zero``).
+    even) to a multiple of the granularity, or is 0 if missing (only with ``missing: zero``): a
+    row-wise map, so adding or removing one row moves one cell by at most M = max(|low|, |high|),
+    and changing one row moves the sums by at most 2M in total (max(high − low, M) for one
+    cell): the sensitivities the planner uses (:meth:`SumMeasure.sensitivity`). Integer sums,
+    exact: in float64 only when every partial sum stays below 2^53, else in int64.
     """
     g = measure.granularity
     values = data.values[measure.column] if mask is None else data.values[measure.column][mask]
-    units = np.rint(np.clip(np.nan_to_num(values, nan=0.0), measure.low, measure.high) / g)
-    sums = np.bincount(index, weights=units, minlength=cells)
-    if np.abs(sums).max(initial=0) >= 2.0**53:  # float64 adds integers exactly below 2^53
-        raise ValueError("a sum exceeds 2^53 units of the granularity: raise the granularity")
-    return sums.astype(np.int64)
+    units = np.where(np.isnan(values), 0.0, np.rint(np.clip(values, measure.low, measure.high) / g))
+    if np.abs(units).sum() < 2.0**53:  # every partial sum is an exact float64 integer
+        return np.bincount(index, weights=units, minlength=cells).astype(np.int64)
+    if np.abs(units).max(initial=0) * units.size >= 2.0**63:
+        raise DataError(f"a sum of {measure.column} could exceed 2^63 units of the granularity {g}: raise the "
+                        "granularity or narrow the bounds")
+    order = np.argsort(index, kind="stable")
+    ordered = index[order]
+    starts = np.r_[0, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1]
+    sums = np.zeros(cells, dtype=np.int64)
+    if ordered.size:
+        sums[ordered[starts]] = np.add.reduceat(units.astype(np.int64)[order], starts)
+    return sums
 
 
 def where_mask(spec: Spec, conditions: tuple[Condition, ...], data: Encoded) -> np.ndarray | None:

@@ -42,15 +42,28 @@ def permute_and_flip(utilities: np.ndarray, epsilon: Fraction, sensitivity: int,
     order = _random_permutations(rows, k, rng)
     chosen = np.full(rows, -1, dtype=np.int64)
     pending = np.arange(rows)
+    exact_in_uint64 = int(gap.max(initial=0)) * epsilon.numerator < 1 << 62  # else Python integers
     for step in range(k):  # the best candidate is accepted with probability 1: at most k steps
         candidate = order[pending, step]
-        num = gap[pending, candidate] * np.uint64(epsilon.numerator)
-        accept = bernoulli_exp_neg_any(num, np.full(pending.size, den, dtype=np.uint64), rng)
+        if exact_in_uint64:
+            num = gap[pending, candidate] * np.uint64(epsilon.numerator)
+            accept = bernoulli_exp_neg_any(num, np.full(pending.size, den, dtype=np.uint64), rng)
+        else:
+            accept = _accept_big(gap[pending, candidate], epsilon.numerator, den, rng)
         chosen[pending[accept]] = candidate[accept]
         pending = pending[~accept]
         if not pending.size:
             break
     return chosen
+
+
+def _accept_big(gap: np.ndarray, numerator: int, den: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Bernoulli(exp(−gap·numerator/den)) per lane when the product overflows 64 bits: the whole
+    and fractional parts in Python integers, then the same exact trials (CKS Algorithm 1)."""
+    parts = [divmod(int(g) * numerator, den) for g in gap]
+    whole = np.array([min(w, (1 << 62)) for w, _ in parts], dtype=np.uint64)  # 2^62 successes of e^−1: never
+    rest = np.array([r for _, r in parts], dtype=np.uint64)
+    return bernoulli_exp_neg_any(rest, np.full(gap.size, den, np.uint64), rng, whole=whole)
 
 
 def _random_permutations(rows: int, k: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]

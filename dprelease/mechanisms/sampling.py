@@ -127,12 +127,16 @@ def bernoulli_exp_neg(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:  # t
     return result
 
 
-def bernoulli_exp_neg_any(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def bernoulli_exp_neg_any(num: np.ndarray, den: np.ndarray, rng, whole: np.ndarray | None = None) -> np.ndarray:  # type: ignore[no-untyped-def]
     """Lane i is Bernoulli(exp(−num[i]/den[i])) for any num ≥ 0, exactly: ⌊γ⌋ Bernoulli(exp(−1))
-    trials (stopping at the first failure) and one Bernoulli(exp(−(γ − ⌊γ⌋))) (CKS Algorithm 1)."""
+    trials (stopping at the first failure) and one Bernoulli(exp(−(γ − ⌊γ⌋))) (CKS Algorithm 1).
+    With ``whole`` given, γ = whole + num/den (num < den): for exponents beyond 64 bits."""
     num = np.asarray(num, dtype=np.uint64)
     den = np.asarray(den, dtype=np.uint64)
-    whole, rest = num // den, num % den
+    if whole is None:
+        whole, rest = num // den, num % den
+    else:
+        whole, rest = np.array(whole, dtype=np.uint64), num
     result = bernoulli_exp_neg(rest, den, rng)
     pending = np.flatnonzero(result & (whole > 0))
     while pending.size:

@@ -143,8 +143,8 @@ def _sensitivity(spec: Spec, table: Table, cells: int, count_sensitivity: int, t
     the contribution bound."""
     if not isinstance(table.measure, SumMeasure):  # counts, and a mode's counts as utilities: Δu = Δ/(1 or 2)
         return count_sensitivity if table.measure is None else spec.max_rows
-    bounded = terms.endswith("-bounded")
-    return table.measure.sensitivity(bounded, cells, bool(table.where)) * spec.max_rows
+    bounded = "-bounded" in terms
+    return table.measure.sensitivity(bounded, cells) * spec.max_rows
 
 
 def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]:
@@ -161,10 +161,17 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
     charged to a pure one.
     """
     base = "zcdp" if spec.definition == "zcdp" else "pure"
-    wanted = base + ("-bounded" if spec.invariants else "")
+    unit = f"@{spec.unit_id}" if spec.unit == "person" else ""  # the privacy unit is part of the terms
+    wanted = base + ("-bounded" if spec.invariants else "") + unit
     if state is None or state.definition == wanted:
         return wanted, spec.sensitivity, spec.neighbouring
-    held_base, _, bounded = state.definition.partition("-")
+    held, _, held_unit = state.definition.partition("@")
+    if held_unit != unit.lstrip("@"):
+        shown = lambda u: f"one person = one {u}" if u else "one row = one person"  # noqa: E731
+        raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger with privacy unit "
+                          f"({shown(held_unit)}), this spec uses ({shown(unit.lstrip('@'))}); budgets spent per row and "
+                          "per person do not add up. Keep the dataset's privacy unit, or use a new dataset name")
+    held_base, _, bounded = held.partition("-")
     if held_base not in ("pure", "zcdp") or bounded not in ("", "bounded"):
         raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
                           "of dprelease does not know")
@@ -191,7 +198,7 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
     (``epsilon`` is then ρ) the discrete Gaussian with σ² = Δ₂²/(2ρ), rounded up, and the
     ``sensitivity`` recorded is Δ₂². ``to_rho``: charge ε²/2 to a zCDP ledger."""
     if spec.definition == "zcdp":
-        l2 = (2 if terms.endswith("-bounded") else 1) * spec.max_rows ** 2  # Δ₂² of a count histogram
+        l2 = (2 if "-bounded" in terms else 1) * spec.max_rows ** 2  # Δ₂² of a count histogram
         sigma2 = sigma2_for(epsilon, l2)
         return TablePlan(name=name, epsilon=epsilon, mechanism="discrete_gaussian", sensitivity=l2, scale=sigma2,
                          cells=cells, moe=gaussian_margin(sigma2, spec.confidence),
@@ -219,15 +226,22 @@ def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: s
     accepted with probability exp(−(u* − u)/scale), scale = Δu/ε when the utility is monotone
     (add/remove one row: every count moves the same way) and 2Δu/ε otherwise (change one record).
     There is no margin of error (moe = 0): the output is a category, not a count."""
-    monotone = not terms.endswith("-bounded")
+    monotone = "-bounded" not in terms
     du = spec.max_rows
     return TablePlan(name=table.name, epsilon=epsilon, mechanism="permute_and_flip", sensitivity=du,
                      scale=Fraction(du * (1 if monotone else 2)) / epsilon, cells=cells, moe=0, moe95=0, level=level,
                      charge=epsilon)
 
 
-def epsilon_for_target(spec: Spec, target_moe: int) -> list[tuple[str, Fraction]]:
-    """Per measurement, the ε (rounded up) whose margin at the spec's confidence is ≤ ``target_moe``."""
-    need = epsilon_for_margin(target_moe, spec.confidence, Fraction(spec.sensitivity))
-    return [(t.name if level is None else f"{t.name}/{level}", need)
-            for t in spec.tables for level, _, _ in t.measured()]
+def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> list[tuple[str, Fraction]]:
+    """Per measurement of ``plan``, the ε (rounded up) whose margin at ``confidence`` is ≤
+    ``target_moe``, with that measurement's own sensitivity and granularity (sums, bounded
+    relations, contribution bounds). Only for discrete Laplace measurements: raises UserError
+    for the others (a mode has no margin; zcdp budgets are ρ)."""
+    out = []
+    for t in plan.tables:
+        if t.mechanism not in ("discrete_laplace", "truncated_geometric"):
+            raise UserError(f"--target-moe works with discrete Laplace measurements; {t.key} uses {t.mechanism}")
+        units = max(target_moe // t.granularity, 0)  # a margin in value units, on the granularity's grid
+        out.append((t.key, epsilon_for_margin(units, confidence, Fraction(t.sensitivity, t.granularity))))
+    return out

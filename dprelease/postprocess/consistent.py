@@ -66,6 +66,8 @@ def noise_variance(spec: Spec, scale: Fraction) -> float:
 def marginal_matrix(sizes: list[int], subset: list[int]) -> scipy.sparse.csr_matrix:
     """0/1 matrix mapping a detail histogram (row-major over ``sizes``) to the marginal on ``subset``."""
     d = math.prod(sizes)
+    if not sizes:  # a group of tables with no dimension but geography: one cell per place
+        return scipy.sparse.csr_matrix(np.ones((1, 1)))
     coords = np.unravel_index(np.arange(d), sizes)
     marginal_sizes = [sizes[i] for i in subset]
     rows = np.ravel_multi_index([coords[i] for i in subset], marginal_sizes) if subset else np.zeros(d, int)

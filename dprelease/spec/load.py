@@ -100,10 +100,12 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
                             "starting with a letter or '_'", at_key=True)]
     if error.validator == "oneOf" and isinstance(error.instance, dict) and error.context:
         # a mapping where a choice allows one (privacy.unit): explain the mapping branch's errors
-        branch = [e for e in error.context if e.relative_schema_path and
-                  error.schema["oneOf"][e.relative_schema_path[0]].get("type") == "object"]
-        if branch:
-            return [p for e in branch for p in _explain(doc, e)]
+        objects = {i for i, b in enumerate(error.schema["oneOf"]) if b.get("type") == "object"}
+        if objects:  # the branch whose keys the mapping uses most is the one meant
+            meant = max(objects, key=lambda i: len(set(error.instance) & set(error.schema["oneOf"][i]["properties"])))
+            branch = [e for e in error.context if e.relative_schema_path and e.relative_schema_path[0] == meant]
+            if branch:
+                return [p for e in branch for p in _explain(doc, e)]
     match error.validator:
         case "additionalProperties" if isinstance(error.instance, dict):
             known = sorted(error.schema.get("properties", {}))
@@ -251,6 +253,10 @@ class _Checker:
         unit = self.get(("privacy", "unit"), dict)
         unit_id = unit.get("id") if unit else None
         max_rows = unit.get("max_rows", 1) if unit else 1
+        if type(max_rows) is not int:  # JSON Schema counts 2.0 as an integer
+            self.fail(("privacy", "unit", "max_rows"), "max_rows must be a whole number written without a decimal "
+                      "point (e.g. 2, not 2.0)")
+            return None
         if unit_id is not None and any(c.name == unit_id for c in columns):
             self.fail(("privacy", "unit", "id"), f"{unit_id!r} is a declared column; the person identifier is read to "
                       "bound contributions and never published, so it cannot be a table column")
@@ -298,9 +304,20 @@ class _Checker:
                 return False
             return ModeMeasure(column)
         bounds, g, column = body.get("bounds"), body.get("granularity"), body.get("sum")
+        for field, value in (("bounds", bounds), ("granularity", g)):
+            items = value if isinstance(value, list) else [value]
+            if any(isinstance(v, float) for v in items):  # JSON Schema counts 200.0 as an integer
+                self.fail(at + ("measure", field), f"{field} must be whole numbers written without a decimal point "
+                          f"(e.g. 200000, not 200000.0)")
+                return False
         if not (isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
-                and type(g) is int and isinstance(column, str)):
+                and type(g) is int and g >= 1 and isinstance(column, str)):
             return False  # the schema has reported it
+        unit = self.get(("privacy", "unit"), dict)
+        if unit and unit.get("id") == column:
+            self.fail(at + ("measure", "sum"), f"{column!r} is the person identifier (privacy.unit.id); it is read to "
+                      "bound contributions and is not a value to sum")
+            return False
         low, high = bounds
         if low >= high:
             self.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must increase: [L, U] with L < U")

@@ -161,13 +161,12 @@ class SumMeasure:
     """Each cell holds the sum of ``column`` over its rows, every value clamped to [low, high]
     and rounded to a multiple of ``granularity`` first (low and high are multiples of it).
 
-    Sensitivity (in value units, times the contribution bound), with M = max(|low|, |high|):
-    add/remove one row, M. Change one record: a row that stays in its cell moves that cell by
-    at most high − low, but a row that changes cell (or enters or leaves the table's ``where``)
-    takes up to M out of one cell and puts up to M into another, so 2M for a table of more
-    than one cell (or with a ``where``, max(high − low, M) for a single cell); only a single
-    unfiltered cell keeps high − low. Noise is drawn in units of the granularity, so published
-    sums are multiples of it.
+    Sensitivity (in value units, times the contribution bound K), with M = max(|low|, |high|):
+    add/remove one row, M. Change one record: a row that changes cell (or enters or leaves the
+    table's ``where``) takes up to M out of one cell and puts up to M into another, so 2M for a
+    table of more than one cell; for a single cell, max(high − low, M), since the changed row
+    may also be dropped (``on_out_of_domain: drop``) or missing (counted 0). Noise is drawn in
+    units of the granularity, so published sums are multiples of it.
     """
 
     column: str
@@ -176,13 +175,11 @@ class SumMeasure:
     granularity: int
     missing_as_zero: bool = False
 
-    def sensitivity(self, bounded: bool, cells: int, filtered: bool) -> int:
+    def sensitivity(self, bounded: bool, cells: int) -> int:
         m = max(abs(self.low), abs(self.high))
         if not bounded:
             return m
-        if cells > 1:
-            return 2 * m
-        return max(self.high - self.low, m) if filtered else self.high - self.low
+        return 2 * m if cells > 1 else max(self.high - self.low, m)
 
 
 @dataclass(frozen=True, slots=True)
