@@ -42,8 +42,10 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
     raise ValueError(f"table {table.name}: unknown mechanism {table.mechanism!r}")
 
 
-def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """Per cell, the code of the chosen category: permute-and-flip on the cell's category counts.
+def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fraction | None = None, *,
+                 rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Per cell, the code of the chosen category: permute-and-flip on the cell's category counts
+    (a mode), or on quantile utilities built from them when ``q`` is given (see ModeMeasure).
 
     Neighbouring relation: the release's. Utility: the counts (row-major cells × categories),
     sensitivity Δu = ``table.sensitivity`` (the contribution bound); ``table.scale`` is the
@@ -52,5 +54,9 @@ def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, *, rng=N
     composition). Exact Bernoulli(exp(−x)) flips from the OS CSPRNG (``rng``: test-only seam).
     """
     utilities = counts.reshape(table.cells, categories)
+    if q is not None:  # quantile: −|b·#{x < o} − a·n| per candidate o (declared order)
+        below = np.cumsum(utilities, axis=1) - utilities
+        n = utilities.sum(axis=1, keepdims=True)
+        utilities = -np.abs(q.denominator * below - q.numerator * n)
     monotone = table.scale == Fraction(table.sensitivity) / table.epsilon
     return permute_and_flip(utilities, table.epsilon, table.sensitivity, monotone=monotone, rng=rng)

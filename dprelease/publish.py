@@ -69,7 +69,7 @@ def cell_columns(spec: Spec, dims: tuple[str, ...]) -> dict[str, pa.Array]:
 def value_column(table: Table) -> str:
     """The published value of every cell: ``count``, ``sum`` for a sum measure, ``mode`` for a mode."""
     if isinstance(table.measure, ModeMeasure):
-        return "mode"
+        return table.measure.kind
     return "count" if table.measure is None else "sum"
 
 
@@ -83,7 +83,7 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
 
         columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
         labels = spec.column(table.measure.column).categories
-        columns["mode"] = pa.DictionaryArray.from_arrays(pa.array(values, pa.int32()),
+        columns[value_column(table)] = pa.DictionaryArray.from_arrays(pa.array(values, pa.int32()),
                                                          pa.array(labels, pa.string())).dictionary_decode()
         path.parent.mkdir(parents=True, exist_ok=True)
         csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
@@ -186,7 +186,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
              **({"measure": {"sum": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
                              "missing": "zero" if m.missing_as_zero else "error"}}
                 if isinstance(m := by_name[t.name].measure, SumMeasure)
-                else {"measure": {"mode": m.column}} if isinstance(m, ModeMeasure) else {"measure": "count"}),
+                else {"measure": {m.kind: m.column, **({"q": fraction_text(m.q)} if m.q is not None else {})}}
+                if isinstance(m, ModeMeasure) else {"measure": "count"}),
              "consistency": by_name[t.name].consistency,
              "group_by": list(by_name[t.name].group_by),
              "where": [[c.column, c.op, list(c.operand)] for c in by_name[t.name].where],

@@ -95,8 +95,9 @@ class ReleaseRun:
                 check_scale(table_plan.scale / table_plan.granularity)  # a refusal here must come before the budget counts as used
             self.noise_drawn = True  # from here on the budget is spent, whatever happens next
             start = time.perf_counter()
-            self.noisy[(name, level)] = (measure_mode(counts, table_plan, self.spec.column(mode).size) if mode
-                                         else measure_counts(counts, table_plan))
+            self.noisy[(name, level)] = (measure_mode(counts, table_plan, self.spec.column(mode).size,
+                                                      table.measure.q)  # type: ignore[union-attr]
+                                         if mode else measure_counts(counts, table_plan))
             del counts
             self._timed("noise", start)
             checkpoint("noise")

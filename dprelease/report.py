@@ -114,6 +114,12 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
           "leads the runner-up by several times Δu/ε."
           for t in {t['name']: t for t in manifest["tables"]
                     if isinstance(t.get("measure"), dict) and "mode" in t["measure"]}.values()],
+        *[f"- `{t['name']}` publishes, per cell, the category of `{t['measure']['quantile']}` closest to its "
+          f"{t['measure']['q']}-quantile (declared order), chosen by the exponential mechanism (permute-and-flip) "
+          f"with utility −|b·#below − a·n| for q = a/b (sensitivity {t['sensitivity']}; exponent ε·u/(2Δu): not "
+          "monotone). It has no margin of error."
+          for t in {t['name']: t for t in manifest["tables"]
+                    if isinstance(t.get("measure"), dict) and "quantile" in t["measure"]}.values()],
         "- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost.",
         ("- Counts are unweighted row counts. Each person (one value of "
          f"`{manifest['privacy']['contribution_bound']['id']}`) contributes at most "

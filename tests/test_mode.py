@@ -107,3 +107,53 @@ def test_a_release_with_a_mode_end_to_end(tmp_path, run_env, cli):
     assert again.code == 0, again
     assert (release / "postprocessed" / "1-as-specified" / "tables" / "most_common_race_by_puma.csv").read_bytes() \
         == (release / "tables" / "most_common_race_by_puma.csv").read_bytes()
+
+
+# ---------------------------------------------------------------- quantiles
+
+def quantile_utilities(counts, q: Fraction) -> list[int]:
+    """−|b·#{x < o} − a·n| per candidate o, computed here independently of dprelease."""
+    below = np.cumsum(counts) - np.asarray(counts)
+    return [int(-abs(q.denominator * c - q.numerator * sum(counts))) for c in below]
+
+
+def test_quantile_sensitivity_and_law(tmp_path):
+    spec_path = write(tmp_path)
+    spec_path.write_text(spec_path.read_text().replace("measure: {mode: RAC1P}", "measure: {quantile: RAC1P, q: 0.9}"))
+    plan = plan_release(load_spec(spec_path), None).tables[0]
+    assert (plan.sensitivity, plan.scale) == (9, Fraction(2 * 9) / Fraction(1, 2))  # K·max(a, b − a); never monotone
+    counts = [3, 0, 5, 2, 1, 0, 4, 0, 1]
+    many = plan.__class__(**{**{f: getattr(plan, f) for f in plan.__slots__}, "cells": 40_000})
+    chosen = measure_mode(np.tile(counts, 40_000), many, 9, Fraction(9, 10))
+    law = pf_probabilities(quantile_utilities(counts, Fraction(9, 10)), float(plan.epsilon), 2 * plan.sensitivity)
+    assert finite_chi_square_pvalue(chosen, law) > 1e-6
+    assert finite_chi_square_pvalue(chosen, pf_probabilities(quantile_utilities(counts, Fraction(9, 10)), 0.5, 9)) < 1e-6
+
+
+def test_quantile_change_one_record_exact_audit():
+    """Exact (enumerated) privacy loss of a record that leaves one cell and joins another, q = 0.9:
+    the two cells' losses add up. With Δu = 2·max(a, b − a) the worst total over all small count
+    vectors stays ≤ ε; with the per-cell bound Δu = b (a change within one cell) it exceeds ε."""
+    import itertools
+
+    from dprelease.spec import ModeMeasure
+
+    q, eps = Fraction(9, 10), 1.0
+
+    def worst_cell_loss(du):
+        worst = 0.0
+        for counts in itertools.product(range(3), repeat=5):
+            for j in range(5):
+                if counts[j] == 0 or sum(counts) < 2:
+                    continue
+                fewer = list(counts)
+                fewer[j] -= 1
+                p = pf_probabilities(quantile_utilities(list(counts), q), eps, 2 * du)
+                p2 = pf_probabilities(quantile_utilities(fewer, q), eps, 2 * du)
+                worst = max(worst, float(np.max(np.abs(np.log(p / p2)))))
+        return worst
+
+    planned = ModeMeasure("X", q).utility_sensitivity(bounded=True, max_rows=1)
+    assert planned == 18
+    assert 2 * worst_cell_loss(planned) <= eps + 1e-12
+    assert 2 * worst_cell_loss(q.denominator) > eps * (1 + 1e-3)

@@ -42,7 +42,8 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     for entry in manifest["tables"]:
         key = (entry["name"], entry.get("level"))
         measure = entry.get("measure", "count")
-        name = "noisy_count" if measure == "count" else "noisy_mode" if "mode" in measure else "noisy_sum"
+        name = "noisy_count" if measure == "count" else "noisy_" + next(k for k in ("sum", "mode", "quantile")
+                                                                          if k in measure)
         values = pq.read_table(release_dir / entry["measurements"], columns=[name]).column(0)
         noisy[key] = np.asarray(values.to_numpy(), dtype=np.int64)
         if noisy[key].size != entry["cells"]:

@@ -226,8 +226,10 @@ def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: s
     accepted with probability exp(−(u* − u)/scale), scale = Δu/ε when the utility is monotone
     (add/remove one row: every count moves the same way) and 2Δu/ε otherwise (change one record).
     There is no margin of error (moe = 0): the output is a category, not a count."""
-    monotone = "-bounded" not in terms
-    du = spec.max_rows
+    assert isinstance(table.measure, ModeMeasure)
+    bounded = "-bounded" in terms
+    monotone = table.measure.q is None and not bounded  # quantile utilities are never monotone
+    du = table.measure.utility_sensitivity(bounded, spec.max_rows)
     return TablePlan(name=table.name, epsilon=epsilon, mechanism="permute_and_flip", sensitivity=du,
                      scale=Fraction(du * (1 if monotone else 2)) / epsilon, cells=cells, moe=0, moe95=0, level=level,
                      charge=epsilon)

@@ -60,7 +60,9 @@ def canonical(spec: Spec) -> dict[str, Any]:
                 **({"measure": {"sum": t.measure.column, "bounds": [t.measure.low, t.measure.high],
                                 "granularity": t.measure.granularity, "missing_as_zero": t.measure.missing_as_zero}}
                    if isinstance(t.measure, SumMeasure) else {}),
-                **({"measure": {"mode": t.measure.column}} if isinstance(t.measure, ModeMeasure) else {}),
+                **({"measure": {t.measure.kind: t.measure.column,
+                                **({"q": fraction_text(t.measure.q)} if t.measure.q is not None else {})}}
+                   if isinstance(t.measure, ModeMeasure) else {}),
             }
             for t in spec.tables
         ],
@@ -130,6 +132,8 @@ def _measure_from(m: dict[str, Any] | None) -> SumMeasure | ModeMeasure | None:
         return None
     if "mode" in m:
         return ModeMeasure(m["mode"])
+    if "quantile" in m:
+        return ModeMeasure(m["quantile"], Fraction(m["q"]))
     return SumMeasure(m["sum"], m["bounds"][0], m["bounds"][1], m["granularity"], m["missing_as_zero"])
 
 

@@ -291,18 +291,34 @@ class _Checker:
         body = self.get(at + ("measure",), dict)
         if body is None:
             return None
-        if "mode" in body:
-            column = body["mode"]
+        if "mode" in body or "quantile" in body:
+            kind = "mode" if "mode" in body else "quantile"
+            column = body[kind]
             if not isinstance(column, str):
                 return False
+            q = None
+            if kind == "quantile":
+                q = self.budget(at + ("measure", "q"), "q")
+                if q is None:
+                    return False
+                if not 0 < q < 1:
+                    self.fail(at + ("measure", "q"), "q must lie strictly between 0 and 1 (0.5 for the median)")
+                    return False
+                if q.denominator > 10**6:
+                    self.fail(at + ("measure", "q"), "q needs at most 6 decimal places")
+                    return False
             if column not in columns or isinstance(columns[column], RollupColumn):
-                self.fail(at + ("measure", "mode"), f"{column!r} is not a declared column: a mode is chosen among "
+                self.fail(at + ("measure", kind), f"{column!r} is not a declared column: a {kind} is chosen among "
                           "the categories of a column declared under columns: (or derived:)")
                 return False
             if column in self.get(at + ("group_by",), list, []):
-                self.fail(at + ("measure", "mode"), f"{column!r} is in group_by: each cell would have one category")
+                self.fail(at + ("measure", kind), f"{column!r} is in group_by: each cell would have one category")
                 return False
-            return ModeMeasure(column)
+            if kind == "quantile" and columns[column].missing is not None:
+                self.fail(at + ("measure", kind), f"{column!r} has a missing category, which has no place in its "
+                          "order; a quantile needs a column without one")
+                return False
+            return ModeMeasure(column, q)
         bounds, g, column = body.get("bounds"), body.get("granularity"), body.get("sum")
         for field, value in (("bounds", bounds), ("granularity", g)):
             items = value if isinstance(value, list) else [value]
@@ -634,7 +650,8 @@ class _Checker:
                 default = "none"
                 if self.get(at + ("post_process",), str, "none") != "none" or consistency:
                     self.fail(at + ("post_process",) if consistency is None else at + ("consistency",),
-                              "a mode is a category, published as chosen: post_process: none, no consistency group")
+                              f"a {measure.kind} is a category, published as chosen: post_process: none, no "
+                              "consistency group")
                     continue
             post = self.get(at + ("post_process",), str, default)
             if post == "consistent" and not (consistency or geographic):

@@ -145,15 +145,35 @@ PostProcess = Literal["clamp", "none", "consistent"]
 
 @dataclass(frozen=True, slots=True)
 class ModeMeasure:
-    """Each cell holds the most common category of ``column`` (a declared column) among its
-    rows, chosen by the exponential mechanism (permute-and-flip) over the declared domain.
+    """Each cell holds one category of ``column`` (a declared column), chosen by the exponential
+    mechanism (permute-and-flip) over the declared domain.
 
-    Utility: the category's count in the cell, sensitivity Δu = the contribution bound; under
-    add/remove one row every count moves the same way (monotone), so the exponent is ε·u/Δu;
-    under change one record one count falls and another rises, so ε·u/(2Δu).
+    Mode (``q`` None): the most common category. Utility: the category's count in the cell,
+    Δu = the contribution bound K; under add/remove one row every count moves the same way
+    (monotone), so the exponent is ε·u/Δu; under change one record ε·u/(2Δu).
+
+    Quantile (``q`` = a/b): the category o closest to the q-quantile of the cell's rows, in
+    declared order. Utility −|b·#{x < o} − a·n| (n the cell's rows), integer. Adding or removing
+    a row moves it by at most max(a, b − a): Δu = K·max(a, b − a) (a person's rows spread over
+    cells add up: the privacy loss is linear in each cell's change). Changing one record is a
+    removal from one cell and an addition to another (or a move of at most b within one), so
+    the cells' changes add up to 2·max(a, b − a) ≥ b per row: Δu = 2K·max(a, b − a). Never
+    monotone, so the exponent is ε·u/(2Δu). (Per-cell Δu = K·b would let a change across cells
+    cost 2ε·max(q, 1 − q), more than ε for q ≠ 1/2.)
     """
 
     column: str
+    q: Fraction | None = None
+
+    @property
+    def kind(self) -> str:
+        return "mode" if self.q is None else "quantile"
+
+    def utility_sensitivity(self, bounded: bool, max_rows: int) -> int:
+        if self.q is None:
+            return max_rows
+        a, b = self.q.numerator, self.q.denominator
+        return max_rows * (2 if bounded else 1) * max(a, b - a)
 
 
 @dataclass(frozen=True, slots=True)
