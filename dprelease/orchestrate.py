@@ -44,13 +44,14 @@ class _NoRunTracebacks(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         run_logger = record.name.startswith(("prefect.flow_runs", "prefect.task_runs"))
-        # the event worker racing process exit on a busy machine: Prefect's bookkeeping, not ours
-        internal = record.name.startswith(("prefect._internal.concurrency", "prefect.events"))
+        # the event worker racing process exit on a busy machine, and the in-process ephemeral
+        # server's consumers cancelled at shutdown: Prefect's bookkeeping, not ours
+        internal = record.name.startswith(("prefect._internal.concurrency", "prefect.events", "prefect.server"))
         return not ((run_logger or internal) and (record.exc_info or record.levelno >= logging.ERROR))
 
 
 def _quiet_terminal() -> None:
-    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", ""):
+    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.server", ""):
         for handler in logging.getLogger(name).handlers:
             if isinstance(handler, logging.StreamHandler) and not any(
                     isinstance(f, _NoRunTracebacks) for f in handler.filters):
