@@ -12,14 +12,14 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
 from dprelease.data import Encoded, encode, histogram, place_totals
-from dprelease.mechanisms import discrete_gaussian, discrete_laplace, sigma2_for, truncated_geometric
+from dprelease.measure import measure_counts
+from dprelease.plan.planner import measurement_plans
 from dprelease.postprocess import postprocess_release
-from dprelease.spec import ModeMeasure, Spec, SumMeasure
+from dprelease.spec import ModeMeasure, Spec
 
 METHODS = ("clamp", "consistent")
 NOT_PRIVATE = "NOT PRIVATE — evaluation against the confidential data; never publish"
@@ -36,30 +36,16 @@ class Row:
 
 
 def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type: ignore[type-arg]
-    """The exact histogram of every (table, level) measurement, and the noise scale planned for it
-    (Δ/ε, Δ = 1, or 2 under change-one-record when the spec has invariants)."""
+    """The exact histogram of every (table, level) measurement, in published units, and the noise
+    scale the planner gives it (Δ/ε, or σ² under zcdp)."""
     exact, scales = {}, {}
+    plans = {(p.name, p.level): p for p in measurement_plans(spec)}
     for t in spec.tables:
-        for level, dims, eps in t.measured():
-            exact[(t.name, level)] = histogram(spec, t, data, dims) * (t.measure.granularity
-                                                                      if isinstance(t.measure, SumMeasure) else 1)
-            sensitivity = (t.measure.sensitivity(bool(spec.invariants), spec.dims_cells(dims)) * spec.max_rows
-                           if isinstance(t.measure, SumMeasure) else spec.sensitivity)
-            scales[(t.name, level)] = (sigma2_for(eps, spec.l2_sensitivity_squared) if spec.definition == "zcdp"
-                                       else Fraction(sensitivity) / eps)
+        for level, dims, _ in t.measured():
+            plan = plans[(t.name, level)]
+            exact[(t.name, level)] = histogram(spec, t, data, dims) * plan.granularity
+            scales[(t.name, level)] = plan.scale
     return exact, scales
-
-
-def _noisy(spec: Spec, key: tuple[str, str | None], exact: np.ndarray, scale: Fraction) -> np.ndarray:
-    """One simulated measurement with the table's mechanism (the release's own samplers)."""
-    table = next(t for t in spec.tables if t.name == key[0])
-    if spec.definition == "zcdp":  # ``scale`` is σ²
-        return exact + discrete_gaussian(scale, exact.size)
-    if table.mechanism == "truncated_geometric":
-        assert table.upper is not None
-        return truncated_geometric(exact, table.upper, scale)
-    g = table.measure.granularity if isinstance(table.measure, SumMeasure) else 1  # sums: noise in units of g
-    return exact + g * discrete_laplace(scale / g, exact.size)
 
 
 def evaluate(spec: Spec, trials: int) -> list[Row]:
@@ -68,11 +54,12 @@ def evaluate(spec: Spec, trials: int) -> list[Row]:
     spec = dataclasses.replace(spec, tables=tuple(t for t in spec.tables if not isinstance(t.measure, ModeMeasure)))
     data = encode(spec)
     exact, scales = exact_measurements(spec, data)
+    plans = {(p.name, p.level): p for p in measurement_plans(spec)}  # simulated with the release's own step
     invariants = place_totals(spec, data)  # empty unless the spec declares invariants
     cell_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     total_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for _ in range(trials):
-        noisy = {k: _noisy(spec, k, v, scales[k]) for k, v in exact.items()}
+        noisy = {k: measure_counts(v // plans[k].granularity, plans[k]) for k, v in exact.items()}
         for method in METHODS:
             published = postprocess_release(spec, noisy, scales, method=method, invariants=invariants)
             for t in spec.tables:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dprelease.arrays import group_starts
 from dprelease.data.load import DataError, Encoded
 from dprelease.spec import ROOT, CategoricalColumn, Condition, RangeColumn, Spec, SumMeasure, Table
 
@@ -55,7 +56,7 @@ def _sums(measure: SumMeasure, data: Encoded, index: np.ndarray, mask: np.ndarra
                         "granularity or narrow the bounds")
     order = np.argsort(index, kind="stable")
     ordered = index[order]
-    starts = np.r_[0, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1]
+    starts = group_starts(ordered)
     sums = np.zeros(cells, dtype=np.int64)
     if ordered.size:
         sums[ordered[starts]] = np.add.reduceat(units.astype(np.int64)[order], starts)

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from dprelease.arrays import rank_within
 from dprelease.errors import UserError, first_line
 from dprelease.spec import (
     ROOT,
@@ -231,11 +232,8 @@ def bound_contributions(spec: Spec, ids: pa.ChunkedArray, keep: np.ndarray, *, r
     rows = np.flatnonzero(keep)
     random = (OsEntropy() if rng is None else rng).words(rows.size)
     order = rows[np.lexsort((random, person[rows]))]  # by person, each person's rows in random order
-    group = person[order]
-    starts = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1] if order.size else np.zeros(0, np.int64)
-    rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
     bounded = np.zeros(keep.size, dtype=bool)
-    bounded[order[rank < spec.max_rows]] = True
+    bounded[order[rank_within(person[order]) < spec.max_rows]] = True
     return bounded
 
 

@@ -119,11 +119,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         if not to_rho:  # a pure spec's lifetime ε says nothing about a ρ cap
             check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
         lifetime, spent = state.budget, state.spent
-    tables = tuple(_plan_mode(spec, t, eps, spec.dims_cells(dims), level, terms) if isinstance(t.measure, ModeMeasure)
-                   else _plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
-                                    _sensitivity(spec, t, spec.dims_cells(dims), sensitivity, terms),
-                                    t.measure.granularity if isinstance(t.measure, SumMeasure) else 1, to_rho, terms)
-                   for t in spec.tables for level, dims, eps in t.measured())
+    tables = measurement_plans(spec, terms, sensitivity, to_rho)
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
         total_epsilon=compose_sequential(t.epsilon for t in tables), release_budget=spec.budget_epsilon,
@@ -134,6 +130,19 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         total_charge=compose_sequential(t.charge for t in tables), ledger_symbol="ρ" if terms.startswith("zcdp") else "ε",
         delta=spec.delta,
     )
+
+
+def measurement_plans(spec: Spec, terms: str | None = None, sensitivity: int | None = None,
+                      to_rho: bool = False) -> tuple[TablePlan, ...]:
+    """The plan of every measurement (mechanism, sensitivity, scale), in spec order. Without
+    ledger ``terms``: those of a dataset new to the ledger (what ``evaluate`` simulates)."""
+    if terms is None or sensitivity is None:
+        terms, sensitivity, _ = ledger_terms(spec, None)
+    return tuple(_plan_mode(spec, t, eps, spec.dims_cells(dims), level, terms) if isinstance(t.measure, ModeMeasure)
+                 else _plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
+                                  _sensitivity(spec, t, spec.dims_cells(dims), sensitivity, terms),
+                                  t.measure.granularity if isinstance(t.measure, SumMeasure) else 1, to_rho, terms)
+                 for t in spec.tables for level, dims, eps in t.measured())
 
 
 def _sensitivity(spec: Spec, table: Table, cells: int, count_sensitivity: int, terms: str) -> int:

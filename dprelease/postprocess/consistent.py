@@ -42,6 +42,7 @@ import scipy.linalg
 import scipy.sparse.csgraph
 import scipy.sparse
 
+from dprelease.arrays import rank_within
 from dprelease.spec import ROOT, RollupColumn, Spec, Table
 
 
@@ -398,7 +399,7 @@ def _round_place(values: np.ndarray, total: int, cells: list[np.ndarray]) -> np.
     capacity = np.bincount(pair[eligible], minlength=m0 * m1).reshape(m0, m1)
     through = _bipartite_flow(_apportion(row, units), _apportion(column, units), capacity).ravel()
     order = np.lexsort((-fractions, pair, ~eligible))  # per pair, largest fractions first
-    take = order[eligible[order] & (_rank_within(pair[order]) < through[pair[order]])]
+    take = order[eligible[order] & (rank_within(pair[order]) < through[pair[order]])]
     floors[take] += 1
     left = units - take.size
     if left > 0:
@@ -406,17 +407,6 @@ def _round_place(values: np.ndarray, total: int, cells: list[np.ndarray]) -> np.
         rest = np.lexsort((-fractions, ~eligible))[:left]
         floors[rest] += 1
     return floors
-
-
-def _rank_within(groups: np.ndarray) -> np.ndarray:
-    """Per position, how many earlier positions hold the same group."""
-    index = np.argsort(groups, kind="stable")
-    ordered = groups[index]
-    starts = np.r_[0, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1]
-    ranks = np.arange(ordered.size) - np.repeat(starts, np.diff(np.r_[starts, ordered.size]))
-    out = np.empty_like(ranks)
-    out[index] = ranks
-    return out
 
 
 def _apportion(weights: np.ndarray, units: int) -> np.ndarray:
