@@ -166,3 +166,69 @@ def _round_up(value: Fraction, digits: int) -> Fraction:
         exponent = _dec(value).adjusted() - digits + 1  # the leading digit's power of ten
     unit = Fraction(10) ** exponent
     return math.ceil(value / unit) * unit
+
+
+def approx_to_zcdp(epsilon: Fraction, delta: Fraction, digits: int = 12) -> Fraction:
+    """The largest ρ (rounded *down* to ``digits`` significant digits) whose (ε, δ) guarantee by
+    :func:`zcdp_epsilon`'s bound is at most (``epsilon``, ``delta``): what a Gaussian mechanism
+    may spend in ρ to be (ε, δ)-DP.
+
+    For every α > 1 the bound αρ + c(α)/(α − 1) ≤ ε (c(α) = ln(1/δ) + (α − 1)·ln(1 − 1/α) − ln α)
+    holds exactly when ρ ≤ g(α) = (ε − c(α)/(α − 1))/α; so any α gives a valid ρ and a
+    golden-section search picks a good one. 60-digit decimals, then a margin far above their
+    rounding error subtracted and the result rounded down: never more ρ than (ε, δ) allows.
+    """
+    if epsilon <= 0 or not 0 < delta < 1:
+        raise ValueError("need ε > 0 and 0 < δ < 1")
+    with decimal.localcontext() as ctx:
+        ctx.prec = _ZCDP_DIGITS
+        e, log_inv_delta = _dec(epsilon), -_dec(delta).ln()
+
+        def allowed(x: decimal.Decimal) -> decimal.Decimal:
+            alpha = 1 + x.exp()
+            c = log_inv_delta + (alpha - 1) * (1 - 1 / alpha).ln() - alpha.ln()
+            return (e - c / (alpha - 1)) / alpha
+
+        low, high = decimal.Decimal(-30), decimal.Decimal(30)
+        ratio = (decimal.Decimal(5).sqrt() - 1) / 2
+        c_, d_ = high - ratio * (high - low), low + ratio * (high - low)
+        fc, fd = allowed(c_), allowed(d_)
+        for _ in range(160):
+            if fc >= fd:
+                high, d_, fd = d_, c_, fc
+                c_ = high - ratio * (high - low)
+                fc = allowed(c_)
+            else:
+                low, c_, fc = c_, d_, fd
+                d_ = low + ratio * (high - low)
+                fd = allowed(d_)
+        rho = max(fc, fd) - decimal.Decimal(10) ** (-(_ZCDP_DIGITS - 10))
+    if rho <= 0:
+        raise ValueError(f"ε = {epsilon} at δ = {delta} leaves no room for Gaussian noise")
+    return _round_down(Fraction(rho), digits)
+
+
+def zcdp_to_pure(rho: Fraction, digits: int = 12) -> Fraction:
+    """The largest ε (rounded *down* to ``digits`` significant digits) with ε²/2 ≤ ρ: the ε at
+    which a pure ε-DP mechanism (Laplace, exponential) spends at most ρ of a zCDP budget
+    (Bun and Steinke 2016, Proposition 1.4). Exact integer square roots."""
+    if rho <= 0:
+        raise ValueError("ρ must be positive")
+    two_rho = 2 * rho
+    with decimal.localcontext() as ctx:
+        ctx.prec = _ZCDP_DIGITS
+        exponent = (_dec(two_rho).sqrt()).adjusted() - digits + 1
+    unit = Fraction(10) ** exponent
+    # the largest integer m with (m·unit)² ≤ 2ρ: m = ⌊√(2ρ/unit²)⌋
+    scaled = two_rho / (unit * unit)
+    m = math.isqrt(scaled.numerator // scaled.denominator)
+    return m * unit
+
+
+def _round_down(value: Fraction, digits: int) -> Fraction:
+    """``value`` (> 0) rounded down to ``digits`` significant decimal digits."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = _ZCDP_DIGITS
+        exponent = _dec(value).adjusted() - digits + 1
+    unit = Fraction(10) ** exponent
+    return math.floor(value / unit) * unit

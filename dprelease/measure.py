@@ -18,7 +18,9 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
     caller passes a histogram over the declared domain, whose L1 sensitivity is
     ``table.sensitivity`` (1: one row is in at most one cell; 2 under change one record: a
     row leaves one cell and enters another). Guarantee: the returned vector is
-    ``table.epsilon``-DP (pure), every cell with independent noise. With the truncated geometric
+    ``table.epsilon``-DP (pure), every cell with independent noise; with the discrete Gaussian
+    (σ² = ``table.scale`` in units of the granularity, Δ₂² = ``table.sensitivity``) it is
+    Δ₂²/(2σ²)-zCDP, which the planner chose to fit the table's ρ or (ε, δ). With the truncated geometric
     mechanism each cell is clamped to the declared [0, upper] first (neighbours stay within Δ)
     and the noisy result clamped again (post-processing): outputs lie in [0, upper]. A sum's
     ``counts`` are in units of its granularity g (values clamped and discretised, see
@@ -34,8 +36,9 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
         case "discrete_laplace":  # in units of the granularity (1 for counts); published in value units
             g = table.granularity
             return (counts + discrete_laplace(table.scale / g, counts.size, rng=rng)) * g
-        case "discrete_gaussian":  # zcdp: σ² = Δ₂²/(2ρ) in table.scale (CKS 2020)
-            return counts + discrete_gaussian(table.scale, counts.size, rng=rng)
+        case "discrete_gaussian":  # σ² in table.scale, in units of the granularity (CKS 2020)
+            g = table.granularity
+            return (counts + discrete_gaussian(table.scale, counts.size, rng=rng)) * g
         case "truncated_geometric":  # counts clamped to [0, upper], noise, output clamped (GRS 2009)
             assert table.upper is not None
             return truncated_geometric(counts, table.upper, table.scale, rng=rng)
@@ -58,5 +61,6 @@ def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fract
         below = np.cumsum(utilities, axis=1) - utilities
         n = utilities.sum(axis=1, keepdims=True)
         utilities = -np.abs(q.denominator * below - q.numerator * n)
-    monotone = table.scale == Fraction(table.sensitivity) / table.epsilon
-    return permute_and_flip(utilities, table.epsilon, table.sensitivity, monotone=monotone, rng=rng)
+    epsilon = table.mechanism_epsilon  # ε itself, or in a zcdp release the ε with ε²/2 ≤ ρ
+    monotone = table.scale == Fraction(table.sensitivity) / epsilon
+    return permute_and_flip(utilities, epsilon, table.sensitivity, monotone=monotone, rng=rng)

@@ -132,6 +132,7 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
     columns["noisy_" + value_column(table)] = pa.array(noisy, pa.int64())
     metadata = {"dprelease": json.dumps({"table": table.name, "level": plan.level,
                                          "epsilon": fraction_text(plan.epsilon),
+                                         **({"delta": fraction_text(plan.delta)} if plan.delta is not None else {}),
                                          "mechanism": plan.mechanism, "sensitivity": plan.sensitivity,
                                          "scale": fraction_text(plan.scale)})}
     arrow = pa.table(columns).replace_schema_metadata(metadata)
@@ -165,10 +166,16 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
         **({"implied_approximate_dp": {"epsilon": fraction_text(zcdp_epsilon(plan.charge, plan.delta)),
                                        "delta": fraction_text(plan.delta)}}
            if plan.ledger_symbol == "ρ" and plan.delta is not None else {}),
+        **({"release_delta_budget": fraction_text(plan.delta),  # type: ignore[arg-type]
+            "total_delta": fraction_text(plan.total_delta)} if plan.approx else {}),  # type: ignore[arg-type]
         "lifetime": {"budget": fraction_text(plan.lifetime_budget),
                      "spent_before": fraction_text(plan.lifetime_spent),
                      "spent_after": fraction_text(plan.lifetime_spent + plan.charge),
-                     "remaining": fraction_text(plan.lifetime_remaining_after)},
+                     "remaining": fraction_text(plan.lifetime_remaining_after),
+                     **({"delta": {"budget": fraction_text(plan.lifetime_delta_budget),
+                                   "spent_before": fraction_text(plan.lifetime_delta_spent),
+                                   "spent_after": fraction_text(plan.lifetime_delta_spent + plan.total_delta)}}  # type: ignore[operator]
+                        if plan.lifetime_delta_budget is not None else {})},
         "confidence": fraction_text(plan.confidence),
         "geography": list(spec.geography),
         **({"invariants": {
@@ -183,6 +190,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              **({"upper": t.upper} if t.upper is not None else {}),
+             **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
+             **({"mechanism_epsilon": fraction_text(t.pure_epsilon)} if t.pure_epsilon is not None else {}),
              **({"measure": {"sum": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
                              "missing": "zero" if m.missing_as_zero else "error"}}
                 if isinstance(m := by_name[t.name].measure, SumMeasure)

@@ -36,6 +36,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     life_sym = "ρ" if manifest.get("ledger_unit") == "rho" else "ε"
     confidence = _pct(Fraction(manifest["confidence"]))
     life = manifest["lifetime"]
+    approx = "total_delta" in manifest
     lines = [
         f"# Budget report — {manifest['release']}",
         "",
@@ -46,31 +47,23 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         *_invariants_warning(manifest),
         "## Guarantee",
         "",
-        (f"Pure ε-differential privacy; neighbouring datasets: "
-         f"{manifest['privacy']['neighbouring']}. The {len(manifest['tables'])} measurements compose "
-         f"sequentially: the release as a whole is ε = {_both(manifest['total_epsilon'])}-DP "
-         f"(release budget {_both(manifest['release_budget'])}). Each table is one histogram over the full "
-         "declared domain, so its cells together cost the table's ε once. Post-processing is free."
-         if sym == "ε" else
-         f"ρ-zero-concentrated differential privacy (discrete Gaussian noise); neighbouring datasets: "
-         f"{manifest['privacy']['neighbouring']}. The {len(manifest['tables'])} measurements compose "
-         f"sequentially: the release as a whole is ρ = {_both(manifest['ledger_charge'])}-zCDP (asked "
-         f"{_both(manifest['total_epsilon'])}; each σ² is rounded up, so the cost is never more; release budget "
-         f"{_both(manifest['release_budget'])}). Post-processing is free."),
+        _guarantee(manifest, sym),
         *([f"", f"**Implied (ε, δ)-DP of this release:** ε = {_both(manifest['implied_approximate_dp']['epsilon'])} "
            f"at δ = {manifest['implied_approximate_dp']['delta']} (Canonne, Kamath and Steinke 2020, Corollary 13; "
            "ε rounded up)."] if "implied_approximate_dp" in manifest else []),
         "",
         "## Spend per table",
         "",
-        f"| table | {sym} | share | mechanism | sensitivity | noise scale{' (σ²)' if sym == 'ρ' else ''} | cells | "
-        f"±MoE {confidence} | post-processing |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+        f"| table | {sym} |{' δ |' if approx else ''} share | mechanism | sensitivity (Δ₂² Gaussian) | "
+        f"noise scale (σ² Gaussian) | cells | ±MoE {confidence} | post-processing |",
+        f"|---|---:|{'---:|' if approx else ''}---:|---|---:|---:|---:|---:|---|",
     ]
     for t in manifest["tables"]:
         share = _pct(Fraction(t["epsilon"]) / total)
         name = t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}"
-        lines.append(f"| {name} | {_both(t['epsilon'])} | {share} | {t['mechanism']} | {t['sensitivity']} | "
+        mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
+        lines.append(f"| {name} | {_both(t['epsilon'])} |{' ' + t.get('delta', '0') + ' |' if approx else ''} "
+                     f"{share} | {mechanism} | {t['sensitivity']} | "
                      f"{_both(t['scale'])} | {t['cells']:,} | {t['moe']} | {t['post_process']} |")
     lines += [
         "",
@@ -80,6 +73,10 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "|---:|---:|---:|---:|---:|",
         f"| {_both(life['budget'])} | {_both(life['spent_before'])} | {_both(manifest.get('ledger_charge', manifest['total_epsilon']))} | "
         f"{_both(life['spent_after'])} | {_both(life['remaining'])} |",
+        *([f"| δ {life['delta']['budget']} | {life['delta']['spent_before']} | {manifest['total_delta']} | "
+           f"{life['delta']['spent_after']} | "
+           f"{fraction_text(Fraction(life['delta']['budget']) - Fraction(life['delta']['spent_after']))} |"]
+          if "delta" in life else []),
         "",
     ]
     caps = list(caps)
@@ -109,7 +106,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
                     if isinstance(t.get("measure"), dict) and "sum" in t["measure"]}.values()],
         *[f"- `{t['name']}` publishes, per cell, the most common category of `{t['measure']['mode']}`, chosen by the "
           "exponential mechanism (permute-and-flip, McKenna and Sheldon 2020) with the cell's category counts as "
-          f"utilities (sensitivity {t['sensitivity']}; exponent ε·u/({'' if t['scale'] == fraction_text(Fraction(t['sensitivity']) / Fraction(t['epsilon'])) else '2'}Δu)). "
+          f"utilities (sensitivity {t['sensitivity']}; exponent ε·u/({'' if _monotone(t) else '2'}Δu)). "
           "It has no margin of error: the chosen category is the true mode with high probability when the mode "
           "leads the runner-up by several times Δu/ε."
           for t in {t['name']: t for t in manifest["tables"]
@@ -129,6 +126,37 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "",
     ]
     return "\n".join(lines)
+
+
+def _monotone(t: dict[str, Any]) -> bool:
+    """An exponential mechanism's exponent ε·u/Δu (monotone utility) rather than ε·u/(2Δu), from its scale."""
+    epsilon = Fraction(t.get("mechanism_epsilon", t["epsilon"]))
+    return Fraction(t["scale"]) == Fraction(t["sensitivity"]) / epsilon
+
+
+def _guarantee(manifest: dict[str, Any], sym: str) -> str:
+    n, neighbouring = len(manifest["tables"]), manifest["privacy"]["neighbouring"]
+    if "total_delta" in manifest:
+        return (f"Approximate (ε, δ)-differential privacy; neighbouring datasets: {neighbouring}. The {n} "
+                f"measurements compose sequentially (ε and δ add): the release as a whole is "
+                f"(ε = {_both(manifest['total_epsilon'])}, δ = {manifest['total_delta']})-DP (release budget "
+                f"ε = {_both(manifest['release_budget'])}, δ = {manifest['release_delta_budget']}). Each discrete "
+                "Gaussian table is calibrated through zCDP: the largest ρ whose (ε, δ) bound (Canonne, Kamath and "
+                "Steinke 2020, Proposition 12) is within the table's (ε, δ), rounded down, then σ² = Δ₂²/(2ρ) "
+                "rounded up; pure ε-DP tables have δ = 0. Post-processing is free.")
+    if sym == "ε":
+        return (f"Pure ε-differential privacy; neighbouring datasets: {neighbouring}. The {n} measurements compose "
+                f"sequentially: the release as a whole is ε = {_both(manifest['total_epsilon'])}-DP "
+                f"(release budget {_both(manifest['release_budget'])}). Each table is one histogram over the full "
+                "declared domain, so its cells together cost the table's ε once. Post-processing is free.")
+    pure = [t for t in manifest["tables"] if "mechanism_epsilon" in t]
+    return (f"ρ-zero-concentrated differential privacy; neighbouring datasets: {neighbouring}. The {n} "
+            f"measurements compose sequentially: the release as a whole is ρ = {_both(manifest['ledger_charge'])}-zCDP "
+            f"(asked {_both(manifest['total_epsilon'])}; each σ² is rounded up, so the cost is never more; release "
+            f"budget {_both(manifest['release_budget'])}). "
+            + (f"{len(pure)} pure ε-DP measurement(s) run at the largest ε with ε²/2 ≤ their ρ (ε-DP implies "
+               "ε²/2-zCDP). " if pure else "")
+            + "Post-processing is free.")
 
 
 def _invariants_warning(manifest: dict[str, Any]) -> list[str]:

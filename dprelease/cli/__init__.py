@@ -335,6 +335,11 @@ def ledger_set_budget(
     reason: Annotated[str, typer.Option(metavar="TEXT", help="Why the cap changes; shown in every report.")],
     by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
     create: Annotated[bool, typer.Option("--create", help="Add the dataset if the ledger does not have it.")] = False,
+    delta: Annotated[Optional[str], typer.Option(
+        metavar="D", help="The lifetime δ of an (ε, δ) dataset, e.g. 1e-6 (kept as it was if omitted).")] = None,
+    terms: Annotated[Optional[str], typer.Option(
+        metavar="pure|zcdp|approx", help="With --create: the new dataset's terms (default: pure; approx with "
+        "--delta). --epsilon is then an ε, a ρ or an ε.")] = None,
     ledger: LedgerOpt = None,
 ) -> None:
     """Change a dataset's lifetime cap: an explicit, recorded decision. Spends are never reduced."""
@@ -344,6 +349,15 @@ def ledger_set_budget(
         cap = parse_budget(epsilon, epsilon, what="--epsilon")
     except NotANumber as exc:
         raise typer.BadParameter(str(exc), param_hint="--epsilon") from None
+    try:
+        cap_delta = None if delta is None else parse_budget(delta, delta, what="--delta")
+    except NotANumber as exc:
+        raise typer.BadParameter(str(exc), param_hint="--delta") from None
+    if cap_delta is not None and not 0 < cap_delta < 1:
+        raise typer.BadParameter("δ lies strictly between 0 and 1, e.g. 1e-6", param_hint="--delta")
+    if terms is not None and terms not in ("pure", "zcdp", "approx"):
+        raise typer.BadParameter(f"{terms!r} is not one of pure, zcdp, approx", param_hint="--terms")
+    definition = terms or ("approx" if cap_delta is not None else "pure")
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}", dataset):
         raise typer.BadParameter(f"{dataset!r} is not a dataset name (lower-case letters, digits, '.', '_', '-')",
                                  param_hint="DATASET")
@@ -361,12 +375,19 @@ def ledger_set_budget(
             known = ", ".join(opened.datasets()) or "none"
             raise UserError(f"dataset {dataset!r} is not in the ledger (known: {known}); to add it with this "
                             "cap, add --create")
-        state = opened.set_budget(dataset, cap, reason=reason, by=by)
+        if before is not None and terms is not None and before.definition.partition("@")[0].removesuffix(
+                "-bounded") != terms:
+            raise UserError(f"dataset {dataset!r} already has {before.definition!r} terms; a ledger's terms are fixed "
+                            "when the dataset is created")
+        state = opened.set_budget(dataset, cap, reason=reason, by=by, definition=definition, delta=cap_delta)
     finally:
         opened.close()
     was = f"from {fraction_text(before.budget)} " if before else "(new dataset) "
     out.print(f"lifetime cap of {dataset} set {was}to {fraction_text(state.budget)}; spent "
               f"{fraction_text(state.spent)}, remaining {fraction_text(state.remaining)}", markup=False)
+    if state.delta_budget is not None:
+        out.print(f"lifetime δ of {dataset}: cap {fraction_text(state.delta_budget)}, spent "
+                  f"{fraction_text(state.delta_spent)}, remaining {fraction_text(state.delta_remaining)}", markup=False)
     if state.remaining < 0:
         say("warning: the new cap is below what is already spent; no further release can run")
 

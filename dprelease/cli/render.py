@@ -19,7 +19,9 @@ both = exact_and_decimal
 
 
 TERMS_SHOWN = {"pure": "pure DP, add/remove one row", "pure-bounded": "pure DP, change one record: invariants public",
-               "zcdp": "zCDP (ρ), add/remove one row", "zcdp-bounded": "zCDP (ρ), change one record: invariants public"}
+               "zcdp": "zCDP (ρ), add/remove one row", "zcdp-bounded": "zCDP (ρ), change one record: invariants public",
+               "approx": "(ε, δ)-DP, add/remove one row",
+               "approx-bounded": "(ε, δ)-DP, change one record: invariants public"}
 
 
 def _terms_shown(terms: str) -> str:
@@ -49,6 +51,13 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
         "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
         "ledger_charge": fraction_text(plan.charge),
         "confidence": fraction_text(plan.confidence),
+        "delta": None if plan.delta is None else fraction_text(plan.delta),
+        "total_delta": None if plan.total_delta is None else fraction_text(plan.total_delta),
+        "lifetime_delta": None if plan.lifetime_delta_budget is None else {
+            "budget": fraction_text(plan.lifetime_delta_budget),
+            "spent": fraction_text(plan.lifetime_delta_spent),
+            "spent_after": fraction_text(plan.lifetime_delta_spent + (plan.total_delta or 0)),
+        },
         "lifetime": {
             "budget": fraction_text(plan.lifetime_budget),
             "spent": fraction_text(plan.lifetime_spent),
@@ -67,7 +76,8 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
-             "moe95": t.moe95, "moe": t.moe}
+             "moe95": t.moe95, "moe": t.moe, "delta": None if t.delta is None else fraction_text(t.delta),
+             "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None}
             for t in plan.tables
         ],
     }
@@ -76,10 +86,13 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
 def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
     conf = pct(plan.confidence)
     table = Table(title=f"Plan for release {plan.release} ({spec_path})", title_justify="left")
-    for header, justify in (("table", "left"), (plan.symbol, "right"), ("mechanism", "left"),
-                            ("sensitivity" if plan.symbol == "ε" else "Δ₂²", "right"),
-                            ("noise scale" if plan.symbol == "ε" else "σ²", "right"), ("cells", "right"),
-                            (f"± MoE {conf}", "right")):
+    gaussian = {t.mechanism == "discrete_gaussian" for t in plan.tables}
+    sensitivity, scale = (("Δ₂²", "σ²") if gaussian == {True} else ("sensitivity", "noise scale") if gaussian == {False}
+                          else ("Δ₁ (Δ₂² Gaussian)", "scale (σ² Gaussian)"))
+    columns = [("table", "left"), (plan.symbol, "right")] + ([("δ", "right")] if plan.approx else []) + [
+        ("mechanism", "left"), (sensitivity, "right"), (scale, "right"),
+        ("cells", "right"), (f"± MoE {conf}", "right")]
+    for header, justify in columns:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     if plan.neighbouring != ADD_REMOVE_ROW and not plan.invariants:  # not the default relation
         console.print(f"Note: neighbouring datasets: {plan.neighbouring}; the sensitivities below follow from it.",
@@ -89,7 +102,9 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                       "published EXACTLY, not protected by differential privacy. The neighbouring relation is "
                       "change one record (bounded DP): every sensitivity is 2.", markup=False, highlight=False)
     for t in plan.tables:
-        table.add_row(t.key, both(t.epsilon), t.mechanism, str(t.sensitivity), both(t.scale),
+        mechanism = t.mechanism if t.pure_epsilon is None else f"{t.mechanism} at ε = {fraction_text(t.pure_epsilon)}"
+        table.add_row(t.key, both(t.epsilon), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
+                      str(t.sensitivity), both(t.scale),
                       f"{t.cells:,}", "—" if t.mechanism == "permute_and_flip" else str(t.moe))
     console.print(table)
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
@@ -97,6 +112,11 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
     mark = "fits" if plan.fits_release else f"OVER by {both(plan.total_epsilon - plan.release_budget)}"
     console.print(f"Release budget:  total {plan.symbol} = {both(plan.total_epsilon)} of {both(plan.release_budget)} — "
                   f"{mark}", markup=False, highlight=False)
+    if plan.approx and plan.delta is not None:
+        over = plan.total_delta - plan.delta  # type: ignore[operator]
+        console.print(f"Release δ:       total δ = {fraction_text(plan.total_delta)} of {fraction_text(plan.delta)} — "
+                      f"{'fits' if over <= 0 else f'OVER by {fraction_text(over)}'} (δ composes by addition)",
+                      markup=False, highlight=False)
     new = " (new to the ledger; cap from the spec)" if plan.lifetime_is_new else ""
     after = plan.lifetime_spent + plan.charge
     mark = ("fits" if plan.fits_lifetime
@@ -113,6 +133,11 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                   f"spent {both(plan.lifetime_spent)} → {both(after)} after this release, remaining "
                   f"{both(plan.lifetime_remaining)} → {both(plan.lifetime_remaining_after)} — {mark}",
                   markup=False, highlight=False)
+    if plan.lifetime_delta_budget is not None:
+        d_after = plan.lifetime_delta_spent + (plan.total_delta or 0)
+        console.print(f"Lifetime δ of dataset {plan.dataset}: cap {fraction_text(plan.lifetime_delta_budget)}, spent "
+                      f"{fraction_text(plan.lifetime_delta_spent)} → {fraction_text(d_after)} after this release — "
+                      f"{'fits' if d_after <= plan.lifetime_delta_budget else 'OVER'}", markup=False, highlight=False)
     if len(plan.lifetime_caps) > 1:
         for c in plan.lifetime_caps[1:]:
             console.print(f"  the cap was changed to {fraction_text(c.epsilon)} on {c.set_at[:19]} by {c.set_by}: "
@@ -141,11 +166,14 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                 "budget": fraction_text(s.budget),
                 "spent": fraction_text(s.spent),
                 "remaining": fraction_text(s.remaining),
+                "delta_budget": None if s.delta_budget is None else fraction_text(s.delta_budget),
+                "delta_spent": None if s.delta_budget is None else fraction_text(s.delta_spent),
                 "data_versions": s.data_versions,
                 "budget_changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by,
                                     "at": c.set_at} for c in s.caps],
                 "releases": [
-                    {"release": r.release, "epsilon": fraction_text(r.epsilon), "state": r.state,
+                    {"release": r.release, "epsilon": fraction_text(r.epsilon),
+                     "delta": fraction_text(r.delta) if s.delta_budget is not None else None, "state": r.state,
                      "unfinished": r.unfinished, "state_at": r.state_at, "reason": r.reason,
                      "output_dir": r.output_dir,
                      "created_at": r.created_at, "created_by": r.created_by, "run_id": r.run_id,
@@ -164,11 +192,16 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
         console.print("No datasets in this ledger yet.")
         return
     for s in states:
-        console.print(f"\nDataset {s.name} ({_terms_shown(s.definition)}): cap {'ρ' if s.definition.startswith('zcdp') else 'ε'} = {both(s.budget)}, spent {both(s.spent)}, "
-                      f"remaining {both(s.remaining)}", markup=False, highlight=False)
+        symbol = "ρ" if s.definition.startswith("zcdp") else "ε"
+        console.print(f"\nDataset {s.name} ({_terms_shown(s.definition)}): cap {symbol} = {both(s.budget)}, spent "
+                      f"{both(s.spent)}, remaining {both(s.remaining)}", markup=False, highlight=False)
+        if s.delta_budget is not None:
+            console.print(f"  cap δ = {fraction_text(s.delta_budget)}, spent {fraction_text(s.delta_spent)}, "
+                          f"remaining {fraction_text(s.delta_remaining)}", markup=False, highlight=False)
         if s.caps:
             for c in s.caps:
-                console.print(f"  cap set to {fraction_text(c.epsilon)} on {c.set_at[:19]} by {c.set_by}: "
+                cap = fraction_text(c.epsilon) + ("" if c.delta is None else f", δ {fraction_text(c.delta)}")
+            console.print(f"  cap set to {cap} on {c.set_at[:19]} by {c.set_by}: "
                               f"{c.reason}", markup=False, highlight=False)
         if s.data_versions > 1:
             console.print(f"  releases read {s.data_versions} versions of the data file: the same people, one "
@@ -176,11 +209,13 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
         if not s.runs:
             continue
         table = Table(show_edge=False)
-        for header in ("release", "ε", "state", "created (UTC)", "by", "run"):
+        approx = s.delta_budget is not None
+        for header in ("release", symbol, *(("δ",) if approx else ()), "state", "created (UTC)", "by", "run"):
             table.add_column(header)
         for r in s.runs:
             state = "reserved (unfinished)" if r.unfinished else r.state
-            table.add_row(r.release, both(r.epsilon), state, r.created_at[:19], r.created_by, r.run_id[:12])
+            table.add_row(r.release, both(r.epsilon), *((fraction_text(r.delta),) if approx else ()), state,
+                          r.created_at[:19], r.created_by, r.run_id[:12])
         console.print(table)
         unfinished = [r for r in s.runs if r.unfinished]
         if unfinished:

@@ -54,16 +54,22 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
         _discard_stale_staging(spec, state, output_dir)
         _refuse_before_spending(spec, plan, output_dir)
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
-                                 charges=[(t.key, t.charge) for t in plan.tables],
+                                 charges=[(t.key, t.charge, t.delta) for t in plan.tables],
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
+                                 lifetime_delta_from_spec=spec.dataset.lifetime_delta,
                                  spec_path=str(spec.source.resolve()), output_dir=str(output_dir),
                                  definition=plan.terms)
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
     finally:
         ledger.close()
     # what the manifest states about the lifetime budget comes from the reserving transaction
-    plan = dataclasses.replace(plan, lifetime_spent=granted.spent_before, lifetime_budget=granted.budget)
-    say(f"reserved {plan.ledger_symbol} = {fraction_text(plan.charge)} for {spec.release} (run {granted.run_id})")
+    plan = dataclasses.replace(plan, lifetime_spent=granted.spent_before, lifetime_budget=granted.budget,
+                               lifetime_delta_spent=granted.delta_spent_before,
+                               lifetime_delta_budget=granted.delta_budget if plan.approx else None)
+    charged = f"{plan.ledger_symbol} = {fraction_text(plan.charge)}"
+    if plan.approx:
+        charged += f", δ = {fraction_text(plan.total_delta)}"
+    say(f"reserved {charged} for {spec.release} (run {granted.run_id})")
     run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
                      layout=Layout(output_dir, spec.release, granted.run_id), caps=caps)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite kill settles the reservation too
@@ -101,13 +107,7 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
         raise AlreadyReleasedError(f"{output_dir / spec.release} already exists; refusing to overwrite a "
                                    "published release. Nothing was spent.")
     if not plan.fits:
-        over = [f"release budget by {fraction_text(plan.total_epsilon - plan.release_budget)}"
-                if not plan.fits_release else None,
-                f"lifetime budget of {spec.dataset.name} by "
-                f"{fraction_text(plan.lifetime_spent + plan.charge - plan.lifetime_budget)} {plan.ledger_symbol} "
-                f"(remaining {fraction_text(plan.lifetime_remaining)})" if not plan.fits_lifetime else None]
-        raise OverBudgetError(f"the release needs {plan.symbol} = {fraction_text(plan.total_epsilon)}, over the "
-                              f"{' and the '.join(o for o in over if o)}. The data was not read; nothing spent.")
+        raise OverBudgetError(over_budget_message(spec, plan))
     if not spec.dataset.resolved_path.is_file():
         what = "is not a file" if spec.dataset.resolved_path.exists() else "does not exist"
         raise DataError(f"{spec.source}: dataset.path {spec.dataset.path!r} {what} (resolved to "
@@ -115,6 +115,28 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
     _check_prefect_server()
+
+
+def over_budget_message(spec: Spec, plan: Plan) -> str:
+    """Which budget the plan overruns, in ε (or ρ) and, for (ε, δ) terms, in δ, and by how much."""
+    over = []
+    if plan.total_epsilon > plan.release_budget:
+        over.append(f"release budget by {fraction_text(plan.total_epsilon - plan.release_budget)} {plan.symbol}")
+    if plan.approx and plan.delta is not None and plan.total_delta > plan.delta:  # type: ignore[operator]
+        over.append(f"release δ budget by {fraction_text(plan.total_delta - plan.delta)}")  # type: ignore[operator]
+    if plan.lifetime_spent + plan.charge > plan.lifetime_budget:
+        over.append(f"lifetime budget of {spec.dataset.name} by "
+                    f"{fraction_text(plan.lifetime_spent + plan.charge - plan.lifetime_budget)} {plan.ledger_symbol} "
+                    f"(remaining {fraction_text(plan.lifetime_remaining)})")
+    if plan.lifetime_delta_budget is not None and \
+            plan.lifetime_delta_spent + (plan.total_delta or 0) > plan.lifetime_delta_budget:
+        over.append(f"lifetime δ budget of {spec.dataset.name} by "
+                    f"{fraction_text(plan.lifetime_delta_spent + (plan.total_delta or 0) - plan.lifetime_delta_budget)} "
+                    f"(remaining {fraction_text(plan.lifetime_delta_budget - plan.lifetime_delta_spent)})")
+    needs = f"{plan.symbol} = {fraction_text(plan.total_epsilon)}"
+    if plan.approx:
+        needs += f", δ = {fraction_text(plan.total_delta)}"
+    return f"the release needs {needs}, over the {' and the '.join(over)}. The data was not read; nothing spent."
 
 
 def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:

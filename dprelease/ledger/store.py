@@ -5,7 +5,8 @@ One database (SQLite by default, PostgreSQL for a team) through SQLAlchemy Core.
 * Rows are only ever inserted. A run's state changes by appending an event
   (``reserved`` → ``committed`` or ``voided``); a cap changes by appending a cap row with
   who and why. Spent amounts are never reduced or reset.
-* Amounts are exact fractions stored as text (``"3/4"``).
+* Amounts are exact fractions stored as text (``"3/4"``). An (ε, δ) dataset (terms ``approx``)
+  has a δ beside every cap and charge; the others have none (NULL).
 * Reservation is one serialised transaction (``BEGIN IMMEDIATE`` on SQLite, a row lock on
   PostgreSQL): two runs racing for the last of a budget cannot both win.
 * A reserved run counts as spent until it is committed or explicitly voided. A run that
@@ -32,7 +33,7 @@ from dprelease.accounting import fraction_text, parse_exact
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
 from dprelease.ledger.location import LedgerLocation
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: δ of caps and charges (approx terms); longer terms
 LIVE_STATES = ("reserved", "committed", "failed")  # states whose charges count as spent
 
 metadata = sa.MetaData()
@@ -41,13 +42,14 @@ meta_t = sa.Table("dprelease_meta", metadata,
                   sa.Column("value", sa.Text, nullable=False))
 datasets_t = sa.Table("datasets", metadata,
                       sa.Column("name", sa.String(100), primary_key=True),
-                      sa.Column("definition", sa.String(16), nullable=False),
+                      sa.Column("definition", sa.String(200), nullable=False),
                       sa.Column("created_at", sa.String(40), nullable=False),
                       sa.Column("created_by", sa.String(200), nullable=False))
 caps_t = sa.Table("budget_caps", metadata,
                   sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                   sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
                   sa.Column("epsilon", sa.String(200), nullable=False),
+                  sa.Column("delta", sa.String(200)),
                   sa.Column("reason", sa.Text, nullable=False),
                   sa.Column("set_by", sa.String(200), nullable=False),
                   sa.Column("set_at", sa.String(40), nullable=False))
@@ -65,7 +67,8 @@ charges_t = sa.Table("charges", metadata,
                      sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                      sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
                      sa.Column("table_name", sa.String(100), nullable=False),
-                     sa.Column("epsilon", sa.String(200), nullable=False))
+                     sa.Column("epsilon", sa.String(200), nullable=False),
+                     sa.Column("delta", sa.String(200)))
 events_t = sa.Table("run_events", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
@@ -93,6 +96,7 @@ class CapChange:
     reason: str
     set_by: str
     set_at: str
+    delta: Fraction | None = None  # approx terms only
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,7 @@ class RunRecord:
     output_dir: str | None = None
     state_at: str | None = None  # when the current state was reached
     reason: str | None = None  # of the latest state change, if one was given
+    delta: Fraction = Fraction(0)  # the sum of its charges' δ (approx terms)
 
     @property
     def unfinished(self) -> bool:
@@ -122,6 +127,8 @@ class Reservation:
     run_id: str
     spent_before: Fraction
     budget: Fraction
+    delta_spent_before: Fraction = Fraction(0)  # approx terms only
+    delta_budget: Fraction | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +139,16 @@ class DatasetState:
     spent: Fraction
     caps: tuple[CapChange, ...]
     runs: tuple[RunRecord, ...] = field(default=())
+    delta_budget: Fraction | None = None  # approx terms: the lifetime δ
+    delta_spent: Fraction = Fraction(0)
 
     @property
     def remaining(self) -> Fraction:
         return self.budget - self.spent
+
+    @property
+    def delta_remaining(self) -> Fraction | None:
+        return None if self.delta_budget is None else self.delta_budget - self.delta_spent
 
     def live_run(self, release: str) -> RunRecord | None:
         """The reserved or committed run of ``release``, if any."""
@@ -213,6 +226,9 @@ class Ledger:
         with engine.connect() as conn:
             row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
         version = int(row[0]) if row else 0
+        if version == 1:
+            _migrate_from_1(engine)
+            version = SCHEMA_VERSION
         if version != SCHEMA_VERSION:
             raise LedgerError(f"the ledger at {location.shown} has schema version {version}; this dprelease "
                               f"reads version {SCHEMA_VERSION}. Use the dprelease that wrote it.")
@@ -241,36 +257,54 @@ class Ledger:
     # -- writing
 
     def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
-                   definition: str = "pure") -> DatasetState:
-        """Record a new lifetime cap for ``dataset`` (creating it if new). Spends are untouched."""
+                   definition: str = "pure", delta: Fraction | None = None) -> DatasetState:
+        """Record a new lifetime cap for ``dataset`` (creating it if new). Spends are untouched.
+        An approx dataset's cap has a δ (kept as it was when ``delta`` is None); others have none."""
         if epsilon <= 0:
             raise LedgerError(f"a lifetime budget must be positive, not {fraction_text(epsilon)}")
+        if delta is not None and not 0 < delta < 1:
+            raise LedgerError(f"a lifetime δ lies strictly between 0 and 1, not {fraction_text(delta)}")
         if not reason.strip():
             raise LedgerError("say why the cap changes: --reason TEXT")
         by = by or current_user()
         with self._write() as conn:
             _lock_dataset(conn, dataset)
-            if _state(conn, dataset) is None:
+            state = _state(conn, dataset)
+            if state is None:
                 _insert_dataset(conn, dataset, definition, by)
+            terms = state.definition if state else definition
+            if _is_approx(terms):
+                delta = delta if delta is not None else state.delta_budget if state else None
+                if delta is None:
+                    raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its cap needs a δ too (--delta D)")
+            elif delta is not None:
+                raise LedgerError(f"dataset {dataset!r} has {terms!r} terms, whose budgets have no δ")
             conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(epsilon),
+                                                delta=None if delta is None else fraction_text(delta),
                                                 reason=reason, set_by=by, set_at=now()))
             state = _state(conn, dataset)
         assert state is not None
         return state
 
-    def reserve(self, *, dataset: str, release: str, charges: list[tuple[str, Fraction]],
+    def reserve(self, *, dataset: str, release: str,
+                charges: list[tuple[str, Fraction]] | list[tuple[str, Fraction, Fraction | None]],
                 spec_fingerprint: str, lifetime_from_spec: Fraction | None,
                 spec_path: str | None = None, output_dir: str | None = None,
-                definition: str = "pure", by: str | None = None) -> Reservation:
-        """Reserve ``charges`` for ``release`` atomically.
+                definition: str = "pure", by: str | None = None,
+                lifetime_delta_from_spec: Fraction | None = None) -> Reservation:
+        """Reserve ``charges`` — (measurement, ε or ρ[, δ]) — for ``release`` atomically.
 
         Refuses (nothing written) when the release already has a live run
-        (:class:`AlreadyReleasedError`) or the lifetime budget cannot cover the charges
-        (:class:`OverBudgetError`). A dataset seen for the first time is created with the
-        spec's lifetime budget.
+        (:class:`AlreadyReleasedError`) or the lifetime budget cannot cover the charges, in ε
+        and, under approx terms, in δ (:class:`OverBudgetError`). A dataset seen for the first
+        time is created with the spec's lifetime budget.
         """
         by = by or current_user()
-        total = sum((e for _, e in charges), Fraction(0))
+        full = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in charges]  # type: ignore[misc]
+        total = sum((e for _, e, _ in full), Fraction(0))
+        total_delta = sum((d for _, _, d in full if d is not None), Fraction(0))
+        if _is_approx(definition) and lifetime_delta_from_spec is None and lifetime_from_spec is not None:
+            raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its lifetime budget needs a δ")
         run_id = uuid.uuid4().hex
         with self._write() as conn:
             _lock_dataset(conn, dataset)
@@ -281,11 +315,13 @@ class Ledger:
                                       "dataset.lifetime_budget; declare one")
                 _insert_dataset(conn, dataset, definition, by)
                 conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(lifetime_from_spec),
+                                                    delta=None if lifetime_delta_from_spec is None
+                                                    else fraction_text(lifetime_delta_from_spec),
                                                     reason=f"initial cap from {spec_path or 'the spec'}",
                                                     set_by=by, set_at=now()))
                 state = _state(conn, dataset)
                 assert state is not None
-            check_lifetime_matches(state, lifetime_from_spec)
+            check_lifetime_matches(state, lifetime_from_spec, lifetime_delta_from_spec)
             if state.definition != definition:  # checked again here: two first releases may race
                 raise LedgerError(f"dataset {dataset!r} is in the ledger under {state.definition!r} terms; this run was "
                                   f"planned under {definition!r}. Plan it again")
@@ -296,14 +332,19 @@ class Ledger:
                     f"(run {live.run_id}, {live.created_at}); choose a new release name")
             if state.spent + total > state.budget:
                 raise OverBudgetError(over_lifetime_message(state, total))
+            if state.delta_budget is not None and state.delta_spent + total_delta > state.delta_budget:
+                raise OverBudgetError(over_lifetime_message(state, total_delta, delta=True))
+            if state.delta_budget is None and total_delta:
+                raise LedgerError(f"dataset {dataset!r} has {state.definition!r} terms, which have no δ to charge")
             at = now()
             conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
                                                 spec_fingerprint=spec_fingerprint, spec_path=spec_path,
                                                 output_dir=output_dir, created_at=at, created_by=by))
-            conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e)}
-                                              for t, e in charges])
+            conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e),
+                                               "delta": None if d is None else fraction_text(d)}
+                                              for t, e, d in full])
             conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
-        return Reservation(run_id, state.spent, state.budget)
+        return Reservation(run_id, state.spent, state.budget, state.delta_spent, state.delta_budget)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None) -> None:
         """Mark a reserved run as published. Its charges stay spent for ever."""
@@ -334,8 +375,16 @@ class Ledger:
                                                   reason=reason, data_fingerprint=data_fingerprint))
 
 
-def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None) -> None:
+def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None,
+                           delta_from_spec: Fraction | None = None) -> None:
     """A spec may restate the ledger's cap, never silently ask for a different one."""
+    if from_spec is not None and delta_from_spec is not None and delta_from_spec != state.delta_budget:
+        last = state.caps[-1]
+        raise LedgerError(
+            f"dataset {state.name!r} has a lifetime δ of {fraction_text(state.delta_budget or Fraction(0))} in the "
+            f"ledger (set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
+            f"{fraction_text(delta_from_spec)}. Make dataset.lifetime_budget.delta match, or change the cap with "
+            f"`dprelease ledger set-budget {state.name} --epsilon E --delta D --reason TEXT`")
     if from_spec is not None and from_spec != state.budget:
         last = state.caps[-1]
         raise LedgerError(
@@ -345,7 +394,12 @@ def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None) -> N
             f"`dprelease ledger set-budget {state.name} --epsilon E --reason TEXT`")
 
 
-def over_lifetime_message(state: DatasetState, requested: Fraction) -> str:
+def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bool = False) -> str:
+    if delta:
+        assert state.delta_budget is not None
+        return (f"over the lifetime δ of dataset {state.name!r}: requested δ = {fraction_text(requested)}, remaining "
+                f"{fraction_text(state.delta_budget - state.delta_spent)} (cap {fraction_text(state.delta_budget)}, "
+                f"spent {fraction_text(state.delta_spent)})")
     over = state.spent + requested - state.budget
     return (f"over the lifetime budget of dataset {state.name!r}: requested ε = {fraction_text(requested)}, "
             f"remaining {fraction_text(state.remaining)} (cap {fraction_text(state.budget)}, spent "
@@ -353,6 +407,24 @@ def over_lifetime_message(state: DatasetState, requested: Fraction) -> str:
 
 
 # ---------------------------------------------------------------- internals
+
+
+def _migrate_from_1(engine: Engine) -> None:
+    """Schema 1 → 2, in one locked transaction: add the (NULL) δ columns of caps and charges and
+    widen the terms column. Nothing recorded changes; a second process finds it done."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(dprelease_write=True)
+        with conn.begin():
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
+            row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
+            if row is None or row[0] != "1":
+                return
+            conn.execute(sa.text("ALTER TABLE budget_caps ADD COLUMN delta VARCHAR(200)"))
+            conn.execute(sa.text("ALTER TABLE charges ADD COLUMN delta VARCHAR(200)"))
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("ALTER TABLE datasets ALTER COLUMN definition TYPE VARCHAR(200)"))
+            conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
 
 
 def _create_private_file(path: Path) -> None:
@@ -412,18 +484,26 @@ def _state(conn: Connection, dataset: str) -> DatasetState | None:
     row = conn.execute(sa.select(datasets_t).where(datasets_t.c.name == dataset)).first()
     if row is None:
         return None
-    caps = tuple(CapChange(parse_exact(c.epsilon), c.reason, c.set_by, c.set_at) for c in conn.execute(
+    caps = tuple(CapChange(parse_exact(c.epsilon), c.reason, c.set_by, c.set_at,
+                           None if c.delta is None else parse_exact(c.delta)) for c in conn.execute(
         sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
     if not caps:
         raise LedgerError(f"dataset {dataset!r} has no lifetime cap in the ledger; the ledger is damaged")
     runs = []
     for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
-        charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in conn.execute(
-            sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
+        rows = list(conn.execute(sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
+        charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in rows)
+        run_delta = sum((parse_exact(c.delta) for c in rows if c.delta is not None), Fraction(0))
         events = _events(conn, run.run_id)
         data = next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
         runs.append(RunRecord(run.run_id, run.release, events[-1].state, sum((e for _, e in charges), Fraction(0)),
                               charges, run.spec_fingerprint, data, run.created_at, run.created_by,
-                              run.output_dir, events[-1].at, events[-1].reason))
+                              run.output_dir, events[-1].at, events[-1].reason, run_delta))
     spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
-    return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs))
+    delta_spent = sum((r.delta for r in runs if r.state in LIVE_STATES), Fraction(0))
+    return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
+                        delta_spent)
+
+
+def _is_approx(terms: str) -> bool:
+    return terms.startswith("approx")

@@ -11,7 +11,13 @@ Privacy contract of the plan (pure ε-DP, one row per person):
   datasets of different totals: its relation is change one record (bounded DP), under which a
   row leaves one cell and enters another, so every measurement of that release has L1
   sensitivity 2 and scale 2/ε (``Spec.sensitivity``);
-* tables compose sequentially: the release costs the exact sum of its tables' ε;
+* tables compose sequentially: the release costs the exact sum of its tables' ε (and, under
+  approx, of their δ);
+* under zcdp (budgets in ρ) counts and sums get the discrete Gaussian with σ² = Δ₂²/(2ρ); under
+  approx ((ε, δ) budgets) the discrete Gaussian with the ρ that (ε, δ) allows
+  (:func:`~dprelease.accounting.approx_to_zcdp`); a pure ε-DP mechanism in a zcdp release (a
+  mode, the truncated geometric, ``mechanism: discrete_laplace``) runs at the largest ε with
+  ε²/2 ≤ its ρ, and in an approx release at its ε with δ = 0;
 * the release must fit its own budget and the dataset's remaining lifetime budget.
 """
 
@@ -20,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dprelease.accounting import compose_sequential, pure_to_zcdp
+from dprelease.accounting import approx_to_zcdp, fraction_text, compose_sequential, pure_to_zcdp, zcdp_to_pure
 from dprelease.errors import LedgerError, UserError
 from dprelease.ledger.store import CapChange, DatasetState, RunRecord, check_lifetime_matches
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
@@ -46,6 +52,13 @@ class TablePlan:
     upper: int | None = None  # truncated_geometric: the public bound; outputs lie in [0, upper]
     granularity: int = 1  # sums: values are multiples of it; noise is drawn in its units
     charge: Fraction | None = None  # what the ledger is charged, in its unit (ρ on a zCDP ledger)
+    delta: Fraction | None = None  # approx: the measurement's δ (0 for a pure mechanism)
+    pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
+
+    @property
+    def mechanism_epsilon(self) -> Fraction:
+        """The ε a pure ε-DP mechanism runs at (``epsilon`` unless the budget is ρ)."""
+        return self.epsilon if self.pure_epsilon is None else self.pure_epsilon
 
     @property
     def key(self) -> str:
@@ -74,7 +87,15 @@ class Plan:
     symbol: str = "ε"  # of the spec's budgets (total_epsilon, release_budget): ε, or ρ for zcdp
     total_charge: Fraction | None = None  # what the ledger is charged, in its unit (None: total_epsilon)
     ledger_symbol: str = "ε"  # of the lifetime figures: ε, or ρ for a zcdp ledger
-    delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee
+    delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee; approx: the release's δ budget
+    total_delta: Fraction | None = None  # approx ledger: the δ this release is charged
+    lifetime_delta_budget: Fraction | None = None  # approx ledger
+    lifetime_delta_spent: Fraction = Fraction(0)
+
+    @property
+    def approx(self) -> bool:
+        """Charged in (ε, δ): an approx ledger."""
+        return self.total_delta is not None
 
     @property
     def charge(self) -> Fraction:
@@ -82,11 +103,14 @@ class Plan:
 
     @property
     def fits_release(self) -> bool:
-        return self.total_epsilon <= self.release_budget
+        delta_ok = self.total_delta is None or self.delta is None or self.total_delta <= self.delta
+        return self.total_epsilon <= self.release_budget and delta_ok
 
     @property
     def fits_lifetime(self) -> bool:
-        return self.lifetime_spent + self.charge <= self.lifetime_budget
+        delta_ok = (self.lifetime_delta_budget is None
+                    or self.lifetime_delta_spent + (self.total_delta or 0) <= self.lifetime_delta_budget)
+        return self.lifetime_spent + self.charge <= self.lifetime_budget and delta_ok
 
     @property
     def fits(self) -> bool:
@@ -113,13 +137,18 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
             raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is not in the ledger yet, so the "
                               "spec must declare dataset.lifetime_budget: {epsilon: E}")
         lifetime, spent = spec.dataset.lifetime_epsilon, Fraction(0)
+        delta_budget, delta_spent = spec.dataset.lifetime_delta, Fraction(0)
     terms, sensitivity, neighbouring = ledger_terms(spec, state)
     to_rho = terms.startswith("zcdp") and spec.definition == "pure"  # a pure release on a zCDP ledger
+    approx = terms.startswith("approx")
     if state is not None:
-        if not to_rho:  # a pure spec's lifetime ε says nothing about a ρ cap
-            check_lifetime_matches(state, spec.dataset.lifetime_epsilon)
+        if not to_rho and not (approx and spec.definition == "pure"):  # a pure spec's lifetime ε says nothing about a ρ or (ε, δ) cap
+            check_lifetime_matches(state, spec.dataset.lifetime_epsilon, spec.dataset.lifetime_delta)
         lifetime, spent = state.budget, state.spent
+        delta_budget, delta_spent = state.delta_budget, state.delta_spent
     tables = measurement_plans(spec, terms, sensitivity, to_rho)
+    if approx:  # pure measurements on an (ε, δ) ledger cost δ = 0
+        tables = tuple(t if t.delta is not None else _with_delta(t) for t in tables)
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
         total_epsilon=compose_sequential(t.epsilon for t in tables), release_budget=spec.budget_epsilon,
@@ -128,8 +157,14 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
         neighbouring=neighbouring, invariants=spec.invariant_levels, terms=terms, symbol=spec.symbol,
         total_charge=compose_sequential(t.charge for t in tables), ledger_symbol="ρ" if terms.startswith("zcdp") else "ε",
-        delta=spec.delta,
+        delta=spec.delta, total_delta=compose_sequential(t.delta for t in tables) if approx else None,  # type: ignore[misc]
+        lifetime_delta_budget=delta_budget if approx else None, lifetime_delta_spent=delta_spent,
     )
+
+
+def _with_delta(t: TablePlan) -> TablePlan:
+    from dataclasses import replace
+    return replace(t, delta=Fraction(0))
 
 
 def measurement_plans(spec: Spec, terms: str | None = None, sensitivity: int | None = None,
@@ -138,7 +173,10 @@ def measurement_plans(spec: Spec, terms: str | None = None, sensitivity: int | N
     ledger ``terms``: those of a dataset new to the ledger (what ``evaluate`` simulates)."""
     if terms is None or sensitivity is None:
         terms, sensitivity, _ = ledger_terms(spec, None)
-    return tuple(_plan_mode(spec, t, eps, spec.dims_cells(dims), level, terms) if isinstance(t.measure, ModeMeasure)
+    return tuple(_plan_mode(spec, t, eps, spec.dims_cells(dims), level, terms, to_rho)
+                 if isinstance(t.measure, ModeMeasure)
+                 else _plan_gaussian(spec, t, eps, spec.dims_cells(dims), level, terms)
+                 if t.mechanism == "discrete_gaussian"
                  else _plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
                                   _sensitivity(spec, t, spec.dims_cells(dims), sensitivity, terms),
                                   t.measure.granularity if isinstance(t.measure, SumMeasure) else 1, to_rho, terms)
@@ -169,7 +207,7 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
     release may be charged to a zCDP ledger (ε-DP implies ε²/2-zCDP); a zCDP release cannot be
     charged to a pure one.
     """
-    base = "zcdp" if spec.definition == "zcdp" else "pure"
+    base = spec.definition
     unit = f"@{spec.unit_id}" if spec.unit == "person" else ""  # the privacy unit is part of the terms
     wanted = base + ("-bounded" if spec.invariants else "") + unit
     if state is None or state.definition == wanted:
@@ -181,12 +219,14 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
                           f"({shown(held_unit)}), this spec uses ({shown(unit.lstrip('@'))}); budgets spent per row and "
                           "per person do not add up. Keep the dataset's privacy unit, or use a new dataset name")
     held_base, _, bounded = held.partition("-")
-    if held_base not in ("pure", "zcdp") or bounded not in ("", "bounded"):
+    if held_base not in ("pure", "zcdp", "approx") or bounded not in ("", "bounded"):
         raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
                           "of dprelease does not know")
-    if held_base == "pure" and base == "zcdp":
-        raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under pure ε-DP terms; a "
-                          "zcdp release cannot be charged in ε. Release it under a new dataset name, or as pure ε-DP")
+    if held_base != base and base != "pure":  # pure ε-DP is ε²/2-zCDP and (ε, 0)-DP; nothing else converts
+        shown = {"pure": "pure ε-DP", "zcdp": "zCDP (ρ)", "approx": "(ε, δ)-DP"}
+        raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under {shown[held_base]} "
+                          f"terms; a {base} release cannot be charged there. Release it under a new dataset name, or "
+                          f"as {shown[held_base]}" + (" or pure ε-DP" if held_base != "pure" else ""))
     if spec.invariants and not bounded:
         raise LedgerError(
             f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under add/remove-one-row terms, but "
@@ -202,17 +242,14 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
 def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None,
                 mechanism: str, upper: int | None, sensitivity: int, granularity: int, to_rho: bool = False,
                 terms: str = "pure") -> TablePlan:
-    """``sensitivity`` in published units (see the module docstring); the noise is drawn in units
-    of ``granularity`` (1 for counts), with scale (sensitivity/granularity)/ε. Under zcdp
-    (``epsilon`` is then ρ) the discrete Gaussian with σ² = Δ₂²/(2ρ), rounded up, and the
-    ``sensitivity`` recorded is Δ₂². ``to_rho``: charge ε²/2 to a zCDP ledger."""
-    if spec.definition == "zcdp":
-        l2 = (2 if "-bounded" in terms else 1) * spec.max_rows ** 2  # Δ₂² of a count histogram
-        sigma2 = sigma2_for(epsilon, l2)
-        return TablePlan(name=name, epsilon=epsilon, mechanism="discrete_gaussian", sensitivity=l2, scale=sigma2,
-                         cells=cells, moe=gaussian_margin(sigma2, spec.confidence),
-                         moe95=gaussian_margin(sigma2, CONFIDENCE_95), level=level, charge=zcdp_rho(sigma2, l2))
-    scale = Fraction(sensitivity) / epsilon
+    """A pure ε-DP mechanism (discrete Laplace, truncated geometric). ``sensitivity`` in
+    published units (see the module docstring); the noise is drawn in units of ``granularity``
+    (1 for counts), with scale (sensitivity/granularity)/ε. In a zcdp release (``epsilon`` is
+    then ρ) it runs at the largest ε with ε²/2 ≤ ρ and is charged ε²/2. ``to_rho``: a pure
+    release charged ε²/2 to a zCDP ledger."""
+    pure_epsilon = zcdp_to_pure(epsilon) if spec.definition == "zcdp" else None
+    run_at = epsilon if pure_epsilon is None else pure_epsilon
+    scale = Fraction(sensitivity) / run_at
     try:
         check_scale(scale / granularity)
     except ValueError:
@@ -226,22 +263,65 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
     return TablePlan(name=name, epsilon=epsilon, mechanism=mechanism, sensitivity=sensitivity,
                      scale=scale, cells=cells, moe=granularity * margin_of_error(units, spec.confidence),
                      moe95=granularity * margin_of_error(units, CONFIDENCE_95), level=level, upper=upper,
-                     granularity=granularity, charge=pure_to_zcdp(epsilon) if to_rho else epsilon)
+                     granularity=granularity, pure_epsilon=pure_epsilon,
+                     charge=pure_to_zcdp(run_at) if to_rho or pure_epsilon is not None else epsilon)
 
 
-def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, terms: str) -> TablePlan:
+def _plan_gaussian(spec: Spec, table: Table, budget: Fraction, cells: int, level: str | None,
+                   terms: str) -> TablePlan:
+    """The discrete Gaussian on a count or sum histogram, in units of the granularity.
+
+    Δ₂² (recorded as ``sensitivity``): a count histogram's is K² under add/remove (K rows of a
+    person, all in one cell at worst) and 2K² under change one record (K rows leave one cell and
+    enter another); a sum's is K²·:meth:`SumMeasure.l2_squared`. zcdp (``budget`` is ρ):
+    σ² = Δ₂²/(2ρ), rounded up, charged the ρ that σ² gives. approx (``budget`` is ε, with the
+    table's δ): σ² for the largest ρ whose (ε, δ) bound (CKS 2020, Proposition 12) is within
+    them; charged (ε, δ)."""
+    bounded = "-bounded" in terms
+    g = table.measure.granularity if isinstance(table.measure, SumMeasure) else 1
+    per_row = table.measure.l2_squared(bounded, cells) if isinstance(table.measure, SumMeasure) else \
+        (2 if bounded else 1)
+    l2 = per_row * spec.max_rows ** 2
+    delta = table.delta_of(budget) if spec.definition == "approx" else None
+    if spec.definition == "approx":
+        assert delta is not None, "the loader gives every Gaussian table of an approx release a δ"
+        try:
+            rho = approx_to_zcdp(budget, delta)
+        except ValueError:
+            raise UserError(f"{spec.source}: table {table.name}{'' if level is None else ' at ' + level}: ε = "
+                            f"{fraction_text(budget)} at δ = {fraction_text(delta)} leaves no room for Gaussian noise; "
+                            "raise its ε or δ, or use mechanism: discrete_laplace") from None
+    else:
+        rho = budget
+    try:
+        sigma2 = sigma2_for(rho, l2)
+    except ValueError:
+        raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {budget} asks for a noise variance the "
+                        "exact sampler cannot take; use a larger budget or coarser granularity") from None
+    return TablePlan(name=table.name, epsilon=budget, mechanism="discrete_gaussian", sensitivity=l2, scale=sigma2,
+                     cells=cells, moe=g * gaussian_margin(sigma2, spec.confidence),
+                     moe95=g * gaussian_margin(sigma2, CONFIDENCE_95), level=level, granularity=g,
+                     charge=zcdp_rho(sigma2, l2) if spec.definition == "zcdp" else budget, delta=delta)
+
+
+def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, terms: str,
+               to_rho: bool = False) -> TablePlan:
     """A mode per cell by permute-and-flip: utilities are the cell's category counts, Δu = the
     contribution bound. ``scale`` is the exponent's temperature: a candidate u below the best is
     accepted with probability exp(−(u* − u)/scale), scale = Δu/ε when the utility is monotone
     (add/remove one row: every count moves the same way) and 2Δu/ε otherwise (change one record).
-    There is no margin of error (moe = 0): the output is a category, not a count."""
+    There is no margin of error (moe = 0): the output is a category, not a count. In a zcdp
+    release it runs at the largest ε with ε²/2 ≤ its ρ."""
     assert isinstance(table.measure, ModeMeasure)
     bounded = "-bounded" in terms
     monotone = table.measure.q is None and not bounded  # quantile utilities are never monotone
     du = table.measure.utility_sensitivity(bounded, spec.max_rows)
+    pure_epsilon = zcdp_to_pure(epsilon) if spec.definition == "zcdp" else None
+    run_at = epsilon if pure_epsilon is None else pure_epsilon
     return TablePlan(name=table.name, epsilon=epsilon, mechanism="permute_and_flip", sensitivity=du,
-                     scale=Fraction(du * (1 if monotone else 2)) / epsilon, cells=cells, moe=0, moe95=0, level=level,
-                     charge=epsilon)
+                     scale=Fraction(du * (1 if monotone else 2)) / run_at, cells=cells, moe=0, moe95=0, level=level,
+                     pure_epsilon=pure_epsilon,
+                     charge=pure_to_zcdp(run_at) if to_rho or pure_epsilon is not None else epsilon)
 
 
 def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> list[tuple[str, Fraction]]:
@@ -251,7 +331,7 @@ def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> lis
     for the others (a mode has no margin; zcdp budgets are ρ)."""
     out = []
     for t in plan.tables:
-        if t.mechanism not in ("discrete_laplace", "truncated_geometric"):
+        if t.mechanism not in ("discrete_laplace", "truncated_geometric") or t.pure_epsilon is not None:
             raise UserError(f"--target-moe works with discrete Laplace measurements; {t.key} uses {t.mechanism}")
         units = max(target_moe // t.granularity, 0)  # a margin in value units, on the granularity's grid
         out.append((t.key, epsilon_for_margin(units, confidence, Fraction(t.sensitivity, t.granularity))))

@@ -58,10 +58,10 @@ def discrete_laplace_variance(scale: Fraction) -> float:
     return 2 * p / (1 - p) ** 2
 
 
-def noise_variance(spec: Spec, scale: Fraction) -> float:
-    """The variance of a measurement's noise: the discrete Laplace's, or for zcdp releases
-    (``scale`` is then σ²) σ², which bounds the discrete Gaussian's from above."""
-    return float(scale) if spec.definition == "zcdp" else discrete_laplace_variance(scale)
+def noise_variance(mechanism: str, scale: Fraction) -> float:
+    """The variance of a measurement's noise: the discrete Laplace's, or for the discrete
+    Gaussian (``scale`` is then σ²) σ², which bounds the discrete Gaussian's from above."""
+    return float(scale) if mechanism == "discrete_gaussian" else discrete_laplace_variance(scale)
 
 
 def marginal_matrix(sizes: list[int], subset: list[int]) -> scipy.sparse.csr_matrix:
@@ -102,7 +102,8 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
     Each place's total then equals its invariant exactly.
     """
     invariants = invariants or {}
-    variances = {key: noise_variance(spec, scale) for key, scale in scales.items()}
+    mechanisms = {t.name: t.mechanism for t in spec.tables}
+    variances = {key: noise_variance(mechanisms[key[0]], scale) for key, scale in scales.items()}
     dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
     sizes = [spec.column(c).size for c in dims]
     marginals = {t.name: marginal_matrix(sizes, [dims.index(c) for c in t.group_by]) for t in tables}

@@ -221,6 +221,7 @@ class _Checker:
             self.fail((), "a spec is a mapping with release, dataset, privacy, budget, columns and tables")
             return None
         definition = self.get(("privacy", "definition"), str, "pure")
+        self.definition = definition
         self.cost, self.other = ("rho", "epsilon") if definition == "zcdp" else ("epsilon", "rho")
         self.symbol = "ρ" if definition == "zcdp" else "ε"
         self.wrong_unit(("budget",))
@@ -229,6 +230,7 @@ class _Checker:
             self.wrong_unit(("tables", i))
         dataset = self.dataset()
         budget = self.budget(("budget", self.cost), self.symbol)
+        budget_delta = self.delta_budget(("budget",), "release")
         confidence = self.confidence()
         max_cells = self.get(("limits", "max_cells"), int, DEFAULT_MAX_CELLS)
         columns = self.columns()
@@ -270,14 +272,18 @@ class _Checker:
             if delta is not None and not delta < 1:
                 self.fail(("privacy", "delta"), "δ must lie strictly between 0 and 1")
                 return None
-            for i, t in enumerate(tables):
-                if t.measure is not None or t.mechanism != "discrete_laplace":  # sums, modes, truncated
-                    self.fail(("tables", i), "a zcdp release measures counts with the discrete Gaussian; sums and "
-                              "the truncated geometric mechanism are not supported under zcdp yet")
-                    return None
-        elif delta is not None:
-            self.fail(("privacy", "delta"), "delta: is for definition: zcdp (pure ε-DP has δ = 0)")
+        elif ("privacy", "delta") in self.doc.marks:
+            self.fail(("privacy", "delta"), "privacy.delta is for definition: zcdp (the δ of its stated guarantee); "
+                      + ("an approx release's δ is a budget: budget: {epsilon: E, delta: D}" if definition == "approx"
+                         else "pure ε-DP has δ = 0"), at_key=True)
             return None
+        if definition == "approx":
+            if budget_delta is None:
+                return None
+            tables = self.split_delta(tables, budget_delta)
+            if tables is None:
+                return None
+            delta = budget_delta
         return Spec(source=self.doc.file, release=release, dataset=dataset, definition=definition,  # type: ignore[arg-type]
                     delta=delta,
                     unit="person" if unit_id else "row", unit_id=unit_id, max_rows=max_rows,
@@ -352,8 +358,7 @@ class _Checker:
         """A budget in the other definition's unit (ε in a zcdp release, ρ in a pure one)."""
         body = self.get(at, dict)
         if body is not None and self.other in body:
-            definition = "zcdp" if self.cost == "rho" else "pure"
-            self.fail(at + (self.other,), f"this release is {definition} (privacy.definition), so its budgets are "
+            self.fail(at + (self.other,), f"this release is {self.definition} (privacy.definition), so its budgets are "
                       f"{self.symbol}: write {self.cost}: instead of {self.other}: (one release cannot mix "
                       "definitions)", at_key=True)
 
@@ -402,15 +407,35 @@ class _Checker:
                           "add dataset.format: csv or parquet")
         na = tuple(self.doc.text(("dataset", "na_values", i)) or "" for i, _ in
                    enumerate(self.get(("dataset", "na_values"), list, [])))
-        lifetime = None
+        lifetime = lifetime_delta = None
         if isinstance(d.get("lifetime_budget"), dict):
             lifetime = self.budget(("dataset", "lifetime_budget", self.cost), f"lifetime {self.symbol}")
+            lifetime_delta = self.delta_budget(("dataset", "lifetime_budget"), "lifetime")
         if name is None or path is None or fmt is None:
             return None
         resolved = (self.base / path) if not Path(path).is_absolute() else Path(path)
         default_delimiter = "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
         return Dataset(name=name, path=path, resolved_path=resolved, format=fmt, na_values=na,
-                       delimiter=self.get(("dataset", "delimiter"), str, default_delimiter), lifetime_epsilon=lifetime)
+                       delimiter=self.get(("dataset", "delimiter"), str, default_delimiter), lifetime_epsilon=lifetime,
+                       lifetime_delta=lifetime_delta)
+
+    def delta_budget(self, at: Path_, what: str) -> Fraction | None:
+        """The δ beside a budget's ε: required under approx (0 < δ < 1), refused otherwise."""
+        if self.definition != "approx":
+            if at + ("delta",) in self.doc.marks:
+                self.fail(at + ("delta",), f"a {what} δ is for privacy.definition: approx; this release is "
+                          f"{self.definition} (δ = 0{' in every budget; zcdp states its δ as privacy.delta' if self.definition == 'zcdp' else ''})",
+                          at_key=True)
+            return None
+        if at + ("delta",) not in self.doc.marks:
+            self.fail(at, f"an approx release's {what} budget has a δ beside its ε: add delta: (e.g. 1e-6, well "
+                      "below 1/number of persons)")
+            return None
+        delta = self.budget(at + ("delta",), f"{what} δ")
+        if delta is not None and not delta < 1:
+            self.fail(at + ("delta",), "δ must lie strictly between 0 and 1")
+            return None
+        return delta
 
     # -- columns
 
@@ -666,7 +691,32 @@ class _Checker:
                 self.fail(at + ("post_process",), "a sum is post-processed with none, or clamp when its lower "
                           "bound is ≥ 0 (clamp sets negative sums to 0); consistent post-processing is for counts")
                 continue
-            mechanism = self.get(at + ("mechanism",), str, "discrete_laplace")
+            gaussian_default = self.definition in ("zcdp", "approx") and not isinstance(measure, ModeMeasure)
+            mechanism = self.get(at + ("mechanism",), str, "discrete_gaussian" if gaussian_default else
+                                 "discrete_laplace")
+            if mechanism == "discrete_gaussian" and self.definition == "pure":
+                self.fail(at + ("mechanism",), "the discrete Gaussian is not pure ε-DP: use privacy.definition: zcdp "
+                          "or approx, or mechanism: discrete_laplace")
+                continue
+            if mechanism == "discrete_gaussian" and isinstance(measure, ModeMeasure):
+                self.fail(at + ("mechanism",), f"a {measure.kind} is chosen by the exponential mechanism; remove "
+                          "mechanism:")
+                continue
+            table_delta = None
+            if at + ("delta",) in self.doc.marks:
+                if self.definition != "approx":
+                    self.fail(at + ("delta",), "a table's δ is for privacy.definition: approx", at_key=True)
+                    continue
+                if mechanism != "discrete_gaussian":
+                    self.fail(at + ("delta",), f"{mechanism if measure is None or isinstance(measure, SumMeasure) else 'the exponential mechanism'} "
+                              "is pure ε-DP (δ = 0); a δ is for discrete_gaussian tables", at_key=True)
+                    continue
+                table_delta = self.budget(at + ("delta",), "δ")
+                if table_delta is None:
+                    continue
+                if not table_delta < 1:
+                    self.fail(at + ("delta",), "δ must lie strictly between 0 and 1")
+                    continue
             upper = self.get(at + ("upper",), int)
             if mechanism == "truncated_geometric" and upper is None:
                 self.fail(at + ("mechanism",), "truncated_geometric needs the counts' public upper bound: add "
@@ -686,9 +736,28 @@ class _Checker:
                 continue
             out.append(Table(name, tuple(group_by), tuple(where), epsilon, post,
                              self.get(at + ("description",), str), table_levels,
-                             tuple(epsilons or ()), consistency, mechanism, upper, measure))
+                             tuple(epsilons or ()), consistency, mechanism, upper, measure, table_delta))
         self.groups(out, columns, max_cells)
         return out
+
+    def split_delta(self, tables: list[Table], release_delta: Fraction) -> list[Table] | None:
+        """Under approx, every discrete Gaussian table gets a δ: its own ``delta:``, or a share of
+        what the release's δ leaves, in proportion to ε among the Gaussian tables without one."""
+        from dataclasses import replace
+
+        declared = sum((t.delta for t in tables if t.delta is not None), Fraction(0))
+        if declared > release_delta:
+            self.fail(("budget", "delta"), f"the tables declare δ = {declared} in all, over the release's δ = "
+                      f"{release_delta}; raise budget.delta or lower the tables' delta:")
+            return None
+        open_ = [t for t in tables if t.mechanism == "discrete_gaussian" and t.delta is None]
+        weight = sum((t.epsilon for t in open_), Fraction(0))
+        if open_ and declared == release_delta:
+            self.fail(("budget", "delta"), f"the tables' delta: use all of the release's δ, leaving none for "
+                      f"{', '.join(t.name for t in open_)}; give them a delta: or raise budget.delta")
+            return None
+        return [replace(t, delta=(release_delta - declared) * t.epsilon / weight) if t in open_ else t
+                for t in tables]
 
     def level_budgets(self, at: Path_, levels: tuple[str, ...]) -> list[Fraction] | None:
         """ε per level of a geographic table: a mapping with exactly the root and every level."""

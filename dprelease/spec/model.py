@@ -201,6 +201,18 @@ class SumMeasure:
             return m
         return 2 * m if cells > 1 else max(self.high - self.low, m)
 
+    def l2_squared(self, bounded: bool, cells: int) -> int:
+        """Δ₂² of one row's change, in units of the granularity (for the discrete Gaussian): m²
+        under add/remove (m = max(|low|, |high|)/g, one cell moves); under change one record the
+        larger of 2m² (−m in one cell, +m in another) and ((high − low)/g)² (the record stays in
+        its cell and its value moves from low to high: 4m² when low = −high); a single cell's
+        max((high − low)/g, m)²."""
+        m = max(abs(self.low), abs(self.high)) // self.granularity
+        if not bounded:
+            return m * m
+        span = (self.high - self.low) // self.granularity
+        return max(2 * m * m, span * span) if cells > 1 else max(span, m) ** 2
+
 
 @dataclass(frozen=True, slots=True)
 class Table:
@@ -220,9 +232,10 @@ class Table:
     levels: tuple[str, ...] = ()  # ("root", "STATE", "PUMA") for a geographic table
     level_epsilons: tuple[Fraction, ...] = ()
     consistency: str | None = None  # the consistency group, if any
-    mechanism: Literal["discrete_laplace", "truncated_geometric"] = "discrete_laplace"
+    mechanism: Literal["discrete_laplace", "truncated_geometric", "discrete_gaussian"] = "discrete_laplace"
     upper: int | None = None  # truncated_geometric: the public upper bound of every count
     measure: SumMeasure | ModeMeasure | None = None  # None: counts
+    delta: Fraction | None = None  # approx: the table's δ (discrete Gaussian tables only)
 
     def __post_init__(self) -> None:
         if self.epsilon <= 0:
@@ -231,6 +244,11 @@ class Table:
             raise ValueError(f"table {self.name}: one ε per level")
         if self.levels and sum(self.level_epsilons, Fraction(0)) != self.epsilon:
             raise ValueError(f"table {self.name}: the levels' ε must add up to the table's")
+
+    def delta_of(self, epsilon: Fraction) -> Fraction | None:
+        """The δ of the measurement that spends ``epsilon`` of this table: the table's δ split over
+        its levels in proportion to their ε (all of it for a plain table)."""
+        return None if self.delta is None else self.delta * epsilon / self.epsilon
 
     def measured(self) -> tuple[tuple[str | None, tuple[str, ...], Fraction], ...]:
         """(level, histogram dimensions, ε) per measurement; level None for a plain table."""
@@ -249,6 +267,7 @@ class Dataset:
     na_values: tuple[str, ...] = ()
     delimiter: str = ","
     lifetime_epsilon: Fraction | None = None
+    lifetime_delta: Fraction | None = None  # approx: the lifetime δ
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +275,7 @@ class Spec:
     source: Path
     release: str
     dataset: Dataset
-    definition: Literal["pure", "zcdp"]  # zcdp: every ε-named budget field holds ρ instead
+    definition: Literal["pure", "zcdp", "approx"]  # zcdp: every ε-named budget field holds ρ instead
     unit: Literal["row", "person"]  # person: every row with one value of ``unit_id``
     budget_epsilon: Fraction
     columns: tuple[Column, ...]  # declared, then derived, in spec order
@@ -267,7 +286,7 @@ class Spec:
     max_cells: int = DEFAULT_MAX_CELLS
     description: str | None = None
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (not DP)
-    delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee
+    delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee; approx: the release's δ budget
     unit_id: str | None = None  # the person identifier (unit "person"); read, never published
     max_rows: int = 1  # rows kept per person (contribution bound); 1 for unit "row"
 
