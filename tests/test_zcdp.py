@@ -155,3 +155,45 @@ def test_implied_epsilon_is_never_below_opendp(tmp_path):
     theirs = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(
         dp.m.make_gaussian(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale=1.0)), 1e-6).map(1)[0]
     assert float(zcdp_epsilon(Fraction(1, 2), Fraction(1, 10**6))) >= theirs  # ρ = 1/2: σ = 1, Δ = 1
+
+
+def test_sums_modes_and_pure_mechanisms_under_zcdp(tmp_path):
+    """Under zcdp a sum gets the Gaussian with its own Δ₂² (in granularity units); a mode and a
+    Laplace or truncated geometric table run at the largest ε with ε²/2 ≤ their ρ, and are
+    charged that ρ at most (never more: the ledger's ρ covers them)."""
+    path = write(tmp_path)
+    path.write_text(path.read_text() + """\
+  - name: income_by_sex
+    group_by: [SEX]
+    measure: {sum: PINCP, bounds: [0, 200000], granularity: 1000, missing: zero}
+    rho: 0.02
+    post_process: none
+  - name: commonest_age_group
+    group_by: [SEX]
+    measure: {mode: AGE_GROUP}
+    rho: 0.02
+  - name: persons_by_sex_laplace
+    group_by: [SEX]
+    mechanism: discrete_laplace
+    rho: 0.02
+  - name: persons_by_sex_truncated
+    group_by: [SEX]
+    mechanism: truncated_geometric
+    upper: 100000
+    post_process: none
+    rho: 0.02
+""".replace("budget: {rho: 0.5}", ""))
+    text = path.read_text().replace("budget: {rho: 0.5}", "budget: {rho: 0.58}")
+    path.write_text(text)
+    plan = plan_release(load_spec(path), None)
+    by = {t.key: t for t in plan.tables}
+    income = by["income_by_sex"]
+    assert income.mechanism == "discrete_gaussian" and income.sensitivity == 200 ** 2
+    assert income.scale >= Fraction(200 ** 2) / (2 * Fraction(2, 100)) and income.charge <= Fraction(2, 100)
+    for key in ("commonest_age_group", "persons_by_sex_laplace", "persons_by_sex_truncated"):
+        t = by[key]
+        assert t.mechanism != "discrete_gaussian" and t.pure_epsilon is not None
+        assert t.pure_epsilon ** 2 / 2 <= t.epsilon == Fraction(2, 100)  # ε = 0.2 exactly: ε²/2 = ρ
+        assert t.charge <= t.epsilon
+    assert by["persons_by_sex_laplace"].scale == 1 / by["persons_by_sex_laplace"].pure_epsilon
+    assert plan.charge <= plan.total_epsilon and plan.fits
