@@ -19,7 +19,7 @@ from dprelease.data import Encoded, encode, histogram, place_totals
 from dprelease.measure import measure_counts
 from dprelease.plan.planner import measurement_plans
 from dprelease.postprocess import postprocess_release
-from dprelease.spec import ModeMeasure, Spec
+from dprelease.spec import MeanMeasure, ModeMeasure, Spec
 
 METHODS = ("clamp", "consistent")
 NOT_PRIVATE = "NOT PRIVATE — evaluation against the confidential data; never publish"
@@ -50,8 +50,9 @@ def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type:
 
 def evaluate(spec: Spec, trials: int) -> list[Row]:
     """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method."""
-    # modes are categories, not counts: errors in persons do not apply (left out here)
-    spec = dataclasses.replace(spec, tables=tuple(t for t in spec.tables if not isinstance(t.measure, ModeMeasure)))
+    # modes are categories and means ratios, not counts: errors in persons do not apply (left out here)
+    spec = dataclasses.replace(spec, tables=tuple(t for t in spec.tables
+                                                  if not isinstance(t.measure, (ModeMeasure, MeanMeasure))))
     data = encode(spec)
     exact, scales = exact_measurements(spec, data)
     plans = {(p.name, p.level): p for p in measurement_plans(spec)}  # simulated with the release's own step

@@ -45,6 +45,24 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
     raise ValueError(f"table {table.name}: unknown mechanism {table.mechanism!r}")
 
 
+def measure_mean(parts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """A mean's two measurements: ``parts`` is (centred sums in units of the granularity, row
+    counts) over the same rows (:func:`dprelease.data.histogram.histogram`); returns them noisy,
+    stacked the same way, the sum in value units.
+
+    Neighbouring relation: the release's. Sensitivities: the sum part's is that of
+    :meth:`MeanMeasure.centred_sum` and the count part's a count's (``table.parts``, each with
+    its own scale). Guarantee: each part is DP at its share of the table's budget (as
+    :func:`measure_counts` states), so the pair is the table's ε (ρ; ε and δ) by sequential
+    composition; any mean computed from them is post-processing.
+    """
+    if parts.shape != (2, table.cells):
+        raise ValueError(f"table {table.name}: a mean needs (sum, count) histograms of {table.cells} cells")
+    sum_plan, count_plan = table.parts
+    return np.stack([measure_counts(np.ascontiguousarray(parts[0]), sum_plan, rng=rng),
+                     measure_counts(np.ascontiguousarray(parts[1]), count_plan, rng=rng)])
+
+
 def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fraction | None = None, *,
                  rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
     """Per cell, the code of the chosen category: permute-and-flip on the cell's category counts

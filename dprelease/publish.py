@@ -21,7 +21,7 @@ import pyarrow as pa
 from dprelease import __version__
 from dprelease.accounting import fraction_text, zcdp_epsilon
 from dprelease.plan import Plan, TablePlan
-from dprelease.spec import ROOT, ModeMeasure, Spec, SumMeasure, Table
+from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
 MANIFEST_FORMAT = 1
 
@@ -70,6 +70,8 @@ def value_column(table: Table) -> str:
     """The published value of every cell: ``count``, ``sum`` for a sum measure, ``mode`` for a mode."""
     if isinstance(table.measure, ModeMeasure):
         return table.measure.kind
+    if isinstance(table.measure, MeanMeasure):
+        return "mean"
     return "count" if table.measure is None else "sum"
 
 
@@ -85,6 +87,15 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
         labels = spec.column(table.measure.column).categories
         columns[value_column(table)] = pa.DictionaryArray.from_arrays(pa.array(values, pa.int32()),
                                                          pa.array(labels, pa.string())).dictionary_decode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
+        return path
+    if isinstance(table.measure, MeanMeasure):  # (mean, count): an empty mean where the noisy count is < 1
+        from pyarrow import csv
+
+        columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
+        columns["mean"] = pa.array(values[0], pa.float64(), from_pandas=True)  # NaN → empty
+        columns["count"] = pa.array(values[1].astype(np.int64), pa.int64())
         path.parent.mkdir(parents=True, exist_ok=True)
         csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
         return path
@@ -129,8 +140,15 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
     import pyarrow.parquet as pq
 
     columns = dict(cell_columns(spec, dims))
-    columns["noisy_" + value_column(table)] = pa.array(noisy, pa.int64())
+    if isinstance(table.measure, MeanMeasure):  # the centred sum (value units) and the count
+        columns["noisy_sum"] = pa.array(noisy[0], pa.int64())
+        columns["noisy_count"] = pa.array(noisy[1], pa.int64())
+    else:
+        columns["noisy_" + value_column(table)] = pa.array(noisy, pa.int64())
     metadata = {"dprelease": json.dumps({"table": table.name, "level": plan.level,
+                                         **({"centre": table.measure.centre,
+                                             "note": "noisy_sum adds up value − centre"}
+                                            if isinstance(table.measure, MeanMeasure) else {}),
                                          "epsilon": fraction_text(plan.epsilon),
                                          **({"delta": fraction_text(plan.delta)} if plan.delta is not None else {}),
                                          "mechanism": plan.mechanism, "sensitivity": plan.sensitivity,
@@ -191,10 +209,21 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
+             **({"parts": [{"part": part, "epsilon": fraction_text(p.epsilon), "mechanism": p.mechanism,
+                            "sensitivity": p.sensitivity, "scale": fraction_text(p.scale), "moe": p.moe,
+                            "moe95": p.moe95, **({"delta": fraction_text(p.delta)} if p.delta is not None else {}),
+                            **({"mechanism_epsilon": fraction_text(p.pure_epsilon)}
+                               if p.pure_epsilon is not None else {})}
+                           for part, p in zip(("sum", "count"), t.parts)]} if t.parts else {}),
              **({"mechanism_epsilon": fraction_text(t.pure_epsilon)} if t.pure_epsilon is not None else {}),
              **({"measure": {"sum": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
                              "missing": "zero" if m.missing_as_zero else "error"}}
                 if isinstance(m := by_name[t.name].measure, SumMeasure)
+                else {"measure": {"mean": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
+                                  "missing": m.missing, "centre": m.centre, "sum_share": fraction_text(m.sum_share),
+                                  "rule": "mean = centre + noisy sum / noisy count, clamped to the bounds; empty "
+                                          "where the noisy count is below 1"}}
+                if isinstance(m, MeanMeasure)
                 else {"measure": {m.kind: m.column, **({"q": fraction_text(m.q)} if m.q is not None else {})}}
                 if isinstance(m, ModeMeasure) else {"measure": "count"}),
              "consistency": by_name[t.name].consistency,

@@ -16,7 +16,7 @@ from dprelease import __version__
 from dprelease.data import DataError, Encoded, encode, file_fingerprint, histogram, place_totals
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
-from dprelease.measure import measure_counts, measure_mode
+from dprelease.measure import measure_counts, measure_mean, measure_mode
 from dprelease.postprocess import postprocess_release
 from dprelease.mechanisms import check_scale
 from dprelease.plan import Plan
@@ -91,13 +91,15 @@ class ReleaseRun:
             counts = histogram(self.spec, table, self.data, dims + ((mode,) if mode else ()))
             self._timed("histogram", start)
             self.stage = "noise"
-            if table_plan.mechanism != "discrete_gaussian":  # σ² was checked when planned
-                check_scale(table_plan.scale / table_plan.granularity)  # a refusal here must come before the budget counts as used
+            for part in table_plan.parts or (table_plan,):
+                if part.mechanism != "discrete_gaussian":  # σ² was checked when planned
+                    check_scale(part.scale / part.granularity)  # a refusal here must come before the budget counts as used
             self.noise_drawn = True  # from here on the budget is spent, whatever happens next
             start = time.perf_counter()
             self.noisy[(name, level)] = (measure_mode(counts, table_plan, self.spec.column(mode).size,
                                                       table.measure.q)  # type: ignore[union-attr]
-                                         if mode else measure_counts(counts, table_plan))
+                                         if mode else measure_mean(counts, table_plan) if table_plan.parts
+                                         else measure_counts(counts, table_plan))
             del counts
             self._timed("noise", start)
             checkpoint("noise")

@@ -58,13 +58,16 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         f"noise scale (σ² Gaussian) | cells | ±MoE {confidence} | post-processing |",
         f"|---|---:|{'---:|' if approx else ''}---:|---|---:|---:|---:|---:|---|",
     ]
-    for t in manifest["tables"]:
-        share = _pct(Fraction(t["epsilon"]) / total)
-        name = t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}"
-        mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
-        lines.append(f"| {name} | {_both(t['epsilon'])} |{' ' + t.get('delta', '0') + ' |' if approx else ''} "
-                     f"{share} | {mechanism} | {t['sensitivity']} | "
-                     f"{_both(t['scale'])} | {t['cells']:,} | {t['moe']} | {t['post_process']} |")
+    for entry in manifest["tables"]:
+        base = entry["name"] if entry.get("level") is None else f"{entry['name']} @ {entry['level']}"
+        rows = ([(f"{base} · mean: {p['part']}", {**entry, **p}) for p in entry["parts"]] if "parts" in entry
+                else [(base, entry)])
+        for name, t in rows:
+            share = _pct(Fraction(t["epsilon"]) / total)
+            mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
+            lines.append(f"| {name} | {_both(t['epsilon'])} |{' ' + t.get('delta', '0') + ' |' if approx else ''} "
+                         f"{share} | {mechanism} | {t['sensitivity']} | "
+                         f"{_both(t['scale'])} | {t['cells']:,} | {t['moe']} | {t['post_process']} |")
     lines += [
         "",
         f"## Lifetime budget of {manifest['dataset']} ({life_sym})",
@@ -104,6 +107,16 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
           "weighted count; every other table counts rows, unweighted."
           for t in {t['name']: t for t in manifest["tables"]
                     if isinstance(t.get("measure"), dict) and "sum" in t["measure"]}.values()],
+        *[f"- `{t['name']}` publishes per cell the mean of `{t['measure']['mean']}` and the noisy count it is over: "
+          f"each value clamped to [{t['measure']['bounds'][0]}, {t['measure']['bounds'][1]}], rounded to a multiple of "
+          f"{t['measure']['granularity']} and centred on {t['measure']['centre']}; mean = {t['measure']['centre']} + "
+          f"noisy sum / noisy count over the same rows, the sum getting {_pct(Fraction(t['measure']['sum_share']))} of "
+          "the table's budget and the count the rest (rows above). The mean is clamped to the bounds and left empty "
+          "where the noisy count is below 1. It is a ratio of noisy totals: biased when counts are small (the noise "
+          "of the count enters the denominator); its error shrinks like 1/count. Missing values "
+          + {"error": "are refused.", "zero": "count as 0.", "skip": "leave the row out of both."}[t["measure"]["missing"]]
+          for t in {t['name']: t for t in manifest["tables"]
+                    if isinstance(t.get("measure"), dict) and "mean" in t["measure"]}.values()],
         *[f"- `{t['name']}` publishes, per cell, the most common category of `{t['measure']['mode']}`, chosen by the "
           "exponential mechanism (permute-and-flip, McKenna and Sheldon 2020) with the cell's category counts as "
           f"utilities (sensitivity {t['sensitivity']}; exponent ε·u/({'' if _monotone(t) else '2'}Δu)). "

@@ -42,12 +42,13 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     for entry in manifest["tables"]:
         key = (entry["name"], entry.get("level"))
         measure = entry.get("measure", "count")
-        name = "noisy_count" if measure == "count" else "noisy_" + next(k for k in ("sum", "mode", "quantile")
-                                                                          if k in measure)
-        values = pq.read_table(release_dir / entry["measurements"], columns=[name]).column(0)
-        noisy[key] = np.asarray(values.to_numpy(), dtype=np.int64)
-        if noisy[key].size != entry["cells"]:
-            raise UserError(f"{entry['measurements']}: {noisy[key].size} cells, the manifest says {entry['cells']}")
+        names = (["noisy_count"] if measure == "count" else ["noisy_sum", "noisy_count"] if "mean" in measure
+                 else ["noisy_" + next(k for k in ("sum", "mode", "quantile") if k in measure)])
+        read = pq.read_table(release_dir / entry["measurements"], columns=names)
+        columns = [np.asarray(c.to_numpy(), dtype=np.int64) for c in read.columns]
+        noisy[key] = columns[0] if len(columns) == 1 else np.stack(columns)
+        if noisy[key].shape[-1] != entry["cells"]:
+            raise UserError(f"{entry['measurements']}: {noisy[key].shape[-1]} cells, the manifest says {entry['cells']}")
         scales[key] = Fraction(entry["scale"])
     invariants: dict[str, np.ndarray] = {}
     for entry in manifest.get("invariants", {}).get("totals", []):

@@ -77,7 +77,10 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
              "moe95": t.moe95, "moe": t.moe, "delta": None if t.delta is None else fraction_text(t.delta),
-             "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None}
+             "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None,
+             **({"parts": [{"part": label, "epsilon": fraction_text(p.epsilon), "sensitivity": p.sensitivity,
+                            "scale": fraction_text(p.scale), "moe": p.moe, "moe95": p.moe95}
+                           for label, p in zip(("sum", "count"), t.parts)]} if t.parts else {})}
             for t in plan.tables
         ],
     }
@@ -101,12 +104,18 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
         console.print(f"WARNING: invariants — the number of persons per place at {', '.join(plan.invariants)} is "
                       "published EXACTLY, not protected by differential privacy. The neighbouring relation is "
                       "change one record (bounded DP): every sensitivity is 2.", markup=False, highlight=False)
-    for t in plan.tables:
+    rows = [(f"{t.key} · mean: {label}", p) for t in plan.tables if t.parts
+            for label, p in zip(("sum", "count"), t.parts)]
+    for key, t in [(t.key, t) for t in plan.tables if not t.parts] + rows:
         mechanism = t.mechanism if t.pure_epsilon is None else f"{t.mechanism} at ε = {fraction_text(t.pure_epsilon)}"
-        table.add_row(t.key, both(t.epsilon), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
+        table.add_row(key, both(t.epsilon), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
                       str(t.sensitivity), both(t.scale),
                       f"{t.cells:,}", "—" if t.mechanism == "permute_and_flip" else str(t.moe))
     console.print(table)
+    if rows:
+        console.print("Means: each is a noisy sum of value − centre (the bounds' midpoint) over a noisy count of the "
+                      "same rows, the table's budget split as shown; mean = centre + sum/count, clamped to the "
+                      "bounds, empty where the noisy count is below 1.", markup=False, highlight=False)
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
                   "noise distribution (before clamping).", markup=False, highlight=False)
     mark = "fits" if plan.fits_release else f"OVER by {both(plan.total_epsilon - plan.release_budget)}"

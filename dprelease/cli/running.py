@@ -144,7 +144,7 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
     cannot handle fails here, before any budget is reserved, not after the noise is drawn."""
     from dprelease.postprocess import postprocess_release
 
-    zeros = {(t.name, t.level): np.zeros(t.cells, dtype=np.int64) for t in plan.tables}
+    zeros = {(t.name, t.level): np.zeros((2, t.cells) if t.parts else t.cells, dtype=np.int64) for t in plan.tables}
     scales = {(t.name, t.level): t.scale for t in plan.tables}
     invariants = {level: np.zeros(1 if level == ROOT else spec.column(level).size, dtype=np.int64)
                   for level in spec.invariant_levels}

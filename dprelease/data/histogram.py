@@ -13,7 +13,7 @@ import numpy as np
 
 from dprelease.arrays import group_starts
 from dprelease.data.load import DataError, Encoded
-from dprelease.spec import ROOT, CategoricalColumn, Condition, RangeColumn, Spec, SumMeasure, Table
+from dprelease.spec import ROOT, CategoricalColumn, Condition, MeanMeasure, RangeColumn, Spec, SumMeasure, Table
 
 
 def histogram(spec: Spec, table: Table, data: Encoded, dims: tuple[str, ...] | None = None) -> np.ndarray:
@@ -33,7 +33,41 @@ def histogram(spec: Spec, table: Table, data: Encoded, dims: tuple[str, ...] | N
         index = index[mask]
     if isinstance(table.measure, SumMeasure):
         return _sums(table.measure, data, index, mask, cells)
+    if isinstance(table.measure, MeanMeasure):
+        return _mean_parts(table.measure, data, index, mask, cells)
     return np.bincount(index, minlength=cells).astype(np.int64, copy=False)
+
+
+def _mean_parts(measure: MeanMeasure, data: Encoded, index: np.ndarray, mask: np.ndarray | None,
+                cells: int) -> np.ndarray:
+    """A mean's two exact histograms over the same rows, stacked (int64, shape (2, cells)): row 0
+    the per-cell sum of the centred values in units of the granularity, row 1 the per-cell row
+    count.
+
+    Privacy contract: each row's value is clamped to [low, high], rounded (half to even) to the
+    grid and centred (value − centre), or is 0 clamped to the bounds if missing with ``missing:
+    zero``; with ``missing: skip`` a row without a value is in neither histogram. A row-wise map:
+    adding or removing one row moves one cell of the sum by at most max(|low − centre|,
+    |high − centre|) and one cell of the count by 1 — the sensitivities of
+    :meth:`MeanMeasure.centred_sum` and of a count, which the planner uses for the two parts.
+    """
+    values = data.values[measure.column] if mask is None else data.values[measure.column][mask]
+    present = ~np.isnan(values)
+    if measure.missing == "skip" and not present.all():
+        index, values, present = index[present], values[present], present[present]
+    g = measure.granularity
+    clamped = np.clip(np.where(present, values, 0.0), measure.low, measure.high)
+    units = np.rint(clamped / g) - measure.centre // g
+    sums = np.bincount(index, weights=units, minlength=cells)
+    if np.abs(units).sum() >= 2.0**53:  # float64 partial sums may no longer be exact integers
+        order = np.argsort(index, kind="stable")
+        ordered = index[order]
+        starts = group_starts(ordered)
+        sums = np.zeros(cells, dtype=np.int64)
+        if ordered.size:
+            sums[ordered[starts]] = np.add.reduceat(units.astype(np.int64)[order], starts)
+    counts = np.bincount(index, minlength=cells)
+    return np.stack([np.asarray(sums, dtype=np.int64), counts.astype(np.int64)])
 
 
 def _sums(measure: SumMeasure, data: Encoded, index: np.ndarray, mask: np.ndarray | None, cells: int) -> np.ndarray:

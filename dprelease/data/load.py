@@ -36,6 +36,7 @@ from dprelease.spec import (
     RollupColumn,
     Spec,
     SumMeasure,
+    MeanMeasure,
 )
 
 def code_dtype(size: int) -> np.dtype:
@@ -149,7 +150,8 @@ def encode(spec: Spec) -> Encoded:
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
     identifier = [spec.unit_id] if spec.unit_id else []
-    summed = list(dict.fromkeys(t.measure.column for t in spec.tables if isinstance(t.measure, SumMeasure)))
+    summed = list(dict.fromkeys(t.measure.column for t in spec.tables
+                                if isinstance(t.measure, (SumMeasure, MeanMeasure))))
     table = read_table(spec, [c.name for c in declared] + identifier + summed,
                        [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed)
     n = table.num_rows
@@ -202,10 +204,12 @@ def _numbers(spec: Spec, name: str, column: pa.ChunkedArray) -> np.ndarray:
     if (~np.isfinite(out) & ~missing).any():
         raise DataError(f"{spec.dataset.resolved_path}: column {name} holds NaN or an infinity; a sum needs "
                         "finite numbers (or missing values, with measure.missing: zero)")
-    if missing.any() and not all(t.measure.missing_as_zero for t in spec.tables
-                                 if isinstance(t.measure, SumMeasure) and t.measure.column == name):
+    allowed = [t.measure.missing_as_zero if isinstance(t.measure, SumMeasure) else t.measure.missing != "error"
+               for t in spec.tables if isinstance(t.measure, (SumMeasure, MeanMeasure)) and t.measure.column == name]
+    if missing.any() and not all(allowed):
         raise DataError(f"{spec.dataset.resolved_path}: column {name} has {int(missing.sum())} missing value(s); "
-                        f"add missing: zero to the measure of every table that sums {name} to count them as 0")
+                        f"add missing: zero (count them as 0) to the measure of every table that sums {name}, or "
+                        "missing: skip (leave those rows out) to a mean's")
     out[missing] = np.nan
     return out
 

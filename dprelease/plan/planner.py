@@ -32,7 +32,7 @@ from dprelease.ledger.store import CapChange, DatasetState, RunRecord, check_lif
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
 from dprelease.mechanisms.gaussian import gaussian_margin, sigma2_for, zcdp_rho
 from dprelease.mechanisms.sampling import check_scale
-from dprelease.spec import ModeMeasure, Spec, SumMeasure, Table, fingerprint
+from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table, fingerprint
 
 CONFIDENCE_95 = Fraction(95, 100)
 ADD_REMOVE_ROW = "add or remove one row (one row per person)"  # the default relation, as Spec states it
@@ -54,6 +54,7 @@ class TablePlan:
     charge: Fraction | None = None  # what the ledger is charged, in its unit (ρ on a zCDP ledger)
     delta: Fraction | None = None  # approx: the measurement's δ (0 for a pure mechanism)
     pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
+    parts: tuple[TablePlan, ...] = ()  # a mean: its (sum, count) measurements; the rest describes the sum
 
     @property
     def mechanism_epsilon(self) -> Fraction:
@@ -173,14 +174,41 @@ def measurement_plans(spec: Spec, terms: str | None = None, sensitivity: int | N
     ledger ``terms``: those of a dataset new to the ledger (what ``evaluate`` simulates)."""
     if terms is None or sensitivity is None:
         terms, sensitivity, _ = ledger_terms(spec, None)
-    return tuple(_plan_mode(spec, t, eps, spec.dims_cells(dims), level, terms, to_rho)
-                 if isinstance(t.measure, ModeMeasure)
-                 else _plan_gaussian(spec, t, eps, spec.dims_cells(dims), level, terms)
-                 if t.mechanism == "discrete_gaussian"
-                 else _plan_table(spec, t.name, eps, spec.dims_cells(dims), level, t.mechanism, t.upper,
-                                  _sensitivity(spec, t, spec.dims_cells(dims), sensitivity, terms),
-                                  t.measure.granularity if isinstance(t.measure, SumMeasure) else 1, to_rho, terms)
+    return tuple(_plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, sensitivity, to_rho)
                  for t in spec.tables for level, dims, eps in t.measured())
+
+
+def _plan_one(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: str, sensitivity: int,
+              to_rho: bool) -> TablePlan:
+    if isinstance(t.measure, MeanMeasure):
+        return _plan_mean(spec, t, eps, cells, level, terms, sensitivity, to_rho)
+    if isinstance(t.measure, ModeMeasure):
+        return _plan_mode(spec, t, eps, cells, level, terms, to_rho)
+    if t.mechanism == "discrete_gaussian":
+        return _plan_gaussian(spec, t, eps, cells, level, terms)
+    return _plan_table(spec, t.name, eps, cells, level, t.mechanism, t.upper,
+                       _sensitivity(spec, t, cells, sensitivity, terms),
+                       t.measure.granularity if isinstance(t.measure, SumMeasure) else 1, to_rho, terms)
+
+
+def _plan_mean(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: str, sensitivity: int,
+               to_rho: bool) -> TablePlan:
+    """A mean = a noisy sum of centred values over a noisy count of the same rows: two
+    measurements on the same rows, composed sequentially — the sum gets ``sum_share`` of the
+    budget (ε, ρ, and under approx the δ with it), the count the rest. Each part is planned as
+    a table of its own (:meth:`MeanMeasure.centred_sum`, and a count), with the table's mechanism;
+    the plan's ``parts`` are (sum, count) and it is charged their total."""
+    from dataclasses import replace
+
+    assert isinstance(t.measure, MeanMeasure)
+    sum_eps = eps * t.measure.sum_share
+    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), sum_eps, cells, level, terms, sensitivity,
+                       to_rho),
+             _plan_one(spec, replace(t, measure=None), eps - sum_eps, cells, level, terms, sensitivity, to_rho))
+    first = parts[0]
+    return replace(first, epsilon=eps, charge=compose_sequential(p.charge for p in parts),  # type: ignore[misc]
+                   delta=None if first.delta is None else compose_sequential(p.delta for p in parts),  # type: ignore[misc]
+                   pure_epsilon=None, parts=parts)
 
 
 def _sensitivity(spec: Spec, table: Table, cells: int, count_sensitivity: int, terms: str) -> int:
@@ -331,7 +359,7 @@ def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> lis
     for the others (a mode has no margin; zcdp budgets are ρ)."""
     out = []
     for t in plan.tables:
-        if t.mechanism not in ("discrete_laplace", "truncated_geometric") or t.pure_epsilon is not None:
+        if t.mechanism not in ("discrete_laplace", "truncated_geometric") or t.pure_epsilon is not None or t.parts:
             raise UserError(f"--target-moe works with discrete Laplace measurements; {t.key} uses {t.mechanism}")
         units = max(target_moe // t.granularity, 0)  # a margin in value units, on the granularity's grid
         out.append((t.key, epsilon_for_margin(units, confidence, Fraction(t.sensitivity, t.granularity))))

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 
 from dprelease.postprocess.consistent import consistent_group
-from dprelease.spec import Spec, Table
+from dprelease.spec import MeanMeasure, Spec, Table
 
 Key = tuple[str, str | None]  # (table, level); level None for a plain table
 
@@ -24,6 +24,18 @@ def clamp_or_none(noisy: np.ndarray, method: str) -> np.ndarray:
         case "none":
             return noisy.copy()
     raise ValueError(f"unknown post-processing {method!r}")
+
+
+def mean_values(noisy: np.ndarray, measure: MeanMeasure) -> np.ndarray:
+    """A mean table's published values from its noisy (centred sum, count) pair, stacked as
+    float64 (mean, count): mean = centre + sum/count clamped to [low, high], and NaN
+    (published empty) where the noisy count is below 1, since a count that noise has pushed to
+    0 or below says nothing about how many rows the sum is over; count = max(noisy count, 0)."""
+    sums, counts = noisy[0].astype(np.float64), noisy[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        means = np.clip(measure.centre + sums / counts, measure.low, measure.high)
+    means[counts < 1] = np.nan
+    return np.stack([means, np.maximum(counts, 0).astype(np.float64)])
 
 
 def overridable(table: Table) -> bool:
@@ -53,6 +65,10 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
     """
     published: dict[Key, np.ndarray] = {}
     for t in spec.tables:
+        if isinstance(t.measure, MeanMeasure):
+            for level, _, _ in t.measured():
+                published[(t.name, level)] = mean_values(noisy[(t.name, level)], t.measure)
+            continue
         chosen = (method if overridable(t) else None) or t.post_process
         if chosen != "consistent":
             for level, _, _ in t.measured():

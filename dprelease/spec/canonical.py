@@ -21,6 +21,7 @@ from dprelease.spec.model import (
     Column,
     Condition,
     Dataset,
+    MeanMeasure,
     ModeMeasure,
     RangeColumn,
     RollupColumn,
@@ -42,6 +43,7 @@ def canonical(spec: Spec) -> dict[str, Any]:
             "name": d.name, "path": d.path, "format": d.format, "na_values": list(d.na_values),
             "delimiter": d.delimiter,
             "lifetime_epsilon": fraction_text(d.lifetime_epsilon) if d.lifetime_epsilon else None,
+            **({"lifetime_delta": fraction_text(d.lifetime_delta)} if d.lifetime_delta is not None else {}),
         },
         "privacy": {"definition": spec.definition,
                     "unit": spec.unit if spec.unit == "row" else {"id": spec.unit_id, "max_rows": spec.max_rows}},
@@ -60,6 +62,11 @@ def canonical(spec: Spec) -> dict[str, Any]:
                 **({"measure": {"sum": t.measure.column, "bounds": [t.measure.low, t.measure.high],
                                 "granularity": t.measure.granularity, "missing_as_zero": t.measure.missing_as_zero}}
                    if isinstance(t.measure, SumMeasure) else {}),
+                **({"measure": {"mean": t.measure.column, "bounds": [t.measure.low, t.measure.high],
+                                "granularity": t.measure.granularity, "missing": t.measure.missing,
+                                "sum_share": fraction_text(t.measure.sum_share)}}
+                   if isinstance(t.measure, MeanMeasure) else {}),
+                **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
                 **({"measure": {t.measure.kind: t.measure.column,
                                 **({"q": fraction_text(t.measure.q)} if t.measure.q is not None else {})}}
                    if isinstance(t.measure, ModeMeasure) else {}),
@@ -108,7 +115,8 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
     d = data["dataset"]
     dataset = Dataset(name=d["name"], path=d["path"], resolved_path=source.parent / d["path"], format=d["format"],
                       na_values=tuple(d["na_values"]), delimiter=d["delimiter"],
-                      lifetime_epsilon=Fraction(d["lifetime_epsilon"]) if d["lifetime_epsilon"] else None)
+                      lifetime_epsilon=Fraction(d["lifetime_epsilon"]) if d["lifetime_epsilon"] else None,
+                      lifetime_delta=Fraction(d["lifetime_delta"]) if "lifetime_delta" in d else None)
     columns = tuple(_column_from(c) for c in data["columns"])
     tables = tuple(
         Table(name=t["name"], group_by=tuple(t["group_by"]),
@@ -116,7 +124,8 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
               epsilon=Fraction(t["epsilon"]), post_process=t["post_process"], description=t["description"],
               levels=tuple(t["levels"]), level_epsilons=tuple(Fraction(e) for e in t["level_epsilons"]),
               consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
-              upper=t.get("upper"), measure=_measure_from(t.get("measure")))
+              upper=t.get("upper"), measure=_measure_from(t.get("measure")),
+              delta=Fraction(t["delta"]) if "delta" in t else None)
         for t in data["tables"])
     unit = data["privacy"]["unit"]
     return Spec(source=source, release=data["release"], dataset=dataset, definition=data["privacy"]["definition"],
@@ -127,9 +136,12 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
                 delta=Fraction(data["privacy"]["delta"]) if "delta" in data["privacy"] else None)
 
 
-def _measure_from(m: dict[str, Any] | None) -> SumMeasure | ModeMeasure | None:
+def _measure_from(m: dict[str, Any] | None) -> SumMeasure | ModeMeasure | MeanMeasure | None:
     if m is None:
         return None
+    if "mean" in m:
+        return MeanMeasure(m["mean"], m["bounds"][0], m["bounds"][1], m["granularity"], m["missing"],
+                           Fraction(m["sum_share"]))
     if "mode" in m:
         return ModeMeasure(m["mode"])
     if "quantile" in m:

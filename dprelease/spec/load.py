@@ -35,6 +35,7 @@ from dprelease.spec.model import (
     ModeMeasure,
     RollupColumn,
     SumMeasure,
+    MeanMeasure,
     Table,
 )
 
@@ -291,7 +292,7 @@ class _Checker:
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants)
 
-    def measure(self, at: Path_, columns: dict[str, Column]) -> SumMeasure | ModeMeasure | None | bool:
+    def measure(self, at: Path_, columns: dict[str, Column]) -> SumMeasure | ModeMeasure | MeanMeasure | None | bool:
         """The table's measure: None for counts, a SumMeasure or ModeMeasure, or False when it is
         invalid (reported)."""
         body = self.get(at + ("measure",), dict)
@@ -325,7 +326,8 @@ class _Checker:
                           "order; a quantile needs a column without one")
                 return False
             return ModeMeasure(column, q)
-        bounds, g, column = body.get("bounds"), body.get("granularity"), body.get("sum")
+        kind = "mean" if "mean" in body else "sum"
+        bounds, g, column = body.get("bounds"), body.get("granularity"), body.get(kind)
         for field, value in (("bounds", bounds), ("granularity", g)):
             items = value if isinstance(value, list) else [value]
             if any(isinstance(v, float) for v in items):  # JSON Schema counts 200.0 as an integer
@@ -337,8 +339,8 @@ class _Checker:
             return False  # the schema has reported it
         unit = self.get(("privacy", "unit"), dict)
         if unit and unit.get("id") == column:
-            self.fail(at + ("measure", "sum"), f"{column!r} is the person identifier (privacy.unit.id); it is read to "
-                      "bound contributions and is not a value to sum")
+            self.fail(at + ("measure", kind), f"{column!r} is the person identifier (privacy.unit.id); it is read to "
+                      f"bound contributions and is not a value to {'sum' if kind == 'sum' else 'average'}")
             return False
         low, high = bounds
         if low >= high:
@@ -349,10 +351,25 @@ class _Checker:
                       f"{g}, so that clamped values stay on the grid")
             return False
         if column in columns:
-            self.fail(at + ("measure", "sum"), f"{column!r} is a declared (categorical) column; a sum reads a "
+            self.fail(at + ("measure", kind), f"{column!r} is a declared (categorical) column; a {kind} reads a "
                       "numeric data column that is not declared under columns:")
             return False
-        return SumMeasure(column, low, high, g, body.get("missing") == "zero")
+        if kind == "sum":
+            if body.get("missing") == "skip":
+                self.fail(at + ("measure", "missing"), "missing: skip is for means (a skipped row adds 0 to a "
+                          "sum): write missing: zero")
+                return False
+            return SumMeasure(column, low, high, g, body.get("missing") == "zero")
+        share = Fraction(1, 2)
+        if at + ("measure", "sum_share") in self.doc.marks:
+            share = self.budget(at + ("measure", "sum_share"), "sum_share")
+            if share is None:
+                return False
+            if not share < 1:
+                self.fail(at + ("measure", "sum_share"), "sum_share is the part of the table's budget spent on the "
+                          "sum, strictly between 0 and 1 (the rest goes to the count); e.g. 0.5")
+                return False
+        return MeanMeasure(column, low, high, g, body.get("missing", "error"), share)
 
     def wrong_unit(self, at: Path_) -> None:
         """A budget in the other definition's unit (ε in a zcdp release, ρ in a pure one)."""
@@ -678,6 +695,13 @@ class _Checker:
                               f"a {measure.kind} is a category, published as chosen: post_process: none, no "
                               "consistency group")
                     continue
+            elif isinstance(measure, MeanMeasure):
+                default = "none"
+                if self.get(at + ("post_process",), str, "none") != "none" or consistency:
+                    self.fail(at + ("post_process",) if consistency is None else at + ("consistency",),
+                              "a mean is published as noisy sum / noisy count, clamped to its bounds (empty where "
+                              "the noisy count is below 1): post_process: none, no consistency group")
+                    continue
             post = self.get(at + ("post_process",), str, default)
             if post == "consistent" and not (consistency or geographic):
                 self.fail(at + ("post_process",), "consistent post-processing needs a geography (group_by: "
@@ -727,7 +751,8 @@ class _Checker:
                           "mechanism: truncated_geometric, or remove upper:")
                 continue
             if mechanism == "truncated_geometric" and measure is not None:
-                self.fail(at + ("mechanism",), "the truncated geometric mechanism is for counts, not sums")
+                self.fail(at + ("mechanism",), "the truncated geometric mechanism is for counts, not sums, means "
+                          "or modes")
                 continue
             if mechanism == "truncated_geometric" and post == "consistent":
                 self.fail(at + ("mechanism",), "truncated geometric outputs are already clamped to [0, upper], so "

@@ -215,6 +215,40 @@ class SumMeasure:
 
 
 @dataclass(frozen=True, slots=True)
+class MeanMeasure:
+    """Each cell holds a mean of ``column``: a noisy sum over a noisy count of exactly the same
+    rows, the table's budget split between them (``sum_share`` to the sum).
+
+    Every value is clamped to [low, high] and rounded to a multiple of ``granularity`` (low and
+    high are multiples of it), then centred: the sum adds up value − ``centre``, the bounds'
+    midpoint on the grid, so its sensitivity is max(|low − centre|, |high − centre|) rather
+    than max(|low|, |high|) (half as much noise for [0, U]), and the mean is
+    centre + sum/count. The count's sensitivity is a count's. ``missing``: ``error`` (default),
+    ``zero`` (a missing value counts as 0, clamped to the bounds, and its row is counted) or
+    ``skip`` (rows without a value are in neither the sum nor the count).
+    """
+
+    column: str
+    low: int
+    high: int
+    granularity: int
+    missing: Literal["error", "zero", "skip"] = "error"
+    sum_share: Fraction = Fraction(1, 2)
+
+    @property
+    def centre(self) -> int:
+        """The midpoint of the bounds, rounded down to the grid."""
+        return self.granularity * ((self.low + self.high) // (2 * self.granularity))
+
+    @property
+    def centred_sum(self) -> SumMeasure:
+        """The sum part: centred values, whose sensitivities are :class:`SumMeasure`'s for the
+        centred bounds."""
+        return SumMeasure(self.column, self.low - self.centre, self.high - self.centre, self.granularity,
+                          self.missing == "zero")
+
+
+@dataclass(frozen=True, slots=True)
 class Table:
     """A noisy histogram over the cross product of its group_by domains.
 
@@ -234,7 +268,7 @@ class Table:
     consistency: str | None = None  # the consistency group, if any
     mechanism: Literal["discrete_laplace", "truncated_geometric", "discrete_gaussian"] = "discrete_laplace"
     upper: int | None = None  # truncated_geometric: the public upper bound of every count
-    measure: SumMeasure | ModeMeasure | None = None  # None: counts
+    measure: SumMeasure | ModeMeasure | MeanMeasure | None = None  # None: counts
     delta: Fraction | None = None  # approx: the table's δ (discrete Gaussian tables only)
 
     def __post_init__(self) -> None:
