@@ -208,6 +208,15 @@ def approx_to_zcdp(epsilon: Fraction, delta: Fraction, digits: int = 12) -> Frac
     return _round_down(Fraction(rho), digits)
 
 
+def ln_upper_bound(x: int, digits: int = 12) -> Fraction:
+    """ln x as a fraction never below it: 60-digit decimals, rounded up to ``digits``
+    significant digits (with a margin far above their error)."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = _ZCDP_DIGITS
+        value = decimal.Decimal(x).ln() + decimal.Decimal(10) ** (-(_ZCDP_DIGITS - 10))
+    return _round_up(Fraction(value), digits)
+
+
 def zcdp_to_pure(rho: Fraction, digits: int = 12) -> Fraction:
     """The largest ε (rounded *down* to ``digits`` significant digits) with ε²/2 ≤ ρ: the ε at
     which a pure ε-DP mechanism (Laplace, exponential) spends at most ρ of a zCDP budget

@@ -12,6 +12,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pyarrow as pa
 from dprelease import __version__
 from dprelease.accounting import fraction_text, zcdp_epsilon
 from dprelease.plan import Plan, TablePlan
+from dprelease.plan.planner import LocalPlan
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
 MANIFEST_FORMAT = 1
@@ -100,6 +102,26 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
         csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
         return path
     return _write_counts(spec, dims, values, path, value_column(table))
+
+
+def write_local_table(spec: Spec, plan: LocalPlan, counts: np.ndarray, estimates: tuple[Any, Any],
+                      directory: Path) -> Path:
+    """``tables/<name>.csv`` of a local table: per category the randomized answers received, and
+    the estimated share of true answers with its standard error, by iterative Bayesian update
+    (``share``, ``se``) and by matrix inversion projected onto the simplex (``share_mi``, ``se_mi``)."""
+    from pyarrow import csv
+
+    ibu, mi = estimates
+    columns = {plan.column: pa.array(spec.column(plan.column).categories, pa.string()),
+               "answers": pa.array(counts, pa.int64()),
+               "share": pa.array(ibu.proportions, pa.float64(), from_pandas=True),
+               "se": pa.array(ibu.standard_errors, pa.float64(), from_pandas=True),
+               "share_mi": pa.array(mi.proportions, pa.float64(), from_pandas=True),
+               "se_mi": pa.array(mi.standard_errors, pa.float64(), from_pandas=True)}
+    path = directory / f"tables/{plan.name}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
+    return path
 
 
 def invariant_path(level: str) -> str:
@@ -203,6 +225,19 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
             "note": "published exactly: the number of persons per place at these levels is NOT protected by "
                     "differential privacy, and every table's ε holds only between datasets with the same totals",
         }} if spec.invariants else {}),
+        **({"local_tables": [
+            {"name": p.name, "column": p.column, "protocol": p.protocol, "categories": p.categories,
+             "epsilon_local": p.epsilon_shown, "epsilon_local_bound": fraction_text(p.collection.epsilon),
+             "keep_probability": p.keep_probability, "collection": p.collection.collection,
+             "memoised": p.collection.memoised, "charged_per_respondent": fraction_text(p.charge),
+             "already_recorded": p.already_recorded, "file": f"tables/{p.name}.csv",
+             "estimators": {"share": "iterative Bayesian update (maximum likelihood on the simplex)",
+                            "share_mi": "matrix inversion, projected onto the simplex"}}
+            for p in plan.local],
+            "local_epsilon_per_respondent": {"before": fraction_text(plan.local_spent),
+                                             "after": fraction_text(plan.local_spent + sum(
+                                                 (p.charge for p in plan.local), Fraction(0)))}}
+           if plan.local else {}),
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,

@@ -17,6 +17,7 @@ from dprelease.data import DataError, Encoded, encode, file_fingerprint, histogr
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
 from dprelease.measure import measure_counts, measure_mean, measure_mode
+from dprelease.mechanisms.local import Estimate, estimate_local
 from dprelease.postprocess import postprocess_release
 from dprelease.mechanisms import check_scale
 from dprelease.plan import Plan
@@ -29,6 +30,7 @@ from dprelease.publish import (
     utc_now,
     write_invariant,
     write_json,
+    write_local_table,
     write_measurement,
     write_table,
 )
@@ -59,6 +61,8 @@ class ReleaseRun:
     noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
     invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
     published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)
+    local_counts: dict[str, np.ndarray] = field(default_factory=dict)  # randomized answers per category
+    local_estimates: dict[str, tuple[Estimate, Estimate]] = field(default_factory=dict)  # (IBU, MI)
     flow_run_id: str | None = None
     report_md: str | None = None
     error: BaseException | None = None
@@ -76,6 +80,9 @@ class ReleaseRun:
         start = time.perf_counter()
         self.data = encode(self.spec)
         self.invariants = place_totals(self.spec, self.data)  # published exactly, as the spec declares
+        for t in self.spec.local_tables:  # answers randomized by the respondents: counted as collected
+            self.local_counts[t.name] = np.bincount(self.data.codes[t.column],
+                                                    minlength=self.spec.column(t.column).size).astype(np.int64)
         self._timed("load", start)
 
     def measure_table(self, name: str) -> None:
@@ -110,6 +117,8 @@ class ReleaseRun:
         start = time.perf_counter()
         scales = {(p.name, p.level): p.scale for p in self.plan.tables}
         self.published_values = postprocess_release(self.spec, self.noisy, scales, invariants=self.invariants)
+        for p in self.plan.local:  # estimates from the randomized answers: post-processing
+            self.local_estimates[p.name] = estimate_local(self.local_counts[p.name], p.keep_probability)
         self._timed("postprocess", start)
 
     def publish(self) -> None:
@@ -127,6 +136,8 @@ class ReleaseRun:
                 write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
         for level, totals in self.invariants.items():
             write_invariant(self.spec, level, totals, staging)
+        for p in self.plan.local:
+            write_local_table(self.spec, p, self.local_counts[p.name], self.local_estimates[p.name], staging)
         record = manifest(self.spec, self.plan, self.run_id, utc_now())
         write_json(staging / "manifest.json", record)
         write_json(staging / "spec.json", canonical(self.spec))  # public: domains, tables, budgets

@@ -82,6 +82,29 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
           if "delta" in life else []),
         "",
     ]
+    if "local_tables" in manifest:
+        spent = manifest["local_epsilon_per_respondent"]
+        lines += [
+            "## Local collections (answers randomized by the respondents)",
+            "",
+            "Each respondent randomized their own answer before it was collected (local differential privacy); "
+            "the estimates are post-processing and spend none of the budgets above. Collections of the same "
+            "people compose: the ledger records each collection's per-respondent ε as a rational upper bound.",
+            "",
+            "| table | column | protocol | ε per respondent | truth kept with | collection | charged now |",
+            "|---|---|---|---:|---:|---|---:|",
+            *[f"| {t['name']} | {t['column']} | {t['protocol']} (k = {t['categories']}) | {t['epsilon_local']} "
+              f"(≤ {t['epsilon_local_bound']}) | {t['keep_probability']:.6f} | {t['collection']}"
+              f"{' (memoised)' if t['memoised'] else ''} | "
+              f"{'already recorded' if t['already_recorded'] else t['charged_per_respondent']} |"
+              for t in manifest["local_tables"]],
+            "",
+            f"Each respondent's ε over the recorded local collections: {spent['before']} → {spent['after']}.",
+            "",
+            "`share` is the iterative Bayesian update estimate (maximum likelihood on the simplex), `share_mi` the "
+            "matrix-inversion estimate projected onto the simplex; each with its standard error (`se`, `se_mi`).",
+            "",
+        ]
     caps = list(caps)
     if len(caps) > 1:
         lines += ["The lifetime cap was changed by recorded decision:", ""]

@@ -95,7 +95,8 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
             print(exc, file=sys.stderr)
             continue
         total = sum((t.epsilon for t in spec.tables), Fraction(0))
-        out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables, total {spec.symbol} = "
+        local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
+        out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables{local}, total {spec.symbol} = "
                   f"{fraction_text(total)} of {fraction_text(spec.budget_epsilon)}", markup=False)
         if spec.invariants:
             say(f"note: {path}: invariants — the number of persons per place at {', '.join(spec.invariant_levels)} "
@@ -245,6 +246,38 @@ def postprocess(
 
     final = postprocess_release_dir(release_dir, method)
     out.print(f"new tables in {final} (no data read, no budget spent)", markup=False)
+
+
+# ---------------------------------------------------------------- randomize
+
+
+@app.command()
+@handled
+def randomize(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="The release spec declaring the local table.")],
+    table: Annotated[str, typer.Argument(metavar="TABLE", help="A table of kind: local in the spec.")],
+    input_path: Annotated[Path, typer.Option("--input", metavar="FILE", help="CSV of true answers.")],
+    output_path: Annotated[Path, typer.Option("--output", metavar="FILE", help="CSV to write (never overwritten).")],
+    id_column: Annotated[Optional[str], typer.Option("--id", metavar="COLUMN", help="Respondent id column.")] = None,
+    memo: Annotated[Optional[Path], typer.Option(
+        metavar="FILE", help="Keep and reuse each respondent's first randomized answer (needs --id); "
+        "respondent-side state, written owner-only.")] = None,
+) -> None:
+    """Randomize answers as the respondents would, with the local table's protocol.
+
+    For simulations and field tools: the output is what a collection receives. Writes the
+    input's columns with the table's column replaced by randomized answers. Spends nothing
+    centrally; the release that estimates from the answers records the collection's ε.
+    """
+    from dprelease.cli.randomizing import randomize_file
+    from dprelease.spec import load_spec
+
+    spec = load_spec(spec_path)
+    written, reused = randomize_file(spec, table, input_path, output_path, id_column, memo)
+    local = next(t for t in spec.local_tables if t.name == table)
+    out.print(f"randomized {written:,} answers of {local.column} with {local.protocol} (ε = {local.epsilon_shown} "
+              f"per respondent) → {output_path}" + (f"; {reused:,} reused from {memo}" if memo else ""),
+              markup=False)
 
 
 # ---------------------------------------------------------------- evaluate

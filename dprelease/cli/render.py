@@ -73,6 +73,11 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
         "invariants": {"levels": list(plan.invariants), "protected_by_differential_privacy": False}
         if plan.invariants else None,
         "ledger": {"url": location.shown, "source": location.source, "exists": ledger_exists},
+        "local_tables": [{"name": p.name, "column": p.column, "protocol": p.protocol, "categories": p.categories,
+                          "epsilon_local": p.epsilon_shown, "epsilon_local_bound": fraction_text(p.collection.epsilon),
+                          "collection": p.collection.collection, "memoised": p.collection.memoised,
+                          "charged_per_respondent": fraction_text(p.charge), "already_recorded": p.already_recorded}
+                         for p in plan.local],
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
@@ -111,7 +116,11 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
         table.add_row(key, both(t.epsilon), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
                       str(t.sensitivity), both(t.scale),
                       f"{t.cells:,}", "—" if t.mechanism == "permute_and_flip" else str(t.moe))
-    console.print(table)
+    if plan.tables:
+        console.print(table)
+    else:
+        console.print(f"Plan for release {plan.release} ({spec_path}): no central tables", markup=False,
+                      highlight=False)
     if rows:
         console.print("Means: each is a noisy sum of value − centre (the bounds' midpoint) over a noisy count of the "
                       "same rows, the table's budget split as shown; mean = centre + sum/count, clamped to the "
@@ -159,6 +168,21 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
         r = plan.existing_run
         console.print(f"Release {plan.release} is already {r.state} in the ledger (run {r.run_id}, "
                       f"{r.created_at}): a run would be refused.", markup=False, highlight=False)
+    if plan.local:
+        local = Table(title="Local tables (answers randomized by the respondents; no central budget)",
+                      title_justify="left")
+        for header in ("table", "column", "protocol", "ε per respondent", "collection", "charged now"):
+            local.add_column(header)
+        for p in plan.local:
+            charged = "already recorded" if p.already_recorded else (
+                "0 (memoised)" if p.collection.memoised else both(p.charge))
+            local.add_row(p.name, p.column, f"{p.protocol} (k = {p.categories})",
+                          p.epsilon_shown if p.epsilon_shown == fraction_text(p.collection.epsilon)
+                          else f"{p.epsilon_shown} (≤ {both(p.collection.epsilon)})", p.collection.collection, charged)
+        console.print(local)
+        after = plan.local_spent + sum((p.charge for p in plan.local), Fraction(0))
+        console.print(f"Each respondent's ε over local collections of {plan.dataset}: {both(plan.local_spent)} "
+                      f"→ {both(after)} (collections of the same people compose)", markup=False, highlight=False)
     console.print(f"Plan fingerprint: {plan.fingerprint}", markup=False, highlight=False)
 
 
@@ -178,6 +202,11 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                 "delta_budget": None if s.delta_budget is None else fraction_text(s.delta_budget),
                 "delta_spent": None if s.delta_budget is None else fraction_text(s.delta_spent),
                 "data_versions": s.data_versions,
+                "local_epsilon_per_respondent": fraction_text(s.local_epsilon),
+                "local_collections": [{"collection": r.collection, "question": r.question, "protocol": r.protocol,
+                                       "epsilon": fraction_text(r.epsilon), "charged": fraction_text(r.charged),
+                                       "memoised": r.memoised, "run_id": r.run_id, "recorded_at": r.recorded_at,
+                                       "recorded_by": r.recorded_by} for r in s.local],
                 "budget_changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by,
                                     "at": c.set_at} for c in s.caps],
                 "releases": [
@@ -212,6 +241,11 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
                 cap = fraction_text(c.epsilon) + ("" if c.delta is None else f", δ {fraction_text(c.delta)}")
             console.print(f"  cap set to {cap} on {c.set_at[:19]} by {c.set_by}: "
                               f"{c.reason}", markup=False, highlight=False)
+        if s.local:
+            console.print(f"  local collections: each respondent's ε ≤ {both(s.local_epsilon)} over "
+                          + "; ".join(f"{r.collection}/{r.question} ({r.protocol}, ε ≤ {fraction_text(r.epsilon)}, "
+                                      f"charged {fraction_text(r.charged)}{', memoised' if r.memoised else ''})"
+                                      for r in s.local), markup=False, highlight=False)
         if s.data_versions > 1:
             console.print(f"  releases read {s.data_versions} versions of the data file: the same people, one "
                           "budget", markup=False, highlight=False)

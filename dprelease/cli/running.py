@@ -57,6 +57,7 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
                                  charges=[(t.key, t.charge, t.delta) for t in plan.tables],
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                                  lifetime_delta_from_spec=spec.dataset.lifetime_delta,
+                                 local=tuple(p.collection for p in plan.local),
                                  spec_path=str(spec.source.resolve()), output_dir=str(output_dir),
                                  definition=plan.terms)
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
@@ -250,8 +251,9 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
 
 
 def _print_done(spec: Spec, plan: Plan, final: Path, out: Console, spent_now: bool = True) -> None:
-    out.print(f"published {spec.release}: {len(spec.tables)} tables, {plan.symbol} = {both(plan.total_epsilon)} → {final}",
-              markup=False)
+    local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
+    out.print(f"published {spec.release}: {len(spec.tables)} tables{local}, {plan.symbol} = {both(plan.total_epsilon)} "
+              f"→ {final}", markup=False)
     if spent_now:
         out.print(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent + plan.charge)} of "
                   f"{both(plan.lifetime_budget)}, remaining {both(plan.lifetime_remaining_after)}", markup=False)

@@ -72,6 +72,7 @@ def needed_columns(spec: Spec) -> list[Column]:
         used.update(c.column for c in table.where)
         if isinstance(table.measure, ModeMeasure):
             used.add(table.measure.column)
+    used.update(t.column for t in spec.local_tables)
     used.update(level for level in spec.invariant_levels if level != ROOT)
     for column in reversed(spec.columns):  # rollups: coarse first, each from the next finer
         if isinstance(column, (BinnedColumn, RollupColumn)) and column.name in used:

@@ -5,13 +5,16 @@ from dprelease.ledger.store import (
     CapChange,
     DatasetState,
     Ledger,
+    LocalCollection,
+    LocalRecord,
     Reservation,
     RunRecord,
     check_lifetime_matches,
+    local_charge,
     over_lifetime_message,
 )
 
 __all__ = [
-    "ENV", "CapChange", "DatasetState", "Ledger", "LedgerLocation", "Reservation", "RunRecord",
-    "check_lifetime_matches", "default_path", "over_lifetime_message", "resolve_location",
+    "ENV", "CapChange", "DatasetState", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
+    "check_lifetime_matches", "local_charge", "default_path", "over_lifetime_message", "resolve_location",
 ]

@@ -33,7 +33,7 @@ from dprelease.accounting import fraction_text, parse_exact
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
 from dprelease.ledger.location import LedgerLocation
 
-SCHEMA_VERSION = 2  # 2: δ of caps and charges (approx terms); longer terms
+SCHEMA_VERSION = 2  # 2: δ of caps and charges (approx terms); longer terms; local collections
 LIVE_STATES = ("reserved", "committed", "failed")  # states whose charges count as spent
 
 metadata = sa.MetaData()
@@ -69,6 +69,19 @@ charges_t = sa.Table("charges", metadata,
                      sa.Column("table_name", sa.String(100), nullable=False),
                      sa.Column("epsilon", sa.String(200), nullable=False),
                      sa.Column("delta", sa.String(200)))
+local_t = sa.Table("local_collections", metadata,
+                   sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                   sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
+                   sa.Column("collection", sa.String(100), nullable=False),
+                   sa.Column("question", sa.String(100), nullable=False),
+                   sa.Column("protocol", sa.String(200), nullable=False),
+                   sa.Column("epsilon", sa.String(200), nullable=False),  # per respondent, a rational upper bound
+                   sa.Column("charged", sa.String(200), nullable=False),  # 0 when memoised or already recorded
+                   sa.Column("memoised", sa.Boolean, nullable=False),
+                   sa.Column("run_id", sa.String(64), nullable=False),
+                   sa.Column("recorded_at", sa.String(40), nullable=False),
+                   sa.Column("recorded_by", sa.String(200), nullable=False),
+                   sa.UniqueConstraint("dataset", "collection", "question"))
 events_t = sa.Table("run_events", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
@@ -121,6 +134,58 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class LocalCollection:
+    """One question asked in one collection under local DP: what a release's local table declares."""
+
+    collection: str
+    question: str  # the column of randomized answers
+    protocol: str  # protocol and ε ("k_rr:1", "coin_flip"): a memoised collection must match the first
+    epsilon: Fraction  # per respondent, a rational upper bound
+    memoised: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRecord:
+    collection: str
+    question: str
+    protocol: str
+    epsilon: Fraction
+    charged: Fraction
+    memoised: bool
+    run_id: str
+    recorded_at: str
+    recorded_by: str
+
+
+def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tuple[Fraction, bool]:
+    """(ε charged per respondent, whether the collection is already recorded) for ``asked``.
+
+    Collections of the same people compose: a new collection of a question costs its ε again,
+    unless it is memoised (every respondent reused the randomized answer of the first
+    collection of that question, same protocol), which costs nothing new. A collection already
+    recorded (estimated again in a later release) costs nothing new. Raises LedgerError for a
+    memoised collection with no first one, or with another protocol.
+    """
+    for r in records:
+        if (r.collection, r.question) == (asked.collection, asked.question):
+            if r.protocol != asked.protocol:
+                raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with protocol "
+                                  f"{r.protocol!r}, not {asked.protocol!r}; one collection has one protocol")
+            return Fraction(0), True
+    if not asked.memoised:
+        return asked.epsilon, False
+    first = next((r for r in records if r.question == asked.question), None)
+    if first is None:
+        raise LedgerError(f"collection {asked.collection!r} says memoised: true, but no earlier collection of "
+                          f"{asked.question!r} is in the ledger to reuse; record the first collection, or set memoised: "
+                          "false (charged again)")
+    if first.protocol != asked.protocol:
+        raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
+                          f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
+    return Fraction(0), False
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """A granted reservation and the lifetime state it was checked against (in its transaction)."""
 
@@ -141,6 +206,12 @@ class DatasetState:
     runs: tuple[RunRecord, ...] = field(default=())
     delta_budget: Fraction | None = None  # approx terms: the lifetime δ
     delta_spent: Fraction = Fraction(0)
+    local: tuple[LocalRecord, ...] = ()  # collections under local DP, in order
+
+    @property
+    def local_epsilon(self) -> Fraction:
+        """Each respondent's ε over every recorded local collection (sequential composition)."""
+        return sum((r.charged for r in self.local), Fraction(0))
 
     @property
     def remaining(self) -> Fraction:
@@ -291,7 +362,8 @@ class Ledger:
                 spec_fingerprint: str, lifetime_from_spec: Fraction | None,
                 spec_path: str | None = None, output_dir: str | None = None,
                 definition: str = "pure", by: str | None = None,
-                lifetime_delta_from_spec: Fraction | None = None) -> Reservation:
+                lifetime_delta_from_spec: Fraction | None = None,
+                local: tuple[LocalCollection, ...] = ()) -> Reservation:
         """Reserve ``charges`` — (measurement, ε or ρ[, δ]) — for ``release`` atomically.
 
         Refuses (nothing written) when the release already has a live run
@@ -340,10 +412,22 @@ class Ledger:
             conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
                                                 spec_fingerprint=spec_fingerprint, spec_path=spec_path,
                                                 output_dir=output_dir, created_at=at, created_by=by))
-            conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e),
-                                               "delta": None if d is None else fraction_text(d)}
-                                              for t, e, d in full])
+            if full:  # a release of local tables only charges no central budget
+                conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e),
+                                                   "delta": None if d is None else fraction_text(d)}
+                                                  for t, e, d in full])
             conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
+            records = state.local
+            for asked in local:  # recorded now: the respondents spent it when they answered
+                charged, known = local_charge(records, asked)
+                if known:
+                    continue
+                conn.execute(local_t.insert().values(
+                    dataset=dataset, collection=asked.collection, question=asked.question, protocol=asked.protocol,
+                    epsilon=fraction_text(asked.epsilon), charged=fraction_text(charged), memoised=asked.memoised,
+                    run_id=run_id, recorded_at=at, recorded_by=by))
+                records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charged,
+                                        asked.memoised, run_id, at, by),)
         return Reservation(run_id, state.spent, state.budget, state.delta_spent, state.delta_budget)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None) -> None:
@@ -410,8 +494,8 @@ def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bo
 
 
 def _migrate_from_1(engine: Engine) -> None:
-    """Schema 1 → 2, in one locked transaction: add the (NULL) δ columns of caps and charges and
-    widen the terms column. Nothing recorded changes; a second process finds it done."""
+    """Schema 1 → 2, in one locked transaction: add the (NULL) δ columns of caps and charges,
+    widen the terms column and add the (empty) table of local collections. Nothing recorded changes; a second process finds it done."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
@@ -424,6 +508,7 @@ def _migrate_from_1(engine: Engine) -> None:
             conn.execute(sa.text("ALTER TABLE charges ADD COLUMN delta VARCHAR(200)"))
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.text("ALTER TABLE datasets ALTER COLUMN definition TYPE VARCHAR(200)"))
+            local_t.create(conn, checkfirst=True)
             conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
 
 
@@ -501,8 +586,11 @@ def _state(conn: Connection, dataset: str) -> DatasetState | None:
                               run.output_dir, events[-1].at, events[-1].reason, run_delta))
     spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
     delta_spent = sum((r.delta for r in runs if r.state in LIVE_STATES), Fraction(0))
+    local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon), parse_exact(r.charged),
+                              bool(r.memoised), r.run_id, r.recorded_at, r.recorded_by)
+                  for r in conn.execute(sa.select(local_t).where(local_t.c.dataset == dataset).order_by(local_t.c.id)))
     return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
-                        delta_spent)
+                        delta_spent, local)
 
 
 def _is_approx(terms: str) -> bool:

@@ -61,6 +61,20 @@ def randomize(values: np.ndarray, k: int, epsilon: Fraction, *, rng=None) -> np.
     return out
 
 
+def coin_flip(values: np.ndarray, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Warner's coin-flip protocol for a yes/no answer (codes 0 and 1): flip a fair coin; heads,
+    report the truth; tails, flip again and report its face. The truth is reported with
+    probability exactly 3/4: k-RR with k = 2 and ε = ln 3. Two fair bits per respondent from the
+    OS CSPRNG (``rng``: test-only seam)."""
+    values = np.asarray(values, dtype=np.int64)
+    if values.size and (values.min() < 0 or values.max() > 1):
+        raise ValueError("the coin-flip protocol randomizes codes 0 and 1")
+    rng = OsEntropy() if rng is None else rng
+    bits = uniform_below(np.full(2 * values.size, 2, dtype=np.uint64), rng).astype(np.int64)
+    first, second = bits[:values.size], bits[values.size:]
+    return np.where(first == 1, values, second)
+
+
 @dataclass(frozen=True)
 class Estimate:
     proportions: np.ndarray  # on the probability simplex
@@ -68,16 +82,28 @@ class Estimate:
     method: str
 
 
-def _channel(k: int, epsilon: float) -> tuple[float, float]:
-    p = keep_probability(epsilon, k)
+def _channel(k: int, epsilon: float | None, keep: float | None = None) -> tuple[float, float]:
+    p = keep_probability(epsilon, k) if keep is None else keep  # type: ignore[arg-type]
     return p, (1 - p) / (k - 1)
 
 
-def matrix_inversion(counts: np.ndarray, epsilon: float) -> Estimate:
-    """Unbiased inversion of the k-RR channel, then Euclidean projection onto the simplex."""
+def estimate_local(counts: np.ndarray, keep: float) -> tuple[Estimate, Estimate]:
+    """(IBU, matrix inversion) of the true distribution from the reported ``counts`` of a k-RR
+    channel that keeps the truth with probability ``keep``. Post-processing of the reports."""
+    counts = np.asarray(counts)
+    if counts.sum() == 0:  # no answers: nothing to estimate
+        nothing = np.full(counts.size, np.nan)
+        return Estimate(nothing, nothing, "iterative Bayesian update"), Estimate(nothing, nothing, "matrix inversion")
+    return (iterative_bayesian_update(counts, None, keep=keep),  # type: ignore[arg-type]
+            matrix_inversion(counts, None, keep=keep))  # type: ignore[arg-type]
+
+
+def matrix_inversion(counts: np.ndarray, epsilon: float, *, keep: float | None = None) -> Estimate:
+    """Unbiased inversion of the k-RR channel, then Euclidean projection onto the simplex.
+    The channel is given by ``epsilon`` or directly by its ``keep`` probability."""
     counts = np.asarray(counts, dtype=float)
     k, n = counts.size, counts.sum()
-    p, q = _channel(k, epsilon)
+    p, q = _channel(k, epsilon, keep)
     observed = counts / n
     raw = (observed - q) / (p - q)
     se = np.sqrt(observed * (1 - observed) / n) / (p - q)
@@ -85,11 +111,11 @@ def matrix_inversion(counts: np.ndarray, epsilon: float) -> Estimate:
 
 
 def iterative_bayesian_update(counts: np.ndarray, epsilon: float, iterations: int = 10_000,
-                              tolerance: float = 1e-12) -> Estimate:
+                              tolerance: float = 1e-12, *, keep: float | None = None) -> Estimate:
     """EM for the true distribution under the known k-RR channel (the MLE on the simplex)."""
     counts = np.asarray(counts, dtype=float)
     k, n = counts.size, counts.sum()
-    p, q = _channel(k, epsilon)
+    p, q = _channel(k, epsilon, keep)
     channel = np.full((k, k), q) + np.eye(k) * (p - q)  # channel[i, j] = P(report i | true j)
     observed = counts / n
     pi = np.full(k, 1 / k)

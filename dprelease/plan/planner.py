@@ -23,12 +23,21 @@ Privacy contract of the plan (pure ε-DP, one row per person):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 from dprelease.accounting import approx_to_zcdp, fraction_text, compose_sequential, pure_to_zcdp, zcdp_to_pure
 from dprelease.errors import LedgerError, UserError
-from dprelease.ledger.store import CapChange, DatasetState, RunRecord, check_lifetime_matches
+from dprelease.ledger.store import (
+    CapChange,
+    DatasetState,
+    LocalCollection,
+    LocalRecord,
+    RunRecord,
+    check_lifetime_matches,
+    local_charge,
+)
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
 from dprelease.mechanisms.gaussian import gaussian_margin, sigma2_for, zcdp_rho
 from dprelease.mechanisms.sampling import check_scale
@@ -68,6 +77,28 @@ class TablePlan:
 
 
 @dataclass(frozen=True, slots=True)
+class LocalPlan:
+    """A local table: estimated from answers the respondents randomized (no central budget)."""
+
+    name: str
+    column: str
+    protocol: str  # k_rr or coin_flip
+    epsilon_shown: str  # "1", or "ln 3"
+    collection: LocalCollection  # what the ledger records
+    categories: int
+    charge: Fraction  # per respondent, new in this release: 0 if memoised or already recorded
+    already_recorded: bool
+
+    @property
+    def keep_probability(self) -> float:
+        """The probability of reporting the truth: e^ε/(e^ε + k − 1); 3/4 for the coin flip."""
+        if self.protocol == "coin_flip":
+            return 0.75
+        e = math.exp(float(self.collection.epsilon))
+        return e / (e + self.categories - 1)
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     release: str
     dataset: str
@@ -92,6 +123,8 @@ class Plan:
     total_delta: Fraction | None = None  # approx ledger: the δ this release is charged
     lifetime_delta_budget: Fraction | None = None  # approx ledger
     lifetime_delta_spent: Fraction = Fraction(0)
+    local: tuple[LocalPlan, ...] = ()
+    local_spent: Fraction = Fraction(0)  # each respondent's ε over the collections recorded before
 
     @property
     def approx(self) -> bool:
@@ -160,7 +193,25 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         total_charge=compose_sequential(t.charge for t in tables), ledger_symbol="ρ" if terms.startswith("zcdp") else "ε",
         delta=spec.delta, total_delta=compose_sequential(t.delta for t in tables) if approx else None,  # type: ignore[misc]
         lifetime_delta_budget=delta_budget if approx else None, lifetime_delta_spent=delta_spent,
+        local=local_plans(spec, state), local_spent=state.local_epsilon if state else Fraction(0),
     )
+
+
+def local_plans(spec: Spec, state: DatasetState | None) -> tuple[LocalPlan, ...]:
+    """Each local table's collection and what recording it costs each respondent (see
+    :func:`~dprelease.ledger.store.local_charge`; raises LedgerError where the ledger refuses)."""
+    records = state.local if state else ()
+    out = []
+    for t in spec.local_tables:
+        categories = len(spec.column(t.column).categories)
+        asked = LocalCollection(t.collection, t.column, f"{t.protocol_key}/k={categories}", t.epsilon_bound,
+                                t.memoised)
+        charge, known = local_charge(records, asked)
+        if not known:
+            records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charge,
+                                    asked.memoised, "", "", ""),)
+        out.append(LocalPlan(t.name, t.column, t.protocol, t.epsilon_shown, asked, categories, charge, known))
+    return tuple(out)
 
 
 def _with_delta(t: TablePlan) -> TablePlan:

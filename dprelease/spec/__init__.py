@@ -7,6 +7,7 @@ from dprelease.spec.model import (
     CategoricalColumn,
     Column,
     Condition,
+    LocalTable,
     MeanMeasure,
     ModeMeasure,
     Dataset,
@@ -19,6 +20,6 @@ from dprelease.spec.model import (
 )
 
 __all__ = [
-    "BinnedColumn", "CategoricalColumn", "Column", "Condition", "MeanMeasure", "ModeMeasure", "Dataset", "ROOT", "RangeColumn",
+    "BinnedColumn", "CategoricalColumn", "Column", "Condition", "LocalTable", "MeanMeasure", "ModeMeasure", "Dataset", "ROOT", "RangeColumn",
     "RollupColumn", "Spec", "SumMeasure", "Table", "canonical", "fingerprint", "load_spec", "schema",
 ]

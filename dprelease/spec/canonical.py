@@ -21,6 +21,7 @@ from dprelease.spec.model import (
     Column,
     Condition,
     Dataset,
+    LocalTable,
     MeanMeasure,
     ModeMeasure,
     RangeColumn,
@@ -76,6 +77,11 @@ def canonical(spec: Spec) -> dict[str, Any]:
     }
     if spec.delta is not None:
         out["privacy"]["delta"] = fraction_text(spec.delta)
+    if spec.local_tables:  # only when declared: specs without keep their fingerprints
+        out["local_tables"] = [{"name": t.name, "column": t.column, "protocol": t.protocol,
+                                "epsilon_local": None if t.epsilon is None else fraction_text(t.epsilon),
+                                "collection": t.collection, "memoised": t.memoised, "description": t.description}
+                               for t in spec.local_tables]
     if spec.invariants:  # only when declared: specs without keep their fingerprints
         out["invariants"] = {"totals": list(spec.invariants)}
     return out
@@ -133,7 +139,11 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
                 max_rows=1 if unit == "row" else unit["max_rows"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,
                 tables=tables, geography=tuple(data["geography"]), description=data["description"],
                 invariants=tuple(data.get("invariants", {}).get("totals", ())),
-                delta=Fraction(data["privacy"]["delta"]) if "delta" in data["privacy"] else None)
+                delta=Fraction(data["privacy"]["delta"]) if "delta" in data["privacy"] else None,
+                local_tables=tuple(LocalTable(t["name"], t["column"], t["protocol"],
+                                              None if t["epsilon_local"] is None else Fraction(t["epsilon_local"]),
+                                              t["collection"], t["memoised"], t["description"])
+                                   for t in data.get("local_tables", ())))
 
 
 def _measure_from(m: dict[str, Any] | None) -> SumMeasure | ModeMeasure | MeanMeasure | None:

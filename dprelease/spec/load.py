@@ -36,6 +36,7 @@ from dprelease.spec.model import (
     RollupColumn,
     SumMeasure,
     MeanMeasure,
+    LocalTable,
     Table,
 )
 
@@ -227,8 +228,9 @@ class _Checker:
         self.symbol = "ρ" if definition == "zcdp" else "ε"
         self.wrong_unit(("budget",))
         self.wrong_unit(("dataset", "lifetime_budget"))
-        for i, _ in enumerate(self.get(("tables",), list, [])):
-            self.wrong_unit(("tables", i))
+        for i, body in enumerate(self.get(("tables",), list, [])):
+            if not (isinstance(body, dict) and body.get("kind") == "local"):
+                self.wrong_unit(("tables", i))
         dataset = self.dataset()
         budget = self.budget(("budget", self.cost), self.symbol)
         budget_delta = self.delta_budget(("budget",), "release")
@@ -290,7 +292,48 @@ class _Checker:
                     unit="person" if unit_id else "row", unit_id=unit_id, max_rows=max_rows,
                     budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
-                    description=self.get(("description",), str), invariants=invariants)
+                    description=self.get(("description",), str), invariants=invariants,
+                    local_tables=tuple(self.local))
+
+    def local_table(self, at: Path_, body: dict, columns: dict[str, Column]) -> None:  # type: ignore[type-arg]
+        """A ``kind: local`` table: the protocol, its ε, and a declared column of randomized answers."""
+        name, column, protocol = body.get("name"), body.get("column"), body.get("protocol")
+        if not all(isinstance(v, str) for v in (name, column, protocol)):
+            return  # the schema has reported it
+        declared = columns.get(column)
+        if not isinstance(declared, CategoricalColumn):
+            self.fail(at + ("column",), f"{column!r} is not a declared column with a domain: the randomized answers "
+                      "are a categorical column under columns:, whose domain is the protocol's")
+            return
+        if declared.missing is not None:
+            self.fail(at + ("column",), f"column {column!r} declares a missing value; every randomized answer is one "
+                      "of the domain's values: remove missing: from the column")
+            return
+        k = len(declared.values)
+        epsilon = None
+        if protocol == "coin_flip":
+            if at + ("epsilon_local",) in self.doc.marks:
+                self.fail(at + ("epsilon_local",), "the coin-flip protocol's ε is ln 3 (truth with probability 3/4); "
+                          "remove epsilon_local:, or use protocol: k_rr", at_key=True)
+                return
+            if k != 2:
+                self.fail(at + ("protocol",), f"the coin-flip protocol is for yes/no questions; column {column!r} has "
+                          f"{k} values: use protocol: k_rr with epsilon_local:")
+                return
+        else:
+            if at + ("epsilon_local",) not in self.doc.marks:
+                self.fail(at, "protocol: k_rr needs each respondent's ε: add epsilon_local: (e.g. 1)")
+                return
+            epsilon = self.budget(at + ("epsilon_local",), "ε_local")
+            if epsilon is None:
+                return
+            if epsilon.denominator > 10**12 or epsilon.numerator > 10**12:
+                self.fail(at + ("epsilon_local",), "epsilon_local needs at most 12 significant digits")
+                return
+        memoised = body.get("memoised", False)
+        self.local.append(LocalTable(name, column, protocol, epsilon,  # type: ignore[arg-type]
+                                     body.get("collection") or self.get(("release",), str) or "",
+                                     memoised is True, body.get("description")))
 
     def measure(self, at: Path_, columns: dict[str, Column]) -> SumMeasure | ModeMeasure | MeanMeasure | None | bool:
         """The table's measure: None for counts, a SumMeasure or ModeMeasure, or False when it is
@@ -648,6 +691,7 @@ class _Checker:
         out: list[Table] = []
         names: dict[str, int] = {}
         self.levels = levels
+        self.local: list[LocalTable] = []
         for i, body in enumerate(self.get(("tables",), list, [])):
             if not isinstance(body, dict):
                 continue
@@ -658,6 +702,9 @@ class _Checker:
                           "names must be unique")
             elif name is not None:
                 names[name] = i
+            if body.get("kind") == "local":
+                self.local_table(at, body, columns)
+                continue
             group_by = self.group_by(at, columns)
             geographic = group_by is not None and group_by[:1] == ["geography"]
             if geographic:

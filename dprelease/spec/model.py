@@ -293,6 +293,46 @@ class Table:
 
 
 @dataclass(frozen=True, slots=True)
+class LocalTable:
+    """An estimate, from answers randomized by the respondents themselves (local DP), of the
+    distribution of ``column`` over its declared domain (k values).
+
+    ``k_rr``: each respondent reported the truth with probability e^ε/(e^ε + k − 1) and each
+    other value with probability 1/(e^ε + k − 1): ε-local DP per respondent for this answer.
+    ``coin_flip`` (Warner 1965): k = 2, truth with probability 3/4, ε = ln 3. The collected
+    answers are the data; estimating from them is post-processing and spends no central budget.
+    The ledger records each collection's per-respondent ε (:attr:`epsilon_bound`).
+    """
+
+    name: str
+    column: str
+    protocol: Literal["k_rr", "coin_flip"]
+    epsilon: Fraction | None  # k_rr: the exact ε; coin_flip: None (ε = ln 3)
+    collection: str
+    memoised: bool = False
+    description: str | None = None
+
+    @property
+    def epsilon_bound(self) -> Fraction:
+        """The per-respondent ε as a rational upper bound: ε itself for k_rr; ln 3 rounded up
+        to 12 significant digits for coin_flip (ln 3 is not a fraction)."""
+        if self.epsilon is not None:
+            return self.epsilon
+        from dprelease.accounting import ln_upper_bound
+
+        return ln_upper_bound(3)
+
+    @property
+    def epsilon_shown(self) -> str:
+        return "ln 3" if self.epsilon is None else str(self.epsilon)
+
+    @property
+    def protocol_key(self) -> str:
+        """What a memoised collection must share with the first: the protocol and its ε."""
+        return "coin_flip" if self.epsilon is None else f"k_rr:{self.epsilon}"
+
+
+@dataclass(frozen=True, slots=True)
 class Dataset:
     name: str
     path: str  # as written, relative to the spec file
@@ -313,7 +353,7 @@ class Spec:
     unit: Literal["row", "person"]  # person: every row with one value of ``unit_id``
     budget_epsilon: Fraction
     columns: tuple[Column, ...]  # declared, then derived, in spec order
-    tables: tuple[Table, ...]
+    tables: tuple[Table, ...]  # central tables; the local ones are in local_tables
     ledger: str | None = None  # as written
     geography: tuple[str, ...] = ()  # levels, coarse to fine; the root is implicit
     confidence: Fraction = DEFAULT_CONFIDENCE
@@ -323,6 +363,7 @@ class Spec:
     delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee; approx: the release's δ budget
     unit_id: str | None = None  # the person identifier (unit "person"); read, never published
     max_rows: int = 1  # rows kept per person (contribution bound); 1 for unit "row"
+    local_tables: tuple[LocalTable, ...] = ()  # kind: local (estimates from randomized answers)
 
     @property
     def invariant_levels(self) -> tuple[str, ...]:

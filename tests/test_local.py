@@ -1,0 +1,227 @@
+"""Local differential privacy in release specs: kind: local tables, `dprelease randomize` on the
+respondents' side (k-RR and the coin flip, with memoisation), estimates from the collected
+answers with standard errors, and the ledger's per-respondent ε of every collection."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dprelease.accounting import ln_upper_bound
+from dprelease.ledger import Ledger, resolve_location
+from dprelease.mechanisms.local import coin_flip
+from tests.stats import empirical_epsilon, finite_chi_square_pvalue
+from tests.test_run import run
+
+TRUTH = np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.07, 0.05, 0.03, 0.02, 0.0])
+LETTERS = "abcdefghij"
+
+SPEC = """\
+release: {release}
+dataset:
+  name: survey-panel
+  path: {data}
+  lifetime_budget: {{epsilon: 1}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+columns:
+  FAVOURITE: {{domain: [a, b, c, d, e, f, g, h, i, j]}}
+  SMOKES: {{domain: ["yes", "no"]}}
+tables:
+  - name: favourite
+    kind: local
+    column: FAVOURITE
+    protocol: k_rr
+    epsilon_local: 1
+    collection: {collection}
+    memoised: {memoised}
+  - name: smokers
+    kind: local
+    column: SMOKES
+    protocol: coin_flip
+    collection: {collection}
+"""
+
+
+def write_spec(tmp_path, release="survey-wave-1", collection="wave-1", memoised="false", data="answers.csv",
+               name="spec.yaml"):
+    path = tmp_path / name
+    path.write_text(SPEC.format(release=release, collection=collection, memoised=memoised, data=data))
+    return path
+
+
+def true_answers(path, n=100_000, seed=7):
+    """Respondents' true answers (test data, not noise): a known distribution over 10 values and
+    22% smokers."""
+    data = np.random.default_rng(seed)
+    favourite = data.choice(10, size=n, p=TRUTH)
+    smokes = data.random(n) < 0.22
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["ID", "FAVOURITE", "SMOKES"])
+        writer.writerows((f"r{i}", LETTERS[a], "yes" if b else "no") for i, (a, b) in enumerate(zip(favourite, smokes)))
+
+
+def read_csv(path):
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+# ---------------------------------------------------------------- the coin flip
+
+
+def test_the_coin_flip_keeps_the_truth_with_probability_three_quarters():
+    n = 200_000
+    reports = coin_flip(np.ones(n, np.int64))
+    assert finite_chi_square_pvalue(reports, np.array([0.25, 0.75])) > 1e-4
+    assert finite_chi_square_pvalue(reports, np.array([0.2, 0.8])) < 1e-4  # control: truth kept 4/5
+
+
+def test_the_coin_flip_is_ln3_private_and_a_biased_coin_is_caught():
+    n = 400_000
+    eps, se = empirical_epsilon(coin_flip(np.zeros(n, np.int64)) == 1, coin_flip(np.ones(n, np.int64)) == 1)
+    assert abs(eps - math.log(3)) < 5 * se, (eps, se)
+    data = np.random.default_rng(1)  # a broken respondent-side tool: truth kept with probability 7/8
+
+    def biased(values):
+        return np.where(data.random(values.size) < 0.75, values, coin_flip(values))
+
+    broken, se_b = empirical_epsilon(biased(np.zeros(n, np.int64)) == 1, biased(np.ones(n, np.int64)) == 1)
+    assert broken > math.log(3) + 6 * se_b, (broken, se_b)
+
+
+def test_ln3_is_recorded_as_a_rational_upper_bound():
+    bound = ln_upper_bound(3)
+    assert isinstance(bound, Fraction) and bound.denominator <= 10**12
+    assert math.log(3) <= float(bound) < math.log(3) + 1e-11
+    assert bound - Fraction(1, 10**11) < Fraction(str(math.log(3))) + Fraction(1, 10**15)
+
+
+# ---------------------------------------------------------------- spec errors
+
+
+@pytest.mark.parametrize("old,new,field,words", [
+    ("    protocol: coin_flip\n", "    protocol: coin_flip\n    epsilon_local: 1\n", "tables[1].epsilon_local", "ln 3"),
+    ("    epsilon_local: 1\n", "", "tables[0]", "epsilon_local"),
+    ("  SMOKES: {domain: [\"yes\", \"no\"]}", "  SMOKES: {domain: [\"yes\", \"no\", \"maybe\"]}", "tables[1].protocol",
+     "yes/no"),
+    ("    column: SMOKES\n", "    column: SMOKER\n", "tables[1].column", "not a declared column"),
+    ("  SMOKES: {domain: [\"yes\", \"no\"]}", "  SMOKES: {domain: [\"yes\", \"no\"], missing: unknown}",
+     "tables[1].column", "missing"),
+    ("    protocol: k_rr\n", "    protocol: rappor\n", "tables[0].protocol", ""),
+    ("    memoised: false\n", "    memoised: false\n    epsilon: 1\n", "tables[0].epsilon", "unknown key"),
+])
+def test_bad_local_tables_are_refused_with_the_field(tmp_path, cli, old, new, field, words):
+    path = write_spec(tmp_path)
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    result = cli("validate", path)
+    assert result.code == 2 and field in result.stderr and words in result.stderr, result.stderr
+
+
+# ---------------------------------------------------------------- randomize, estimate, record
+
+
+def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
+    """10^5 respondents: `dprelease randomize` on their side, a release estimates from the
+    collected answers (both estimators within 2 SE of the truth for most categories), and the
+    ledger records each respondent's ε: 1 + ln 3 (rounded up) for the first wave."""
+    true_answers(tmp_path / "true.csv")
+    spec = write_spec(tmp_path)
+    step = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "step.csv",
+               "--id", "ID", "--memo", tmp_path / "memo.json")
+    assert step.code == 0, step
+    assert (os.stat(tmp_path / "memo.json").st_mode & 0o777) == 0o600  # respondent-side state, owner-only
+    done = cli("randomize", spec, "smokers", "--input", tmp_path / "step.csv", "--output", tmp_path / "answers.csv")
+    assert done.code == 0, done
+    truth_rows, answers = read_csv(tmp_path / "true.csv"), read_csv(tmp_path / "answers.csv")
+    kept = np.mean([t["FAVOURITE"] == a["FAVOURITE"] for t, a in zip(truth_rows, answers)])
+    assert abs(kept - math.e / (math.e + 9)) < 0.005  # k-RR keeps the truth with e^ε/(e^ε + k − 1)
+    assert all(t["ID"] == a["ID"] for t, a in zip(truth_rows, answers))
+
+    ledger = tmp_path / "ledger.sqlite"
+    proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    release = tmp_path / "out" / "survey-wave-1"
+    favourite = read_csv(release / "tables" / "favourite.csv")
+    assert [r["FAVOURITE"] for r in favourite] == list(LETTERS)
+    for share, se in (("share", "se"), ("share_mi", "se_mi")):
+        estimate = np.array([float(r[share]) for r in favourite])
+        errors = np.array([float(r[se]) for r in favourite])
+        assert abs(estimate.sum() - 1) < 1e-9 and (estimate >= 0).all()
+        assert (np.abs(estimate - TRUTH) <= 2 * errors).sum() >= 8, (share, estimate, errors)
+    smokers = {r["SMOKES"]: float(r["share"]) for r in read_csv(release / "tables" / "smokers.csv")}
+    assert abs(smokers["yes"] - 0.22) < 0.012
+    manifest = json.loads((release / "manifest.json").read_text())
+    local = {t["name"]: t for t in manifest["local_tables"]}
+    assert local["smokers"]["epsilon_local"] == "ln 3" and local["smokers"]["keep_probability"] == 0.75
+    assert Fraction(local["smokers"]["epsilon_local_bound"]) == ln_upper_bound(3)
+    assert Fraction(manifest["local_epsilon_per_respondent"]["after"]) == 1 + ln_upper_bound(3)
+    assert manifest["total_epsilon"] == "0"  # no central budget
+
+    # wave 2: the favourite answers reuse wave 1's randomized answers (memoised: no new ε); the
+    # smokers question is randomized afresh and charged again
+    spec2 = write_spec(tmp_path, release="survey-wave-2", collection="wave-2", memoised="true", data="answers2.csv",
+                       name="spec2.yaml")
+    again = cli("randomize", spec2, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "step2.csv",
+                "--id", "ID", "--memo", tmp_path / "memo.json")
+    assert again.code == 0 and "100,000 reused" in again.stdout, again
+    assert [r["FAVOURITE"] for r in read_csv(tmp_path / "step2.csv")] == [r["FAVOURITE"] for r in read_csv(tmp_path / "step.csv")]
+    assert cli("randomize", spec2, "smokers", "--input", tmp_path / "step2.csv",
+               "--output", tmp_path / "answers2.csv").code == 0
+    planned = cli("plan", spec2, "--ledger", ledger)
+    assert planned.code == 0 and "0 (memoised)" in planned.stdout, planned
+    assert run(spec2, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
+    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    state = opened.state("survey-panel")
+    opened.close()
+    charged = {(r.collection, r.question): r.charged for r in state.local}
+    assert charged == {("wave-1", "FAVOURITE"): 1, ("wave-1", "SMOKES"): ln_upper_bound(3),
+                       ("wave-2", "FAVOURITE"): 0, ("wave-2", "SMOKES"): ln_upper_bound(3)}
+    assert state.local_epsilon == 1 + 2 * ln_upper_bound(3) and state.spent == 0
+    shown = cli("ledger", "--ledger", ledger, "--json")
+    listed = json.loads(shown.stdout)["datasets"][0]
+    assert Fraction(listed["local_epsilon_per_respondent"]) == 1 + 2 * ln_upper_bound(3)
+
+    # estimating wave 1 again (a new release from the same answers) records nothing new
+    spec3 = write_spec(tmp_path, release="survey-wave-1-revised", name="spec3.yaml")
+    assert run(spec3, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
+    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    assert opened.state("survey-panel").local_epsilon == 1 + 2 * ln_upper_bound(3)
+    opened.close()
+
+
+def test_a_memoised_collection_needs_a_first_one(tmp_path, cli):
+    true_answers(tmp_path / "answers.csv", n=100)
+    spec = write_spec(tmp_path, memoised="true", data="answers.csv")
+    refused = cli("plan", spec, "--ledger", tmp_path / "ledger.sqlite")
+    assert refused.code == 2 and "no earlier collection of 'FAVOURITE'" in refused.stderr, refused
+
+
+def test_randomize_refuses_bad_input(tmp_path, cli):
+    true_answers(tmp_path / "true.csv", n=50)
+    spec = write_spec(tmp_path)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ID,FAVOURITE,SMOKES\nr1,a,yes\nr2,z,no\n")
+    result = cli("randomize", spec, "favourite", "--input", bad, "--output", tmp_path / "o.csv")
+    assert result.code == 2 and "not in the declared domain" in result.stderr and not (tmp_path / "o.csv").exists()
+    result = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "o.csv",
+                 "--memo", tmp_path / "m.json")
+    assert result.code == 2 and "--id" in result.stderr
+    result = cli("randomize", spec, "nosuch", "--input", tmp_path / "true.csv", "--output", tmp_path / "o.csv")
+    assert result.code == 2 and "no local table 'nosuch'" in result.stderr
+    (tmp_path / "o.csv").write_text("keep me")
+    result = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "o.csv")
+    assert result.code == 2 and (tmp_path / "o.csv").read_text() == "keep me"
+    assert cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "p.csv",
+               "--id", "ID", "--memo", tmp_path / "m.json").code == 0
+    result = cli("randomize", spec, "smokers", "--input", tmp_path / "true.csv", "--output", tmp_path / "q.csv",
+                 "--id", "ID", "--memo", tmp_path / "m.json")  # a memo of another question
+    assert result.code == 2 and "keeps its question and protocol" in result.stderr, result
