@@ -135,22 +135,30 @@ def zcdp_epsilon(rho: Fraction, delta: Fraction, digits: int = 6) -> Fraction:
         def at(x: decimal.Decimal) -> decimal.Decimal:
             return bound(1 + x.exp())
 
-        low, high = decimal.Decimal(-30), decimal.Decimal(30)
-        ratio = (decimal.Decimal(5).sqrt() - 1) / 2
-        c, d = high - ratio * (high - low), low + ratio * (high - low)
-        fc, fd = at(c), at(d)
-        for _ in range(160):  # the bracket shrinks by 0.618 per step: far below any useful width
-            if fc <= fd:
-                high, d, fd = d, c, fc
-                c = high - ratio * (high - low)
-                fc = at(c)
-            else:
-                low, c, fc = c, d, fd
-                d = low + ratio * (high - low)
-                fd = at(d)
-        alpha = 1 + min((fc, c), (fd, d))[1].exp()
+        alpha = 1 + _golden_section(at, lambda a, b: a <= b).exp()
         eps = bound(alpha) + decimal.Decimal(10) ** (-(_ZCDP_DIGITS - 10))  # far above the rounding error
     return max(_round_up(Fraction(eps), digits), Fraction(0))  # a tiny ρ at a large δ: ε = 0
+
+
+def _golden_section(f, better) -> decimal.Decimal:  # type: ignore[no-untyped-def]
+    """The x in [−30, 30] a golden-section search finds best for ``f`` (``better(a, b)``: f-value
+    a is at least as good as b), in the current decimal context. The bracket shrinks by 0.618
+    per step: 160 steps are far below any useful width. Callers only need a good x, not the best:
+    every x gives a valid bound."""
+    low, high = decimal.Decimal(-30), decimal.Decimal(30)
+    ratio = (decimal.Decimal(5).sqrt() - 1) / 2
+    c, d = high - ratio * (high - low), low + ratio * (high - low)
+    fc, fd = f(c), f(d)
+    for _ in range(160):
+        if better(fc, fd):
+            high, d, fd = d, c, fc
+            c = high - ratio * (high - low)
+            fc = f(c)
+        else:
+            low, c, fc = c, d, fd
+            d = low + ratio * (high - low)
+            fd = f(d)
+    return c if better(fc, fd) else d
 
 
 def _dec(value: Fraction) -> decimal.Decimal:
@@ -189,20 +197,7 @@ def approx_to_zcdp(epsilon: Fraction, delta: Fraction, digits: int = 12) -> Frac
             c = log_inv_delta + (alpha - 1) * (1 - 1 / alpha).ln() - alpha.ln()
             return (e - c / (alpha - 1)) / alpha
 
-        low, high = decimal.Decimal(-30), decimal.Decimal(30)
-        ratio = (decimal.Decimal(5).sqrt() - 1) / 2
-        c_, d_ = high - ratio * (high - low), low + ratio * (high - low)
-        fc, fd = allowed(c_), allowed(d_)
-        for _ in range(160):
-            if fc >= fd:
-                high, d_, fd = d_, c_, fc
-                c_ = high - ratio * (high - low)
-                fc = allowed(c_)
-            else:
-                low, c_, fc = c_, d_, fd
-                d_ = low + ratio * (high - low)
-                fd = allowed(d_)
-        rho = max(fc, fd) - decimal.Decimal(10) ** (-(_ZCDP_DIGITS - 10))
+        rho = allowed(_golden_section(allowed, lambda a, b: a >= b)) - decimal.Decimal(10) ** (-(_ZCDP_DIGITS - 10))
     if rho <= 0:
         raise ValueError(f"ε = {epsilon} at δ = {delta} leaves no room for Gaussian noise")
     return _round_down(Fraction(rho), digits)

@@ -66,3 +66,13 @@ def write_spec(directory: Path, body: str, name: str = "spec.yaml") -> Path:
     path = directory / name
     path.write_text(body)
     return path
+
+
+def assert_edit_refused(cli, path: Path, old: str, new: str, field: str, words: str) -> None:
+    """Edit ``old`` into ``new`` in the spec at ``path`` (``old`` must be there): ``validate``
+    exits 2 naming ``field``, with ``words`` in its message."""
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+    result = cli("validate", path)
+    assert result.code == 2 and field in result.stderr and words in result.stderr, result.stderr

@@ -16,6 +16,7 @@ import pytest
 from dprelease.accounting import ln_upper_bound
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.mechanisms.local import coin_flip
+from tests.conftest import assert_edit_refused
 from tests.stats import empirical_epsilon, finite_chi_square_pvalue
 from tests.test_run import run
 
@@ -118,12 +119,7 @@ def test_ln3_is_recorded_as_a_rational_upper_bound():
     ("    memoised: false\n", "    memoised: false\n    epsilon: 1\n", "tables[0].epsilon", "unknown key"),
 ])
 def test_bad_local_tables_are_refused_with_the_field(tmp_path, cli, old, new, field, words):
-    path = write_spec(tmp_path)
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-    result = cli("validate", path)
-    assert result.code == 2 and field in result.stderr and words in result.stderr, result.stderr
+    assert_edit_refused(cli, write_spec(tmp_path), old, new, field, words)
 
 
 # ---------------------------------------------------------------- randomize, estimate, record

@@ -18,7 +18,7 @@ from dprelease.measure import measure_mean
 from dprelease.plan import plan_release
 from dprelease.postprocess import mean_values
 from dprelease.spec import MeanMeasure, load_spec
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_edit_refused
 from tests.stats import chi_square_pvalue, discrete_laplace_pmf, empirical_epsilon
 from tests.test_run import run
 
@@ -224,12 +224,7 @@ def test_a_mean_release_end_to_end(tmp_path, run_env, cli):
     ("bounds: [0, 200000]", "bounds: [0, 200500]", "measure.bounds", "multiples of the granularity"),
 ])
 def test_bad_means_are_refused(tmp_path, cli, old, new, field, words):
-    path = write(tmp_path)
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-    result = cli("validate", path)
-    assert result.code == 2 and field in result.stderr and words in result.stderr, result.stderr
+    assert_edit_refused(cli, write(tmp_path), old, new, field, words)
 
 
 def test_missing_values_need_a_rule(tmp_path, run_env):

@@ -58,16 +58,8 @@ def _mean_parts(measure: MeanMeasure, data: Encoded, index: np.ndarray, mask: np
     g = measure.granularity
     clamped = np.clip(np.where(present, values, 0.0), measure.low, measure.high)
     units = np.rint(clamped / g) - measure.centre // g
-    sums = np.bincount(index, weights=units, minlength=cells)
-    if np.abs(units).sum() >= 2.0**53:  # float64 partial sums may no longer be exact integers
-        order = np.argsort(index, kind="stable")
-        ordered = index[order]
-        starts = group_starts(ordered)
-        sums = np.zeros(cells, dtype=np.int64)
-        if ordered.size:
-            sums[ordered[starts]] = np.add.reduceat(units.astype(np.int64)[order], starts)
-    counts = np.bincount(index, minlength=cells)
-    return np.stack([np.asarray(sums, dtype=np.int64), counts.astype(np.int64)])
+    sums = _exact_sums(units, index, cells, measure.column, g)
+    return np.stack([sums, np.bincount(index, minlength=cells).astype(np.int64)])
 
 
 def _sums(measure: SumMeasure, data: Encoded, index: np.ndarray, mask: np.ndarray | None, cells: int) -> np.ndarray:
@@ -83,10 +75,17 @@ def _sums(measure: SumMeasure, data: Encoded, index: np.ndarray, mask: np.ndarra
     g = measure.granularity
     values = data.values[measure.column] if mask is None else data.values[measure.column][mask]
     units = np.where(np.isnan(values), 0.0, np.rint(np.clip(values, measure.low, measure.high) / g))
+    return _exact_sums(units, index, cells, measure.column, g)
+
+
+def _exact_sums(units: np.ndarray, index: np.ndarray, cells: int, column: str, g: int) -> np.ndarray:
+    """Per cell, the exact integer sum of ``units`` (whole numbers held as float64), int64: in
+    float64 only when every partial sum stays below 2^53, else in int64; refuses sums that could
+    overflow int64."""
     if np.abs(units).sum() < 2.0**53:  # every partial sum is an exact float64 integer
         return np.bincount(index, weights=units, minlength=cells).astype(np.int64)
     if np.abs(units).max(initial=0) * units.size >= 2.0**63:
-        raise DataError(f"a sum of {measure.column} could exceed 2^63 units of the granularity {g}: raise the "
+        raise DataError(f"a sum of {column} could exceed 2^63 units of the granularity {g}: raise the "
                         "granularity or narrow the bounds")
     order = np.argsort(index, kind="stable")
     ordered = index[order]
