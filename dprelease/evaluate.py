@@ -92,9 +92,15 @@ def report_md(spec: Spec, rows: list[Row], trials: int, command: str) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     by = {(r.table, r.level, r.method): r for r in rows}
     for t in spec.tables:
+        if (t.name, t.measured()[0][0], "clamp") not in by:  # modes and means: not errors in persons
+            continue
         for level, _, _ in t.measured():
             c, k = by[(t.name, level, "clamp")], by[(t.name, level, "consistent")]
             lines.append(f"| {t.name} | {level or '—'} | {c.cell_mae:.2f} | {k.cell_mae:.2f} | {c.cell_p95:.1f} | "
                          f"{k.cell_p95:.1f} | {c.total_mae:.2f} | {k.total_mae:.2f} |")
+    left_out = [t.name for t in spec.tables if (t.name, t.measured()[0][0], "clamp") not in by]
+    left_out += [t.name for t in spec.local_tables]
+    if left_out:
+        lines += ["", f"Not evaluated (modes, means and local tables are not counts in persons): {', '.join(left_out)}."]
     lines += ["", f"_{NOT_PRIVATE}._", ""]
     return "\n".join(lines)

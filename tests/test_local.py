@@ -47,6 +47,7 @@ tables:
     column: SMOKES
     protocol: coin_flip
     collection: {collection}
+    memoised: {memoised}
 """
 
 
@@ -135,7 +136,8 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
                "--id", "ID", "--memo", tmp_path / "memo.json")
     assert step.code == 0, step
     assert (os.stat(tmp_path / "memo.json").st_mode & 0o777) == 0o600  # respondent-side state, owner-only
-    done = cli("randomize", spec, "smokers", "--input", tmp_path / "step.csv", "--output", tmp_path / "answers.csv")
+    done = cli("randomize", spec, "smokers", "--input", tmp_path / "step.csv", "--output", tmp_path / "answers.csv",
+               "--id", "ID", "--memo", tmp_path / "memo-smk.json")
     assert done.code == 0, done
     truth_rows, answers = read_csv(tmp_path / "true.csv"), read_csv(tmp_path / "answers.csv")
     kept = np.mean([t["FAVOURITE"] == a["FAVOURITE"] for t, a in zip(truth_rows, answers)])
@@ -162,35 +164,43 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     assert Fraction(manifest["local_epsilon_per_respondent"]["after"]) == 1 + ln_upper_bound(3)
     assert manifest["total_epsilon"] == "0"  # no central budget
 
-    # wave 2: the favourite answers reuse wave 1's randomized answers (memoised: no new ε); the
-    # smokers question is randomized afresh and charged again
-    spec2 = write_spec(tmp_path, release="survey-wave-2", collection="wave-2", memoised="true", data="answers2.csv",
-                       name="spec2.yaml")
-    again = cli("randomize", spec2, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "step2.csv",
-                "--id", "ID", "--memo", tmp_path / "memo.json")
-    assert again.code == 0 and "100,000 reused" in again.stdout, again
-    assert [r["FAVOURITE"] for r in read_csv(tmp_path / "step2.csv")] == [r["FAVOURITE"] for r in read_csv(tmp_path / "step.csv")]
-    assert cli("randomize", spec2, "smokers", "--input", tmp_path / "step2.csv",
-               "--output", tmp_path / "answers2.csv").code == 0
-    planned = cli("plan", spec2, "--ledger", ledger)
-    assert planned.code == 0 and "0 (memoised)" in planned.stdout, planned
-    assert run(spec2, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
+    # waves 2 and 3 are memoised: every respondent reuses, per true value, wave 1's randomized
+    # answer (here no answer changed). The ledger cannot see that: a respondent may have
+    # randomized one new value per wave, up to k values, so the first k collections of a chain
+    # cost ε each — the yes/no question's third wave costs nothing new, the 10-value question's does
+    for wave in (2, 3):
+        spec_n = write_spec(tmp_path, release=f"survey-wave-{wave}", collection=f"wave-{wave}", memoised="true",
+                            data=f"answers{wave}.csv", name=f"spec{wave}.yaml")
+        fav = cli("randomize", spec_n, "favourite", "--input", tmp_path / "true.csv",
+                  "--output", tmp_path / f"step{wave}.csv", "--id", "ID", "--memo", tmp_path / "memo.json")
+        assert fav.code == 0 and "100,000 reused" in fav.stdout, fav
+        assert [r["FAVOURITE"] for r in read_csv(tmp_path / f"step{wave}.csv")] == \
+            [r["FAVOURITE"] for r in read_csv(tmp_path / "step.csv")]
+        smk = cli("randomize", spec_n, "smokers", "--input", tmp_path / f"step{wave}.csv",
+                  "--output", tmp_path / f"answers{wave}.csv", "--id", "ID", "--memo", tmp_path / "memo-smk.json")
+        assert smk.code == 0 and "100,000 reused" in smk.stdout, smk
+        if wave == 3:
+            planned = cli("plan", spec_n, "--ledger", ledger)
+            assert planned.code == 0 and "0 (memoised)" in planned.stdout and "1 (memoised)" in planned.stdout, planned
+        assert run(spec_n, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     state = opened.state("survey-panel")
     opened.close()
     charged = {(r.collection, r.question): r.charged for r in state.local}
-    assert charged == {("wave-1", "FAVOURITE"): 1, ("wave-1", "SMOKES"): ln_upper_bound(3),
-                       ("wave-2", "FAVOURITE"): 0, ("wave-2", "SMOKES"): ln_upper_bound(3)}
-    assert state.local_epsilon == 1 + 2 * ln_upper_bound(3) and state.spent == 0
+    ln3 = ln_upper_bound(3)
+    assert charged == {("wave-1", "FAVOURITE"): 1, ("wave-1", "SMOKES"): ln3,
+                       ("wave-2", "FAVOURITE"): 1, ("wave-2", "SMOKES"): ln3,
+                       ("wave-3", "FAVOURITE"): 1, ("wave-3", "SMOKES"): 0}
+    assert state.local_epsilon == 3 + 2 * ln3 and state.spent == 0
     shown = cli("ledger", "--ledger", ledger, "--json")
     listed = json.loads(shown.stdout)["datasets"][0]
-    assert Fraction(listed["local_epsilon_per_respondent"]) == 1 + 2 * ln_upper_bound(3)
+    assert Fraction(listed["local_epsilon_per_respondent"]) == 3 + 2 * ln3
 
     # estimating wave 1 again (a new release from the same answers) records nothing new
     spec3 = write_spec(tmp_path, release="survey-wave-1-revised", name="spec3.yaml")
     assert run(spec3, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
-    assert opened.state("survey-panel").local_epsilon == 1 + 2 * ln_upper_bound(3)
+    assert opened.state("survey-panel").local_epsilon == 3 + 2 * ln3
     opened.close()
 
 
@@ -202,6 +212,9 @@ def test_a_memoised_collection_needs_a_first_one(tmp_path, cli):
 
 
 def test_randomize_refuses_bad_input(tmp_path, cli):
+    """Each refusal writes nothing: an answer outside the domain, --memo without --id, an unknown
+    table, an existing output, a missing folder, a memo of another question, and a memoised
+    table randomized without its memo."""
     true_answers(tmp_path / "true.csv", n=50)
     spec = write_spec(tmp_path)
     bad = tmp_path / "bad.csv"
@@ -221,3 +234,82 @@ def test_randomize_refuses_bad_input(tmp_path, cli):
     result = cli("randomize", spec, "smokers", "--input", tmp_path / "true.csv", "--output", tmp_path / "q.csv",
                  "--id", "ID", "--memo", tmp_path / "m.json")  # a memo of another question
     assert result.code == 2 and "keeps its question and protocol" in result.stderr, result
+    for where in (["--output", tmp_path / "nowhere" / "o.csv"],
+                  ["--output", tmp_path / "r.csv", "--id", "ID", "--memo", tmp_path / "nowhere" / "m.json"]):
+        result = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", *where)
+        assert result.code == 2 and "does not exist" in result.stderr and not (tmp_path / "r.csv").exists(), result
+    memoised = write_spec(tmp_path, memoised="true", name="memoised.yaml")
+    result = cli("randomize", memoised, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "s.csv")
+    assert result.code == 2 and "--memo" in result.stderr and not (tmp_path / "s.csv").exists(), result
+
+
+def test_a_huge_local_epsilon_is_estimated_not_crashed(tmp_path, run_env, cli):
+    """ε_local = 1000: the truth is kept with probability 1 − 9e^−1000 (no overflow), the run
+    publishes, and the estimate is the answers' shares."""
+    true_answers(tmp_path / "answers.csv", n=2000)
+    spec = write_spec(tmp_path)
+    spec.write_text(spec.read_text().replace("epsilon_local: 1", "epsilon_local: 1000"))
+    proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "l.sqlite", env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    rows = read_csv(tmp_path / "out" / "survey-wave-1" / "tables" / "favourite.csv")
+    answers = np.array([int(r["answers"]) for r in rows])
+    assert np.allclose([float(r["share"]) for r in rows], answers / answers.sum(), atol=1e-6)
+
+
+# ---------------------------------------------------------------- the estimators' own contracts
+
+
+def _log_likelihood(pi, counts, epsilon):
+    k = pi.size
+    p = math.exp(epsilon) / (math.exp(epsilon) + k - 1)
+    q = (1 - p) / (k - 1)
+    return float((counts * np.log(q + (p - q) * pi)).sum())
+
+
+def test_ibu_is_the_maximum_likelihood_estimate():
+    """On a dense and a sparse truth: IBU's likelihood is at least that of the projected
+    matrix-inversion estimate and of small moves along the simplex (a local, hence global, maximum
+    of the concave likelihood); where the truth has zeros it is strictly higher, so an IBU that
+    merely returned matrix inversion would be caught."""
+    from dprelease.mechanisms.local import iterative_bayesian_update, matrix_inversion, randomize
+
+    data = np.random.default_rng(11)  # true answers and perturbation directions: test data
+    sparse = np.array([0.4, 0.3, 0.15, 0.1, 0.05, 0, 0, 0, 0, 0])
+    gains = []
+    for truth, n in ((TRUTH, 100_000), (sparse, 10_000)):
+        for _ in range(5):
+            counts = np.bincount(randomize(data.choice(10, size=n, p=truth), 10, Fraction(1)), minlength=10)
+            ibu = iterative_bayesian_update(counts, 1.0).proportions
+            best = _log_likelihood(ibu, counts, 1.0)
+            gains.append(best - _log_likelihood(matrix_inversion(counts, 1.0).proportions, counts, 1.0))
+            assert gains[-1] >= -1e-6
+            for _ in range(20):
+                step = data.normal(size=10) * 1e-3
+                step -= step.mean()
+                moved = ibu + step
+                if (moved >= 0).all():
+                    assert _log_likelihood(moved, counts, 1.0) <= best + 1e-6
+    assert max(gains) > 1e-3, gains
+
+
+def test_standard_errors_match_the_spread_across_replicates():
+    """40 replicates of 10^4 respondents: per category, the spread of each estimator across
+    replicates is what its reported standard error says (ratio within [0.7, 1.4]); standard errors
+    ten times too large or too small would be caught."""
+    from dprelease.mechanisms.local import iterative_bayesian_update, matrix_inversion, randomize
+
+    truth = np.array([0.25, 0.2, 0.15, 0.1, 0.08, 0.07, 0.06, 0.04, 0.03, 0.02])  # inside the simplex
+    data = np.random.default_rng(3)
+    estimates = {"mi": [], "ibu": []}
+    errors = {"mi": [], "ibu": []}
+    for _ in range(40):
+        counts = np.bincount(randomize(data.choice(10, size=10_000, p=truth), 10, Fraction(1)), minlength=10)
+        for name, estimate in (("mi", matrix_inversion(counts, 1.0)), ("ibu", iterative_bayesian_update(counts, 1.0))):
+            estimates[name].append(estimate.proportions)
+            errors[name].append(estimate.standard_errors)
+    for name in estimates:
+        spread = np.std(estimates[name], axis=0, ddof=1)
+        reported = np.mean(errors[name], axis=0)
+        ratio = spread / reported
+        assert ((0.7 <= ratio) & (ratio <= 1.4)).sum() >= 9, (name, ratio)  # a χ² spread with 39 d.f.
+        assert not ((0.7 <= spread / (10 * reported)) & (spread / (10 * reported) <= 1.4)).any()

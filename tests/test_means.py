@@ -232,3 +232,10 @@ def test_missing_values_need_a_rule(tmp_path, run_env):
     path.write_text(path.read_text().replace(", missing: skip", ""))
     proc = run(path, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "l.sqlite", env=run_env)
     assert proc.returncode == 2 and "missing: skip" in proc.stderr, proc.stderr
+
+
+def test_evaluate_leaves_means_out_and_says_so(tmp_path, cli):
+    result = cli("evaluate", write(tmp_path), "--trials", "2", "--ledger", tmp_path / "none.sqlite")
+    assert result.code == 0, result
+    assert "| persons_by_sex |" in result.stdout
+    assert "Not evaluated" in result.stdout and "mean_income_by_sex_age" in result.stdout

@@ -157,3 +157,64 @@ def test_quantile_change_one_record_exact_audit():
     assert planned == 18
     assert 2 * worst_cell_loss(planned) <= eps + 1e-12
     assert 2 * worst_cell_loss(q.denominator) > eps * (1 + 1e-3)
+
+
+def _worst_add_loss(utilities_of, categories: int, rows: int, epsilon: float, denominator: float,
+                    top: int = 3) -> float:
+    """The largest |ln P(o | x)/P(o | x')| over every output o, every count vector x of one cell in
+    [0, top)^categories, and every x' = x plus ``rows`` rows of one person spread over the
+    categories in every way (add/remove: a person with ``rows`` rows in this cell)."""
+    import itertools
+
+    worst = 0.0
+    adds = [a for a in itertools.product(range(rows + 1), repeat=categories) if sum(a) == rows]
+    for counts in itertools.product(range(top), repeat=categories):
+        p = pf_probabilities(utilities_of(list(counts)), epsilon, denominator)
+        for add in adds:
+            more = [c + d for c, d in zip(counts, add)]
+            p2 = pf_probabilities(utilities_of(more), epsilon, denominator)
+            worst = max(worst, float(np.max(np.abs(np.log(p / p2)))))
+    return worst
+
+
+def _planned(tmp_path, measure: str, unit: str = "row"):
+    spec_path = write(tmp_path, unit=unit)
+    spec_path.write_text(spec_path.read_text().replace("measure: {mode: RAC1P}", measure))
+    plan = plan_release(load_spec(spec_path), None).tables[0]
+    return plan, float(plan.epsilon), float(plan.scale * plan.epsilon)  # exponent ε·u/denominator
+
+
+def test_mode_add_remove_exact_audit(tmp_path):
+    """Add/remove one row: counts are monotone (every utility rises or none), so the plan's
+    exponent ε·u/Δu holds exactly ε over every small count vector; a halved denominator (the
+    shortcut applied to a doubled ε) is caught."""
+    plan, eps, denominator = _planned(tmp_path, "measure: {mode: RAC1P}")
+    assert denominator == plan.sensitivity == 1  # monotone: ε·u/Δu
+    assert _worst_add_loss(lambda c: c, 4, 1, eps, denominator) <= eps + 1e-12
+    assert _worst_add_loss(lambda c: c, 4, 1, eps, denominator / 2) > eps * 1.01
+
+
+def test_quantile_add_remove_exact_audit(tmp_path):
+    """Add/remove one row, q = 0.9: Δu = max(a, b − a) = 9 with the exponent ε·u/(2Δu) holds ε;
+    Δu = min(a, b − a) = 1 (the change of a row counted below the candidate) is caught."""
+    q = Fraction(9, 10)
+    plan, eps, denominator = _planned(tmp_path, "measure: {quantile: RAC1P, q: 0.9}")
+    assert denominator == 2 * plan.sensitivity == 18
+    assert _worst_add_loss(lambda c: quantile_utilities(c, q), 4, 1, eps, denominator) <= eps + 1e-12
+    assert _worst_add_loss(lambda c: quantile_utilities(c, q), 4, 1, eps, 2 * 1) > eps * 1.01
+
+
+def test_mode_of_a_person_with_several_rows_exact_audit(tmp_path):
+    """max_rows = 3: a person's 3 rows may all land in one cell (any categories) or be split
+    across cells, whose outputs are independent: the losses of the parts add up. With Δu = 3 the
+    worst total over every split stays ≤ ε; with Δu = 1 (the bound forgotten) it exceeds ε."""
+    plan, eps, denominator = _planned(tmp_path, "measure: {mode: RAC1P}", unit="{id: SERIALNO, max_rows: 3}")
+    assert plan.sensitivity == 3 and denominator == 3
+
+    def worst_split(den: float) -> float:
+        per_rows = {r: _worst_add_loss(lambda c: c, 3, r, eps, den) for r in (1, 2, 3)}
+        splits = [(3,), (2, 1), (1, 1, 1)]  # rows per cell
+        return max(sum(per_rows[r] for r in split) for split in splits)
+
+    assert worst_split(denominator) <= eps + 1e-12
+    assert worst_split(1) > eps * 1.01

@@ -42,8 +42,14 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
     if memo_path is not None and id_column is None:
         raise UserError("--memo keeps each respondent's first randomized answer: name the respondent id column "
                         "with --id COLUMN")
+    if table.memoised and memo_path is None:
+        raise UserError(f"{spec.source}: table {table.name} says memoised: true, so every respondent must reuse their "
+                        "first randomized answer: pass --memo FILE --id COLUMN (the memo of the first collection)")
     if target.exists():
         raise UserError(f"{target} exists; choose a new --output (randomized answers are never overwritten)")
+    for path, what in ((target, "--output"), (memo_path, "--memo")):
+        if path is not None and not path.resolve().parent.is_dir():
+            raise UserError(f"{what} {path}: the folder {path.resolve().parent} does not exist")
     rows = _read(source, [table.column] + ([id_column] if id_column else []))
     values = [str(v) if v is not None else None for v in rows.column(table.column).to_pylist()]
     domain = spec.column(table.column).values  # type: ignore[union-attr]
@@ -75,10 +81,10 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
             reported[i] = code_of[memo["answers"][ids[i]][values[i]]]
     out_columns = {name: rows.column(name) for name in rows.column_names}
     out_columns[table.column] = pa.array([domain[c] for c in reported], pa.string())
+    if memo is not None and memo_path is not None:  # the memo first: no answers out without it
+        _write_private(memo_path, json.dumps(memo, ensure_ascii=False, sort_keys=True))
     _write_new(target, lambda tmp: csv.write_csv(pa.table(out_columns), tmp,
                                                  csv.WriteOptions(quoting_style="needed")))
-    if memo is not None and memo_path is not None:
-        _write_private(memo_path, json.dumps(memo, ensure_ascii=False, sort_keys=True))
     return codes.size, reused
 
 
@@ -121,13 +127,19 @@ def _write_new(target: Path, write) -> None:  # type: ignore[no-untyped-def]
         os.link(tmp, target)  # fails if the target appeared meanwhile: never overwrite
     except FileExistsError:
         raise UserError(f"{target} exists; choose a new --output") from None
+    except (OSError, pa.ArrowException) as exc:
+        raise UserError(f"cannot write {target}: {exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def _write_private(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write the memo {path}: {exc}") from None

@@ -175,7 +175,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
             local.add_column(header)
         for p in plan.local:
             charged = "already recorded" if p.already_recorded else (
-                "0 (memoised)" if p.collection.memoised else both(p.charge))
+                f"{both(p.charge)} (memoised)" if p.collection.memoised else both(p.charge))
             local.add_row(p.name, p.column, f"{p.protocol} (k = {p.categories})",
                           p.epsilon_shown if p.epsilon_shown == fraction_text(p.collection.epsilon)
                           else f"{p.epsilon_shown} (≤ {both(p.collection.epsilon)})", p.collection.collection, charged)

@@ -151,6 +151,11 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
                   for level in spec.invariant_levels}
     try:
         postprocess_release(spec, zeros, scales, invariants=invariants)
+        from dprelease.mechanisms.local import estimate_local
+
+        for p in plan.local:  # the local estimates too: one answer per value, and all on one value
+            estimate_local(np.ones(p.categories, dtype=np.int64), p.keep_probability)
+            estimate_local(np.eye(p.categories, 1, dtype=np.int64).ravel() * 1000, p.keep_probability)
     except Exception as exc:  # noqa: BLE001 - whatever it is, nothing may be spent on it
         raise UserError(f"{spec.source}: post-processing cannot handle this spec ({type(exc).__name__}: {exc}); "
                         "nothing was spent. Please report it, with the spec.") from None

@@ -160,11 +160,14 @@ class LocalRecord:
 def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tuple[Fraction, bool]:
     """(ε charged per respondent, whether the collection is already recorded) for ``asked``.
 
-    Collections of the same people compose: a new collection of a question costs its ε again,
-    unless it is memoised (every respondent reused the randomized answer of the first
-    collection of that question, same protocol), which costs nothing new. A collection already
-    recorded (estimated again in a later release) costs nothing new. Raises LedgerError for a
-    memoised collection with no first one, or with another protocol.
+    Collections of the same people compose: a new collection of a question costs its ε again.
+    A memoised collection reuses, per respondent and per true value (as RAPPOR does), the
+    randomized answer first drawn for that value; a respondent whose answer changed randomizes
+    the new value once. So over a first collection and its memoised successors each respondent
+    has randomized at most min(collections, k) values of the k in the domain: the first k
+    collections of the chain cost ε each, later ones nothing new. A collection already recorded
+    (estimated again in a later release) costs nothing new. Raises LedgerError for a memoised
+    collection with no first one, or with another protocol.
     """
     for r in records:
         if (r.collection, r.question) == (asked.collection, asked.question):
@@ -182,7 +185,9 @@ def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tu
     if first.protocol != asked.protocol:
         raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
                           f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
-    return Fraction(0), False
+    chain = 1 + sum(1 for r in records if r.question == asked.question and r.memoised)  # before this one
+    k = int(asked.protocol.rpartition("/k=")[2])
+    return (asked.epsilon if chain < k else Fraction(0)), False
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,8 +94,7 @@ class LocalPlan:
         """The probability of reporting the truth: e^ε/(e^ε + k − 1); 3/4 for the coin flip."""
         if self.protocol == "coin_flip":
             return 0.75
-        e = math.exp(float(self.collection.epsilon))
-        return e / (e + self.categories - 1)
+        return 1 / (1 + (self.categories - 1) * math.exp(-float(self.collection.epsilon)))
 
 
 @dataclass(frozen=True, slots=True)
