@@ -68,11 +68,14 @@ def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fract
     """Per cell, the code of the chosen category: permute-and-flip on the cell's category counts
     (a mode), or on quantile utilities built from them when ``q`` is given (see ModeMeasure).
 
-    Neighbouring relation: the release's. Utility: the counts (row-major cells × categories),
-    sensitivity Δu = ``table.sensitivity`` (the contribution bound); ``table.scale`` is the
-    temperature, Δu/ε (monotone utility, add/remove) or 2Δu/ε (change one record). Guarantee:
-    the vector of choices is ``table.epsilon``-DP (cells partition the rows: parallel
-    composition). Exact Bernoulli(exp(−x)) flips from the OS CSPRNG (``rng``: test-only seam).
+    Neighbouring relation: the release's. Utility: the counts (row-major cells × categories), or
+    the quantile utilities; sensitivity Δu = ``table.sensitivity`` (:meth:`ModeMeasure.utility_sensitivity`:
+    K for a mode, K·max(a, b − a) for a q = a/b quantile, doubled under change one record, with K
+    the contribution bound); ``table.scale`` is the temperature, Δu/ε (a mode under add/remove:
+    monotone) or 2Δu/ε. Guarantee: the vector of choices is ε-DP (ε = ``table.mechanism_epsilon``):
+    each cell's choice is (r/K)·ε-DP in the r ≤ K rows a person has there, the cells' choices
+    are independent, so the losses add up to at most ε whatever the split of a person's rows.
+    Exact Bernoulli(exp(−x)) flips from the OS CSPRNG (``rng``: test-only seam).
     """
     utilities = counts.reshape(table.cells, categories)
     if q is not None:  # quantile: −|b·#{x < o} − a·n| per candidate o (declared order)

@@ -173,8 +173,8 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
                                             if isinstance(table.measure, MeanMeasure) else {}),
                                          "epsilon": fraction_text(plan.epsilon),
                                          **({"delta": fraction_text(plan.delta)} if plan.delta is not None else {}),
-                                         "mechanism": plan.mechanism, "sensitivity": plan.sensitivity,
-                                         "scale": fraction_text(plan.scale)})}
+                                         "mechanism": plan.mechanism, "sensitivity": plan.shown_sensitivity,
+                                         "scale": fraction_text(plan.shown_scale)})}
     arrow = pa.table(columns).replace_schema_metadata(metadata)
     path = directory / table_path(table, plan.level, "measurements", "parquet")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,12 +240,12 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
            if plan.local else {}),
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
-             "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
+             "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
              **({"parts": [{"part": part, "epsilon": fraction_text(p.epsilon), "mechanism": p.mechanism,
-                            "sensitivity": p.sensitivity, "scale": fraction_text(p.scale), "moe": p.moe,
+                            "sensitivity": p.shown_sensitivity, "scale": fraction_text(p.shown_scale), "moe": p.moe,
                             "moe95": p.moe95, **({"delta": fraction_text(p.delta)} if p.delta is not None else {}),
                             **({"mechanism_epsilon": fraction_text(p.pure_epsilon)}
                                if p.pure_epsilon is not None else {})}

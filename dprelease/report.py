@@ -113,11 +113,12 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     lines += [
         "## Reading the tables",
         "",
-        f"- ±MoE: for each cell, the noise exceeds the margin of error with probability at most "
-        f"{_pct(1 - Fraction(manifest['confidence']))}, computed from the exact noise distribution (discrete Laplace or discrete Gaussian) "
-        "(before post-processing).",
-        "- `clamp` sets negative noisy counts to 0: every published count is a non-negative integer, but "
-        "cells whose true count is near 0 are biased upwards, and sums of cells are not unbiased.",
+        *([f"- ±MoE: for each cell, the noise exceeds the margin of error with probability at most "
+           f"{_pct(1 - Fraction(manifest['confidence']))}, computed from the exact noise distribution (discrete "
+           "Laplace or discrete Gaussian) (before post-processing)."] if manifest["tables"] else []),
+        *(["- `clamp` sets negative noisy counts to 0: every published count is a non-negative integer, but "
+           "cells whose true count is near 0 are biased upwards, and sums of cells are not unbiased."]
+          if any(t["post_process"] == "clamp" for t in manifest["tables"]) else []),
         *(["- `truncated_geometric` tables (Ghosh, Roughgarden and Sundararajan 2009): each count is clamped "
             "to its declared [0, upper] before noise and the noisy count clamped again, so outputs lie in "
             "[0, upper]; counts above the bound are published as at most the bound. The ±MoE bounds the error "
@@ -135,7 +136,8 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
           f"{t['measure']['granularity']} and centred on {t['measure']['centre']}; mean = {t['measure']['centre']} + "
           f"noisy sum / noisy count over the same rows, the sum getting {_pct(Fraction(t['measure']['sum_share']))} of "
           "the table's budget and the count the rest (rows above). The mean is clamped to the bounds and left empty "
-          "where the noisy count is below 1. It is a ratio of noisy totals: biased when counts are small (the noise "
+          "where the noisy count is below 1; the published `count` is the noisy count with negative values shown as "
+          "0 (the raw one is in `measurements/`). It is a ratio of noisy totals: biased when counts are small (the noise "
           "of the count enters the denominator); its error shrinks like 1/count. Missing values "
           + {"error": "are refused.", "zero": "count as 0.", "skip": "leave the row out of both."}[t["measure"]["missing"]]
           for t in {t['name']: t for t in manifest["tables"]
@@ -153,12 +155,14 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
           "monotone). It has no margin of error."
           for t in {t['name']: t for t in manifest["tables"]
                     if isinstance(t.get("measure"), dict) and "quantile" in t["measure"]}.values()],
-        "- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost.",
+        *(["- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost."]
+          if manifest["tables"] else []),
+        *([] if not manifest["tables"] else [
         ("- Counts are unweighted row counts. Each person (one value of "
          f"`{manifest['privacy']['contribution_bound']['id']}`) contributes at most "
          f"{manifest['privacy']['contribution_bound']['max_rows']} rows, chosen at random; rows beyond were dropped, "
          "and every sensitivity is that many times larger."
-         if "contribution_bound" in manifest["privacy"] else "- Counts are unweighted person counts (one per row)."),
+         if "contribution_bound" in manifest["privacy"] else "- Counts are unweighted person counts (one per row).")]),
         "",
     ]
     return "\n".join(lines)
@@ -172,6 +176,9 @@ def _monotone(t: dict[str, Any]) -> bool:
 
 def _guarantee(manifest: dict[str, Any], sym: str) -> str:
     n, neighbouring = len(manifest["tables"]), manifest["privacy"]["neighbouring"]
+    if n == 0:
+        return ("This release has no central tables and spends none of the central budgets: its tables are "
+                "estimated from answers the respondents randomized themselves (local differential privacy, below).")
     if "total_delta" in manifest:
         return (f"Approximate (ε, δ)-differential privacy; neighbouring datasets: {neighbouring}. The {n} "
                 f"measurements compose sequentially (ε and δ add): the release as a whole is "

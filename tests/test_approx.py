@@ -273,6 +273,9 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     third.write_text(third.read_text().replace("acs-approx-2019", "acs-approx-2019-c"))
     planned = cli("plan", third, "--ledger", ledger)
     assert planned.code == 3 and "Lifetime δ" in planned.stdout and "OVER" in planned.stdout, planned
+    epsilon_line = next(line for line in planned.stdout.splitlines() if line.startswith("Lifetime budget"))
+    assert epsilon_line.endswith("fits"), epsilon_line  # only δ is over, and the refusal says so
+    assert "plan exceeds the lifetime δ budget of nist-acs-approx" in planned.stderr, planned.stderr
     refused = run(third, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
     assert refused.returncode == 3 and "lifetime δ budget" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "acs-approx-2019-c").exists()
@@ -347,3 +350,14 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     con = sqlite3.connect(path)
     assert "delta" in [r[1] for r in con.execute("PRAGMA table_info(charges)")]
     con.close()
+
+
+def test_a_large_delta_is_warned_about(tmp_path, cli):
+    path = write(tmp_path)
+    assert "is large" not in cli("validate", path).stderr
+    path.write_text(path.read_text().replace("budget: {epsilon: 1, delta: 1e-6}", "budget: {epsilon: 1, delta: 0.01}")
+                    .replace("delta: 2e-6}", "delta: 0.5}"))
+    for command in ("validate", "plan"):
+        result = cli(command, path, *(("--ledger", tmp_path / "l.sqlite") if command == "plan" else ()))
+        assert result.code == 0 and "the release's δ = 0.01 is large" in result.stderr, result
+        assert "the lifetime δ = 0.5 is large" in result.stderr

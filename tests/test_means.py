@@ -208,7 +208,8 @@ def test_a_mean_release_end_to_end(tmp_path, run_env, cli):
     assert [p["part"] for p in entry["parts"]] == ["sum", "count"]
     assert sum(Fraction(p["epsilon"]) for p in entry["parts"]) == Fraction(entry["epsilon"])
     report = (release / "budget_report.md").read_text()
-    assert "mean: sum" in report and "below 1" in report
+    assert "mean: sum" in report and "below 1" in report and "unweighted" in report
+    assert all(r["mean"] == "" or float(r["mean"]) == round(float(r["mean"])) for r in rows)  # g = 1000: whole
     again = cli("postprocess", release)
     assert again.code == 0, again
     assert (release / "postprocessed" / "1-as-specified" / "tables" / "mean_income_by_sex_age.csv").read_bytes() == \

@@ -105,6 +105,8 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
         if spec.unit == "person":
             say(f"note: {path}: at most {spec.max_rows} rows per {spec.unit_id} are kept; every sensitivity is "
                 f"{spec.sensitivity}")
+        for warning in large_delta_warnings(spec):
+            say(f"warning: {path}: {warning}")
         if total > spec.budget_epsilon:
             say(f"warning: {path}: the tables' ε sum to {fraction_text(total)}, over the release budget of "
                 f"{fraction_text(spec.budget_epsilon)} by {fraction_text(total - spec.budget_epsilon)}; "
@@ -112,6 +114,22 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
     if failed:
         say(f"{failed} of {len(specs)} spec(s) invalid")
         raise typer.Exit(ExitCode.INVALID)
+
+
+LARGE_DELTA = Fraction(1, 10**5)
+
+
+def large_delta_warnings(spec) -> list[str]:  # type: ignore[no-untyped-def]
+    """δ above 1e-5: (ε, δ)-DP allows a total failure (e.g. publishing one person's record) with
+    probability δ per person, so δ should be well below 1/(number of persons)."""
+    out = []
+    for what, delta in (("the release's δ", spec.delta if spec.definition == "approx" else None),
+                        ("the stated δ", spec.delta if spec.definition == "zcdp" else None),
+                        ("the lifetime δ", spec.dataset.lifetime_delta)):
+        if delta is not None and delta > LARGE_DELTA:
+            out.append(f"{what} = {float(delta):g} is large: (ε, δ)-DP may fail outright with probability δ per person; "
+                       "choose δ well below 1/(number of persons), e.g. 1e-6 or less")
+    return out
 
 
 # ---------------------------------------------------------------- plan
@@ -150,6 +168,8 @@ def plan(
         if opened:
             opened.close()
     the_plan = plan_release(spec, state)
+    for warning in large_delta_warnings(spec):
+        say(f"warning: {spec_path}: {warning}")
     if target_moe is not None:
         _print_target(spec, the_plan, target_moe, as_json)
         return
@@ -163,9 +183,9 @@ def plan(
         raise typer.Exit(ExitCode.ALREADY_RELEASED)
     if not the_plan.fits:
         if not as_json:
-            which = [w for w, ok in (("release", the_plan.fits_release), ("lifetime", the_plan.fits_lifetime))
-                     if not ok]
-            say(f"plan exceeds the {' and the '.join(which)} budget")
+            from dprelease.cli.running import over_budget_message
+
+            say("plan exceeds the " + over_budget_message(spec, the_plan).split(", over the ", 1)[1].split(". The data")[0])
         raise typer.Exit(ExitCode.OVER_BUDGET)
 
 

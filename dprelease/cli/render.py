@@ -80,11 +80,11 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
                          for p in plan.local],
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
-             "sensitivity": t.sensitivity, "scale": fraction_text(t.scale), "cells": t.cells,
+             "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "moe95": t.moe95, "moe": t.moe, "delta": None if t.delta is None else fraction_text(t.delta),
              "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None,
-             **({"parts": [{"part": label, "epsilon": fraction_text(p.epsilon), "sensitivity": p.sensitivity,
-                            "scale": fraction_text(p.scale), "moe": p.moe, "moe95": p.moe95}
+             **({"parts": [{"part": label, "epsilon": fraction_text(p.epsilon), "sensitivity": p.shown_sensitivity,
+                            "scale": fraction_text(p.shown_scale), "moe": p.moe, "moe95": p.moe95}
                            for label, p in zip(("sum", "count"), t.parts)]} if t.parts else {})}
             for t in plan.tables
         ],
@@ -114,7 +114,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
     for key, t in [(t.key, t) for t in plan.tables if not t.parts] + rows:
         mechanism = t.mechanism if t.pure_epsilon is None else f"{t.mechanism} at ε = {fraction_text(t.pure_epsilon)}"
         table.add_row(key, both(t.epsilon), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
-                      str(t.sensitivity), both(t.scale),
+                      str(t.shown_sensitivity), both(t.shown_scale),
                       f"{t.cells:,}", "—" if t.mechanism == "permute_and_flip" else str(t.moe))
     if plan.tables:
         console.print(table)
@@ -137,7 +137,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
                       markup=False, highlight=False)
     new = " (new to the ledger; cap from the spec)" if plan.lifetime_is_new else ""
     after = plan.lifetime_spent + plan.charge
-    mark = ("fits" if plan.fits_lifetime
+    mark = ("fits" if after <= plan.lifetime_budget  # δ has its own line below
             else f"OVER by {both(after - plan.lifetime_budget)}")
     if plan.ledger_symbol != plan.symbol:
         console.print(f"This pure ε-DP release is charged to a zCDP ledger as ρ = Σ ε²/2 = {both(plan.charge)} "

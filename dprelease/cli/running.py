@@ -41,6 +41,10 @@ Say = Callable[[str], None]
 def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Path, *, say: Say,
                         out: Console) -> None:
     spec = load_spec(spec_path)
+    from dprelease.cli import large_delta_warnings
+
+    for warning in large_delta_warnings(spec):
+        say(f"warning: {spec_path}: {warning}")
     output_dir = output_dir.resolve()
     location = resolve_location(ledger_url, spec.ledger, spec.source.parent)
     ledger = Ledger.open(location, create=True)

@@ -2,9 +2,10 @@
 
 Privacy contract (a transformation, no noise): under add/remove one row, one row lands in
 at most one cell, so the L1 distance between neighbouring histograms is at most 1; under
-change one record (releases with invariants) it is at most 2. The
-shape is the full cross product of the declared domains, empty cells included, so it never
-depends on the data.
+change one record (releases with invariants) it is at most 2. With a contribution bound
+(``privacy.unit.max_rows`` = K, rows beyond it dropped before counting) a person is up to K
+rows, so both bounds are K times larger. The shape is the full cross product of the declared
+domains, empty cells included, so it never depends on the data.
 """
 
 from __future__ import annotations
@@ -47,9 +48,11 @@ def _mean_parts(measure: MeanMeasure, data: Encoded, index: np.ndarray, mask: np
     Privacy contract: each row's value is clamped to [low, high], rounded (half to even) to the
     grid and centred (value − centre), or is 0 clamped to the bounds if missing with ``missing:
     zero``; with ``missing: skip`` a row without a value is in neither histogram. A row-wise map:
-    adding or removing one row moves one cell of the sum by at most max(|low − centre|,
-    |high − centre|) and one cell of the count by 1 — the sensitivities of
-    :meth:`MeanMeasure.centred_sum` and of a count, which the planner uses for the two parts.
+    adding or removing one row moves one cell of the sum by at most m = max(|low − centre|,
+    |high − centre|) and one cell of the count by 1; changing one record moves the sums by at
+    most 2m (max(high − low, m) in a single cell) and the counts by 2 — the sensitivities of
+    :meth:`MeanMeasure.centred_sum` and of a count, which the planner uses for the two parts
+    (times the contribution bound K).
     """
     values = data.values[measure.column] if mask is None else data.values[measure.column][mask]
     present = ~np.isnan(values)

@@ -71,6 +71,17 @@ class TablePlan:
         return self.epsilon if self.pure_epsilon is None else self.pure_epsilon
 
     @property
+    def shown_sensitivity(self) -> int:
+        """The sensitivity in value units, as published: a discrete Gaussian's Δ₂² is planned in
+        units of the granularity (× g² here); a pure mechanism's is already in value units."""
+        return self.sensitivity * self.granularity ** 2 if self.mechanism == "discrete_gaussian" else self.sensitivity
+
+    @property
+    def shown_scale(self) -> Fraction:
+        """The noise scale in value units: σ² × g² for the discrete Gaussian, Δ/ε otherwise."""
+        return self.scale * self.granularity ** 2 if self.mechanism == "discrete_gaussian" else self.scale
+
+    @property
     def key(self) -> str:
         """The ledger's name for this measurement: ``table`` or ``table/level``."""
         return self.name if self.level is None else f"{self.name}/{self.level}"
@@ -384,8 +395,9 @@ def _plan_gaussian(spec: Spec, table: Table, budget: Fraction, cells: int, level
 
 def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, terms: str,
                to_rho: bool = False) -> TablePlan:
-    """A mode per cell by permute-and-flip: utilities are the cell's category counts, Δu = the
-    contribution bound. ``scale`` is the exponent's temperature: a candidate u below the best is
+    """A mode or quantile per cell by permute-and-flip: utilities are the cell's category counts
+    (or quantile utilities), Δu = :meth:`ModeMeasure.utility_sensitivity` (the contribution bound
+    K for a mode). ``scale`` is the exponent's temperature: a candidate u below the best is
     accepted with probability exp(−(u* − u)/scale), scale = Δu/ε when the utility is monotone
     (add/remove one row: every count moves the same way) and 2Δu/ε otherwise (change one record).
     There is no margin of error (moe = 0): the output is a category, not a count. In a zcdp

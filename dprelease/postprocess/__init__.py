@@ -30,12 +30,14 @@ def mean_values(noisy: np.ndarray, measure: MeanMeasure) -> np.ndarray:
     """A mean table's published values from its noisy (centred sum, count) pair, stacked as
     float64 (mean, count): mean = centre + sum/count clamped to [low, high], and NaN
     (published empty) where the noisy count is below 1, since a count that noise has pushed to
-    0 or below says nothing about how many rows the sum is over; count = max(noisy count, 0)."""
+    0 or below says nothing about how many rows the sum is over; count = max(noisy count, 0).
+    Means are rounded to a hundredth of the granularity (whole numbers from 100 up)."""
     sums, counts = noisy[0].astype(np.float64), noisy[1]
     with np.errstate(divide="ignore", invalid="ignore"):
         means = np.clip(measure.centre + sums / counts, measure.low, measure.high)
     means[counts < 1] = np.nan
-    return np.stack([means, np.maximum(counts, 0).astype(np.float64)])
+    decimals = max(0, 2 - len(str(measure.granularity)) + 1)  # a hundredth of the granularity, at most 2 places
+    return np.stack([np.round(means, decimals), np.maximum(counts, 0).astype(np.float64)])
 
 
 def overridable(table: Table) -> bool:

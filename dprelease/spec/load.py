@@ -133,6 +133,13 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
         case "oneOf" if "exact_number" in str(error.schema_path) or _is_exact_number(error.schema):
             return [doc.problem(path, f"{doc.text(path) or error.instance!r} is not a decimal or a "
                                 "fraction; write e.g. 0.1 or \"1/10\"")]
+        case "maxProperties" if isinstance(error.instance, dict):
+            keys = ", ".join(str(k) for k in error.instance)
+            return [doc.problem(path, f"too many keys ({keys}): at most {error.schema['maxProperties']}; a budget "
+                                "is epsilon: (with delta: under approx) or rho:, not both")]
+        case "minProperties" if isinstance(error.instance, dict):
+            return [doc.problem(path, "the mapping is empty; a budget is epsilon: E (with delta: D under approx) "
+                                "or rho: R under zcdp")]
         case "minItems" if error.schema.get("minItems") == 1:
             return [doc.problem(path, "the list is empty; give at least one item")]
         case "uniqueItems":
@@ -298,7 +305,7 @@ class _Checker:
     def local_table(self, at: Path_, body: dict, columns: dict[str, Column]) -> None:  # type: ignore[type-arg]
         """A ``kind: local`` table: the protocol, its ε, and a declared column of randomized answers."""
         name, column, protocol = body.get("name"), body.get("column"), body.get("protocol")
-        if not all(isinstance(v, str) for v in (name, column, protocol)):
+        if not all(isinstance(v, str) for v in (name, column, protocol)) or protocol not in ("k_rr", "coin_flip"):
             return  # the schema has reported it
         declared = columns.get(column)
         if not isinstance(declared, CategoricalColumn):
@@ -394,8 +401,9 @@ class _Checker:
                       f"{g}, so that clamped values stay on the grid")
             return False
         if column in columns:
-            self.fail(at + ("measure", kind), f"{column!r} is a declared (categorical) column; a {kind} reads a "
-                      "numeric data column that is not declared under columns:")
+            self.fail(at + ("measure", kind), f"{column!r} is declared under columns: (its values are categories); a "
+                      f"{kind} reads a numeric data column that is not declared there (a {kind} of a declared range "
+                      "column is not supported yet)")
             return False
         if kind == "sum":
             if body.get("missing") == "skip":
@@ -481,6 +489,8 @@ class _Checker:
 
     def delta_budget(self, at: Path_, what: str) -> Fraction | None:
         """The δ beside a budget's ε: required under approx (0 < δ < 1), refused otherwise."""
+        if self.definition not in ("pure", "zcdp", "approx") or self.get(at, dict) is None:
+            return None  # the schema has reported the definition or the budget
         if self.definition != "approx":
             if at + ("delta",) in self.doc.marks:
                 self.fail(at + ("delta",), f"a {what} δ is for privacy.definition: approx; this release is "
