@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from dprelease.data import encode
+from dprelease.data import histogram, encode
 from dprelease.data.load import bound_contributions
 from dprelease.mechanisms import discrete_laplace
 from dprelease.plan import plan_release
@@ -104,16 +104,29 @@ def test_the_unit_id_cannot_be_a_published_column(tmp_path, cli):
     assert result.code == 2 and "privacy.unit.id" in result.stderr, result
 
 
-def test_privacy_loss_of_one_person_with_k_rows():
-    """Neighbours differ by one person whose k = 3 rows all fall in one cell: counts x and x + 3.
-    With the planner's scale k/ε the tight event {y ≥ x + 3} has loss ε; with scale 1/ε (the
+def test_privacy_loss_of_one_person_with_k_rows(tmp_path):
+    """Through the release path: one person with 5 rows of one SEX is added to data whose other
+    persons have at most 3 rows; the bound keeps 3 of the 5 (bound_contributions, then the
+    histogram), so the neighbouring by_sex histograms differ by exactly 3 in one cell, every
+    time. With the planner's scale the tight event {y ≥ x + 3} has loss ε; with scale 1/ε (the
     bound ignored) it is 3ε: caught."""
-    k, epsilon, n = 3, Fraction(1, 2), 1_000_000
-    for scale, expected in ((k / epsilon, float(epsilon)), (1 / epsilon, k * float(epsilon))):
-        estimate, se = empirical_epsilon(1000 + discrete_laplace(scale, n) >= 1003,
-                                         1003 + discrete_laplace(scale, n) >= 1003)
+    path = tmp_path
+    rows = [f"P{p},{1 + p % 2},{p % 90}" for p in range(200) for _ in range(1 + p % 3)]
+    (path / "data.csv").write_text("PID,SEX,AGEP\n" + "\n".join(rows) + "\n")
+    (path / "spec.yaml").write_text(SPEC.format(unit="{id: PID, max_rows: 3}"))
+    spec = load_spec(path / "spec.yaml")
+    table = spec.tables[0]
+    without = histogram(spec, table, encode(spec))
+    base = (path / "data.csv").read_text()
+    (path / "data.csv").write_text(base + "".join("ZZZZ,2,40\n" for _ in range(5)))
+    diffs = {tuple(histogram(spec, table, encode(spec)) - without) for _ in range(5)}
+    assert diffs == {(0, 3)}, diffs
+    plan = plan_release(spec, None).tables[0]
+    n, x = 1_000_000, int(without[1])
+    for scale, expected in ((plan.scale, float(plan.epsilon)), (1 / plan.epsilon, 3 * float(plan.epsilon))):
+        estimate, se = empirical_epsilon(x + discrete_laplace(scale, n) >= x + 3,
+                                         x + 3 + discrete_laplace(scale, n) >= x + 3)
         assert abs(estimate - expected) < 6 * se, (scale, estimate, expected, se)
-    assert k * float(epsilon) > float(epsilon) + 6 * se
 
 
 def test_a_bounded_release_end_to_end(synthetic, run_env):

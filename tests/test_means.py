@@ -240,3 +240,37 @@ def test_evaluate_leaves_means_out_and_says_so(tmp_path, cli):
     assert result.code == 0, result
     assert "| persons_by_sex |" in result.stdout
     assert "Not evaluated" in result.stdout and "mean_income_by_sex_age" in result.stdout
+
+
+def test_means_under_zcdp_and_approx(tmp_path):
+    """Both parts get the discrete Gaussian: under zcdp each part's σ² = Δ₂²/(2ρ_part) in
+    granularity units (the centred sum's Δ₂ = 100 units), under approx each part has its share of
+    the table's δ (in proportion to ε); the sum part's draws fit its planned Gaussian and not the
+    Gaussian of the whole budget."""
+    from dprelease.measure import measure_mean
+    from tests.stats import discrete_gaussian_pmf
+
+    path = write(tmp_path, definition="zcdp")
+    path.write_text(path.read_text().replace("{epsilon: 4}", "{rho: 4}").replace("budget: {epsilon: 2}",
+                    "budget: {rho: 2}").replace("epsilon: 1", "rho: 1").replace(
+                    "unit: row}", "unit: row, delta: 1e-6}"))
+    mean = plan_release(load_spec(path), None).tables[0]
+    total, count = mean.parts
+    assert total.mechanism == count.mechanism == "discrete_gaussian"
+    assert total.sensitivity == 100 ** 2 and count.sensitivity == 1
+    assert total.scale >= Fraction(100 ** 2) / (2 * Fraction(1, 2)) and total.charge <= Fraction(1, 2)
+    assert mean.charge == total.charge + count.charge <= 1
+    many = dataclasses.replace(total, cells=50_000)
+    draws = measure_mean(np.zeros((2, 50_000), np.int64),
+                         dataclasses.replace(mean, cells=50_000, parts=(many, dataclasses.replace(count, cells=50_000))))
+    units = draws[0] // 1000
+    assert chi_square_pvalue(units, lambda k: discrete_gaussian_pmf(k, float(total.scale))) > 1e-6
+    assert chi_square_pvalue(units, lambda k: discrete_gaussian_pmf(k, float(total.scale) / 2)) < 1e-6
+
+    approx = write(tmp_path, definition="approx")
+    approx.write_text(approx.read_text().replace("{epsilon: 4}", "{epsilon: 4, delta: 1e-5}").replace(
+        "budget: {epsilon: 2}", "budget: {epsilon: 2, delta: 1e-6}"))
+    plan = plan_release(load_spec(approx), None)
+    total, count = plan.tables[0].parts
+    assert (total.delta, count.delta) == (Fraction(1, 4 * 10**6), Fraction(1, 4 * 10**6))  # half of the table's 1/2
+    assert plan.tables[0].delta == Fraction(1, 2 * 10**6) and plan.total_delta == Fraction(1, 10**6)
