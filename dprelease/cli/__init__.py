@@ -19,7 +19,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from dprelease.accounting import NotANumber, fraction_text, parse_budget
+from dprelease.accounting import NotANumber, decimal_text, fraction_text, parse_budget
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
 from dprelease.ledger import Ledger, LedgerLocation, resolve_location
 
@@ -127,7 +127,7 @@ def large_delta_warnings(spec) -> list[str]:  # type: ignore[no-untyped-def]
                         ("the stated δ", spec.delta if spec.definition == "zcdp" else None),
                         ("the lifetime δ", spec.dataset.lifetime_delta)):
         if delta is not None and delta > LARGE_DELTA:
-            out.append(f"{what} = {float(delta):g} is large: (ε, δ)-DP may fail outright with probability δ per person; "
+            out.append(f"{what} = {decimal_text(delta)} is large: (ε, δ)-DP may fail outright with probability δ per person; "
                        "choose δ well below 1/(number of persons), e.g. 1e-6 or less")
     return out
 
