@@ -80,9 +80,7 @@ class ReleaseRun:
         start = time.perf_counter()
         self.data = encode(self.spec)
         self.invariants = place_totals(self.spec, self.data)  # published exactly, as the spec declares
-        for t in self.spec.local_tables:  # answers randomized by the respondents: counted as collected
-            self.local_counts[t.name] = np.bincount(self.data.codes[t.column],
-                                                    minlength=self.spec.column(t.column).size).astype(np.int64)
+        self.local_counts = dict(self.data.local_counts)  # answers randomized by the respondents, as collected
         self._timed("load", start)
 
     def measure_table(self, name: str) -> None:

@@ -164,44 +164,58 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     assert Fraction(manifest["local_epsilon_per_respondent"]["after"]) == 1 + ln_upper_bound(3)
     assert manifest["total_epsilon"] == "0"  # no central budget
 
-    # waves 2 and 3 are memoised: every respondent reuses, per true value, wave 1's randomized
-    # answer (here no answer changed). The ledger cannot see that: a respondent may have
-    # randomized one new value per wave, up to k values, so the first k collections of a chain
-    # cost ε each — the yes/no question's third wave costs nothing new, the 10-value question's does
-    for wave in (2, 3):
-        spec_n = write_spec(tmp_path, release=f"survey-wave-{wave}", collection=f"wave-{wave}", memoised="true",
-                            data=f"answers{wave}.csv", name=f"spec{wave}.yaml")
-        fav = cli("randomize", spec_n, "favourite", "--input", tmp_path / "true.csv",
-                  "--output", tmp_path / f"step{wave}.csv", "--id", "ID", "--memo", tmp_path / "memo.json")
-        assert fav.code == 0 and "100,000 reused" in fav.stdout, fav
-        assert [r["FAVOURITE"] for r in read_csv(tmp_path / f"step{wave}.csv")] == \
-            [r["FAVOURITE"] for r in read_csv(tmp_path / "step.csv")]
-        smk = cli("randomize", spec_n, "smokers", "--input", tmp_path / f"step{wave}.csv",
-                  "--output", tmp_path / f"answers{wave}.csv", "--id", "ID", "--memo", tmp_path / "memo-smk.json")
-        assert smk.code == 0 and "100,000 reused" in smk.stdout, smk
-        if wave == 3:
-            planned = cli("plan", spec_n, "--ledger", ledger)
-            assert planned.code == 0 and "0 (memoised)" in planned.stdout and "1 (memoised)" in planned.stdout, planned
-        assert run(spec_n, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
+    # wave 2 is memoised: every respondent repeats their wave-1 randomized answer, even the 10% whose
+    # true answer changed since (a repeat per true value would reveal who changed: no ε at all), so
+    # wave 2 costs nothing new
+    truth2 = read_csv(tmp_path / "true.csv")
+    for i, row in enumerate(truth2):
+        if i % 10 == 0:
+            row["FAVOURITE"] = LETTERS[(LETTERS.index(row["FAVOURITE"]) + 1) % 10]
+            row["SMOKES"] = "no" if row["SMOKES"] == "yes" else "yes"
+    with (tmp_path / "true2.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["ID", "FAVOURITE", "SMOKES"])
+        writer.writeheader()
+        writer.writerows(truth2)
+    spec2 = write_spec(tmp_path, release="survey-wave-2", collection="wave-2", memoised="true", data="answers2.csv",
+                       name="spec2.yaml")
+    fav = cli("randomize", spec2, "favourite", "--input", tmp_path / "true2.csv", "--output", tmp_path / "step2.csv",
+              "--id", "ID", "--memo", tmp_path / "memo.json")
+    assert fav.code == 0 and "100,000 reused" in fav.stdout, fav
+    smk = cli("randomize", spec2, "smokers", "--input", tmp_path / "step2.csv", "--output", tmp_path / "answers2.csv",
+              "--id", "ID", "--memo", tmp_path / "memo-smk.json")
+    assert smk.code == 0 and "100,000 reused" in smk.stdout, smk
+    wave1, wave2 = read_csv(tmp_path / "answers.csv"), read_csv(tmp_path / "answers2.csv")
+    assert [(r["FAVOURITE"], r["SMOKES"]) for r in wave1] == [(r["FAVOURITE"], r["SMOKES"]) for r in wave2]
+    planned = cli("plan", spec2, "--ledger", ledger)
+    assert planned.code == 0 and "0 (memoised)" in planned.stdout, planned
+    assert run(spec2, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     state = opened.state("survey-panel")
     opened.close()
     charged = {(r.collection, r.question): r.charged for r in state.local}
     ln3 = ln_upper_bound(3)
     assert charged == {("wave-1", "FAVOURITE"): 1, ("wave-1", "SMOKES"): ln3,
-                       ("wave-2", "FAVOURITE"): 1, ("wave-2", "SMOKES"): ln3,
-                       ("wave-3", "FAVOURITE"): 1, ("wave-3", "SMOKES"): 0}
-    assert state.local_epsilon == 3 + 2 * ln3 and state.spent == 0
+                       ("wave-2", "FAVOURITE"): 0, ("wave-2", "SMOKES"): 0}
+    assert state.local_epsilon == 1 + ln3 and state.spent == 0
+    assert state.definition == "pure-bounded"  # the number of answers is public: change one record
     shown = cli("ledger", "--ledger", ledger, "--json")
     listed = json.loads(shown.stdout)["datasets"][0]
-    assert Fraction(listed["local_epsilon_per_respondent"]) == 3 + 2 * ln3
+    assert Fraction(listed["local_epsilon_per_respondent"]) == 1 + ln3
 
-    # estimating wave 1 again (a new release from the same answers) records nothing new
+    # estimating wave 1 again (a new release from the same answers) records nothing new ...
     spec3 = write_spec(tmp_path, release="survey-wave-1-revised", name="spec3.yaml")
     assert run(spec3, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
-    assert opened.state("survey-panel").local_epsilon == 3 + 2 * ln3
+    assert opened.state("survey-panel").local_epsilon == 1 + ln3
     opened.close()
+    # ... but new answers under wave 1's name are refused, not recorded as free
+    before = (tmp_path / "answers.csv").read_text()
+    (tmp_path / "answers.csv").write_text(before.replace('"r0"', '"r0x"', 1))
+    assert (tmp_path / "answers.csv").read_text() != before
+    spec4 = write_spec(tmp_path, release="survey-wave-1-again", name="spec4.yaml")
+    refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    assert refused.returncode == 2 and "with other answers" in refused.stderr, refused.stderr
+    assert not (tmp_path / "out" / "survey-wave-1-again").exists()
 
 
 def test_a_memoised_collection_needs_a_first_one(tmp_path, cli):
@@ -234,6 +248,22 @@ def test_randomize_refuses_bad_input(tmp_path, cli):
     result = cli("randomize", spec, "smokers", "--input", tmp_path / "true.csv", "--output", tmp_path / "q.csv",
                  "--id", "ID", "--memo", tmp_path / "m.json")  # a memo of another question
     assert result.code == 2 and "keeps its question and protocol" in result.stderr, result
+    first_only = write_spec(tmp_path, collection="wave-9", name="other.yaml")  # not memoised, an existing memo
+    result = cli("randomize", first_only, "favourite", "--input", tmp_path / "true.csv", "--output",
+                 tmp_path / "t.csv", "--id", "ID", "--memo", tmp_path / "m.json")
+    assert result.code == 2 and "fresh collection" in result.stderr and not (tmp_path / "t.csv").exists(), result
+    memoised_spec = write_spec(tmp_path, memoised="true", name="memo2.yaml")
+    result = cli("randomize", memoised_spec, "favourite", "--input", tmp_path / "true.csv", "--output",
+                 tmp_path / "u.csv", "--id", "ID", "--memo", tmp_path / "none.json")
+    assert result.code == 2 and "does not exist" in result.stderr and not (tmp_path / "u.csv").exists(), result
+    more = tmp_path / "more.csv"
+    more.write_text((tmp_path / "true.csv").read_text() + "newbie,a,no\n")
+    result = cli("randomize", memoised_spec, "favourite", "--input", more, "--output", tmp_path / "v.csv",
+                 "--id", "ID", "--memo", tmp_path / "m.json")
+    assert result.code == 2 and "--new-respondents" in result.stderr and not (tmp_path / "v.csv").exists(), result
+    result = cli("randomize", memoised_spec, "favourite", "--input", more, "--output", tmp_path / "v.csv",
+                 "--id", "ID", "--memo", tmp_path / "m.json", "--new-respondents")
+    assert result.code == 0 and "50 reused" in result.stdout, result
     for where in (["--output", tmp_path / "nowhere" / "o.csv"],
                   ["--output", tmp_path / "r.csv", "--id", "ID", "--memo", tmp_path / "nowhere" / "m.json"]):
         result = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", *where)
@@ -313,3 +343,30 @@ def test_standard_errors_match_the_spread_across_replicates():
         ratio = spread / reported
         assert ((0.7 <= ratio) & (ratio <= 1.4)).sum() >= 9, (name, ratio)  # a χ² spread with 39 d.f.
         assert not ((0.7 <= spread / (10 * reported)) & (spread / (10 * reported) <= 1.4)).any()
+
+
+def test_local_tables_make_the_release_bounded_and_count_every_answer(tmp_path, cli):
+    """A local table publishes how many answers were collected, so the release (and its dataset)
+    is planned under change one record: a central table in the same spec gets sensitivity 2.
+    Answers are counted in their own domain, whatever the other columns hold (a row dropped for
+    another column's out-of-domain value still counts its answer: the count must not depend on
+    private columns). A person unit is refused."""
+    from dprelease.data import encode
+    from dprelease.plan import plan_release
+    from dprelease.spec import load_spec
+
+    (tmp_path / "answers.csv").write_text("ID,FAVOURITE,SMOKES,AGEP\nr1,a,yes,30\nr2,b,no,130\nr3,a,no,40\n")
+    spec_path = write_spec(tmp_path)
+    spec_path.write_text(spec_path.read_text().replace(
+        '  SMOKES: {domain: ["yes", "no"]}', '  SMOKES: {domain: ["yes", "no"]}\n'
+        '  AGEP: {range: [0, 99], on_out_of_domain: drop}') + "  - {name: by_age, group_by: [AGEP], epsilon: 1}\n")
+    spec = load_spec(spec_path)
+    plan = plan_release(spec, None)
+    assert plan.tables[0].sensitivity == 2 and plan.terms == "pure-bounded"
+    data = encode(spec)
+    assert data.rows == 2  # the central tables lose the row with AGEP 130 ...
+    assert list(data.local_counts["favourite"][:2]) == [2, 1]  # ... the local table keeps its answer
+    person = write_spec(tmp_path, name="person.yaml")
+    person.write_text(person.read_text().replace("unit: row", "unit: {id: ID, max_rows: 2}"))
+    result = cli("validate", person)
+    assert result.code == 2 and "privacy.unit" in result.stderr and "unit: row" in result.stderr, result

@@ -2,10 +2,10 @@
 
 For simulations and field tools: reads true answers, writes each one randomized with the
 table's protocol (k-RR or the coin flip), exactly, from the OS CSPRNG. With ``--memo`` every
-respondent's first randomized answer to this question is kept (per true value, as RAPPOR's
-permanent randomized response) and reused by later collections, which then cost no new ε; the
-memo maps respondents to their true answers, so it is respondent-side state: written owner-only
-and never to be collected.
+respondent's first randomized answer to this question is kept (a permanent randomized
+response, as in RAPPOR) and repeated by later, memoised collections, which then cost no new ε.
+The memo links respondents to their answers, so it is respondent-side state: written
+owner-only and never to be collected.
 """
 
 from __future__ import annotations
@@ -32,9 +32,16 @@ def protocol_key(spec: Spec, table: LocalTable) -> str:
 
 
 def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_column: str | None,
-                   memo_path: Path | None) -> tuple[int, int]:
+                   memo_path: Path | None, new_respondents: bool = False) -> tuple[int, int]:
     """Randomize ``source``'s answers to the table's question into ``target``; returns (answers
-    written, answers reused from the memo)."""
+    written, answers reused from the memo).
+
+    Privacy contract (per respondent): without a memo every answer is a fresh draw, ε-local DP
+    (ε of the protocol). With a memo each respondent's first randomized answer is kept and every
+    later collection of the question repeats it, whatever the respondent's answer is by then, so
+    the later reports are a function of the first draw alone: no new ε. (Reusing per true value
+    instead would reveal whether an answer changed: no ε at all.) A memo is created only by a
+    collection that is not memoised (its origin) and a memoised collection needs one."""
     table = next((t for t in spec.local_tables if t.name == table_name), None)
     if table is None:
         known = ", ".join(t.name for t in spec.local_tables) or "none"
@@ -60,25 +67,29 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
                         f"({', '.join(domain)}), e.g. on data row {bad[0] + 1}; every answer must be a declared value")
     codes = np.array([code_of[v] for v in values], dtype=np.int64)  # type: ignore[index]
     key = protocol_key(spec, table)
-    memo = _load_memo(memo_path, table.column, key) if memo_path else None
-    reported = np.full(codes.size, -1, dtype=np.int64)
+    memo = _load_memo(memo_path, table, key) if memo_path else None
     ids = [str(i) for i in rows.column(id_column).to_pylist()] if id_column else []
-    reused = 0
+    reported = np.full(codes.size, -1, dtype=np.int64)
     if memo is not None:
-        for i, (respondent, value) in enumerate(zip(ids, values)):
-            earlier = memo["answers"].get(respondent, {}).get(value)
-            if earlier is not None:
-                reported[i] = code_of[earlier]
-                reused += 1
+        kept = memo["answers"]
+        known = [i for i, respondent in enumerate(ids) if respondent in kept]
+        for i in known:  # the first randomized answer, whatever the answer is now
+            reported[i] = code_of[kept[ids[i]]]
+        first_time = {ids[i] for i in range(len(ids)) if ids[i] not in kept}
+        if table.memoised and first_time and not new_respondents:
+            raise UserError(f"{len(first_time)} respondent(s) of {source} are not in the memo {memo_path} (e.g. "
+                            f"{sorted(first_time)[0]!r}); a memoised collection only repeats earlier answers. If they "
+                            "never answered this question before, pass --new-respondents")
     fresh = np.flatnonzero(reported < 0)
     drawn = coin_flip(codes[fresh]) if table.protocol == "coin_flip" else randomize(
         codes[fresh], len(domain), table.epsilon)  # type: ignore[arg-type]
     reported[fresh] = drawn
     if memo is not None:
-        for i in fresh:  # the first randomized answer per (respondent, true value) is kept
-            memo["answers"].setdefault(ids[i], {}).setdefault(values[i], domain[reported[i]])
-        for i in fresh:  # duplicates within this file reuse the kept one too
-            reported[i] = code_of[memo["answers"][ids[i]][values[i]]]
+        for i in fresh:  # a respondent's first randomized answer is kept (one per respondent) ...
+            memo["answers"].setdefault(ids[i], domain[reported[i]])
+        for i in fresh:  # ... and one who appears twice in this file answers the same both times
+            reported[i] = code_of[memo["answers"][ids[i]]]
+    reused = codes.size - fresh.size
     out_columns = {name: rows.column(name) for name in rows.column_names}
     out_columns[table.column] = pa.array([domain[c] for c in reported], pa.string())
     if memo is not None and memo_path is not None:  # the memo first: no answers out without it
@@ -105,18 +116,26 @@ def _read(path: Path, needed: list[str]) -> pa.Table:
                      for n in table.column_names})
 
 
-def _load_memo(path: Path, question: str, key: str) -> dict[str, Any]:
+def _load_memo(path: Path, table: LocalTable, key: str) -> dict[str, Any]:
     if not path.exists():
-        return {"format": MEMO_FORMAT, "question": question, "protocol": key, "answers": {}}
+        if table.memoised:
+            raise UserError(f"--memo {path} does not exist: a memoised collection repeats the answers kept by the "
+                            "first collection of this question (randomized with --memo); without them it would be a "
+                            "fresh collection, which costs ε again: set memoised: false")
+        return {"format": MEMO_FORMAT, "question": table.column, "protocol": key, "origin": table.collection,
+                "answers": {}}
     try:
         memo = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not a memo written by dprelease randomize ({exc})") from None
     if not isinstance(memo, dict) or memo.get("format") != MEMO_FORMAT or not isinstance(memo.get("answers"), dict):
         raise UserError(f"{path}: not a memo written by dprelease randomize")
-    if memo.get("question") != question or memo.get("protocol") != key:
-        raise UserError(f"{path} memoises {memo.get('question')!r} under {memo.get('protocol')!r}, not {question!r} "
-                        f"under {key!r}: a reused answer keeps its question and protocol")
+    if memo.get("question") != table.column or memo.get("protocol") != key:
+        raise UserError(f"{path} memoises {memo.get('question')!r} under {memo.get('protocol')!r}, not "
+                        f"{table.column!r} under {key!r}: a reused answer keeps its question and protocol")
+    if not table.memoised and memo.get("origin") != table.collection:
+        raise UserError(f"{path} holds the answers of collection {memo.get('origin')!r}; table {table.name} is not "
+                        "memoised, so it is a fresh collection: use a new memo file, or set memoised: true")
     return memo
 
 

@@ -61,7 +61,7 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
                                  charges=[(t.key, t.charge, t.delta) for t in plan.tables],
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                                  lifetime_delta_from_spec=spec.dataset.lifetime_delta,
-                                 local=tuple(p.collection for p in plan.local),
+                                 local=_local_collections(spec, plan),
                                  spec_path=str(spec.source.resolve()), output_dir=str(output_dir),
                                  definition=plan.terms)
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
@@ -120,6 +120,17 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
     _check_prefect_server()
+
+
+def _local_collections(spec: Spec, plan: Plan) -> tuple:  # type: ignore[type-arg]
+    """What the ledger records of the local tables, with the fingerprint of the answers' file (so
+    that new answers under an old collection name are refused rather than recorded as free)."""
+    if not plan.local:
+        return ()
+    from dprelease.data import file_fingerprint
+
+    answers = file_fingerprint(spec.dataset.resolved_path)
+    return tuple(dataclasses.replace(p.collection, answers=answers) for p in plan.local)
 
 
 def over_budget_message(spec: Spec, plan: Plan) -> str:

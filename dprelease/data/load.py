@@ -57,6 +57,7 @@ class Encoded:
     rows_dropped: int  # out-of-domain drops and rows over the contribution bound
     rows_over_bound: int = 0  # of which: a person's rows beyond max_rows
     values: dict[str, np.ndarray] = field(default_factory=dict)  # summed columns (float64, NaN if missing)
+    local_counts: dict[str, np.ndarray] = field(default_factory=dict)  # per local table: answers per value
 
     @property
     def rows(self) -> int:
@@ -157,6 +158,7 @@ def encode(spec: Spec) -> Encoded:
                        [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed)
     n = table.num_rows
     codes: dict[str, np.ndarray] = {}
+    local_counts: dict[str, np.ndarray] = {}
     keep = np.ones(n, dtype=bool)
     for column in declared:
         arr = table.column(column.name).combine_chunks() if n else pa.array([], pa.string())
@@ -172,6 +174,10 @@ def encode(spec: Spec) -> Encoded:
             else:
                 raise DataError(_bad_values_message(spec, column, arr, bad))
         codes[column.name] = code
+        for t in spec.local_tables:  # every answer in its own domain counts, whatever the other columns hold
+            if t.column == column.name:
+                valid = code if bad is None else code[~bad]
+                local_counts[t.name] = np.bincount(valid, minlength=column.size).astype(np.int64)
     for column in columns:
         if isinstance(column, BinnedColumn):
             codes[column.name] = _bin(column, spec.column(column.source), codes[column.source])
@@ -188,7 +194,8 @@ def encode(spec: Spec) -> Encoded:
     if not keep.all():
         codes = {k: v[keep] for k, v in codes.items()}
         values = {k: v[keep] for k, v in values.items()}
-    return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()), rows_over_bound=over, values=values)
+    return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()), rows_over_bound=over, values=values,
+                   local_counts=local_counts)
 
 
 def _numbers(spec: Spec, name: str, column: pa.ChunkedArray) -> np.ndarray:

@@ -78,6 +78,7 @@ local_t = sa.Table("local_collections", metadata,
                    sa.Column("epsilon", sa.String(200), nullable=False),  # per respondent, a rational upper bound
                    sa.Column("charged", sa.String(200), nullable=False),  # 0 when memoised or already recorded
                    sa.Column("memoised", sa.Boolean, nullable=False),
+                   sa.Column("answers", sa.String(80)),  # fingerprint of the file of answers
                    sa.Column("run_id", sa.String(64), nullable=False),
                    sa.Column("recorded_at", sa.String(40), nullable=False),
                    sa.Column("recorded_by", sa.String(200), nullable=False),
@@ -142,6 +143,7 @@ class LocalCollection:
     protocol: str  # protocol and ε ("k_rr:1", "coin_flip"): a memoised collection must match the first
     epsilon: Fraction  # per respondent, a rational upper bound
     memoised: bool = False
+    answers: str | None = None  # fingerprint of the collected answers (None when planning without data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,25 +157,28 @@ class LocalRecord:
     run_id: str
     recorded_at: str
     recorded_by: str
+    answers: str | None = None
 
 
 def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tuple[Fraction, bool]:
     """(ε charged per respondent, whether the collection is already recorded) for ``asked``.
 
     Collections of the same people compose: a new collection of a question costs its ε again.
-    A memoised collection reuses, per respondent and per true value (as RAPPOR does), the
-    randomized answer first drawn for that value; a respondent whose answer changed randomizes
-    the new value once. So over a first collection and its memoised successors each respondent
-    has randomized at most min(collections, k) values of the k in the domain: the first k
-    collections of the chain cost ε each, later ones nothing new. A collection already recorded
-    (estimated again in a later release) costs nothing new. Raises LedgerError for a memoised
-    collection with no first one, or with another protocol.
+    A memoised collection repeats each respondent's first randomized answer to the question
+    (``dprelease randomize --memo``), whatever their answer is now: its reports are a function
+    of that first draw, so it costs nothing new. A collection already recorded (estimated again
+    in a later release) costs nothing new. Raises LedgerError for a memoised collection with no
+    first one, or with another protocol.
     """
     for r in records:
         if (r.collection, r.question) == (asked.collection, asked.question):
             if r.protocol != asked.protocol:
                 raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with protocol "
                                   f"{r.protocol!r}, not {asked.protocol!r}; one collection has one protocol")
+            if r.answers and asked.answers and r.answers != asked.answers:
+                raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with other "
+                                  f"answers (file {r.answers[:19]}…, now {asked.answers[:19]}…): a new collection needs "
+                                  "a new collection: name, and costs its ε")
             return Fraction(0), True
     if not asked.memoised:
         return asked.epsilon, False
@@ -185,9 +190,7 @@ def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tu
     if first.protocol != asked.protocol:
         raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
                           f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
-    chain = 1 + sum(1 for r in records if r.question == asked.question and r.memoised)  # before this one
-    k = int(asked.protocol.rpartition("/k=")[2])
-    return (asked.epsilon if chain < k else Fraction(0)), False
+    return Fraction(0), False
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,9 +433,9 @@ class Ledger:
                 conn.execute(local_t.insert().values(
                     dataset=dataset, collection=asked.collection, question=asked.question, protocol=asked.protocol,
                     epsilon=fraction_text(asked.epsilon), charged=fraction_text(charged), memoised=asked.memoised,
-                    run_id=run_id, recorded_at=at, recorded_by=by))
+                    answers=asked.answers, run_id=run_id, recorded_at=at, recorded_by=by))
                 records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charged,
-                                        asked.memoised, run_id, at, by),)
+                                        asked.memoised, run_id, at, by, asked.answers),)
         return Reservation(run_id, state.spent, state.budget, state.delta_spent, state.delta_budget)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None) -> None:
@@ -592,7 +595,7 @@ def _state(conn: Connection, dataset: str) -> DatasetState | None:
     spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
     delta_spent = sum((r.delta for r in runs if r.state in LIVE_STATES), Fraction(0))
     local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon), parse_exact(r.charged),
-                              bool(r.memoised), r.run_id, r.recorded_at, r.recorded_by)
+                              bool(r.memoised), r.run_id, r.recorded_at, r.recorded_by, r.answers)
                   for r in conn.execute(sa.select(local_t).where(local_t.c.dataset == dataset).order_by(local_t.c.id)))
     return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
                         delta_spent, local)

@@ -298,7 +298,7 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
     """
     base = spec.definition
     unit = f"@{spec.unit_id}" if spec.unit == "person" else ""  # the privacy unit is part of the terms
-    wanted = base + ("-bounded" if spec.invariants else "") + unit
+    wanted = base + ("-bounded" if spec.bounded else "") + unit
     if state is None or state.definition == wanted:
         return wanted, spec.sensitivity, spec.neighbouring
     held, _, held_unit = state.definition.partition("@")
@@ -316,12 +316,13 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
         raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under {shown[held_base]} "
                           f"terms; a {base} release cannot be charged there. Release it under a new dataset name, or "
                           f"as {shown[held_base]}" + (" or pure ε-DP" if held_base != "pure" else ""))
-    if spec.invariants and not bounded:
+    if spec.bounded and not bounded:
+        what = "invariants" if spec.invariants else "local tables (the number of answers)"
         raise LedgerError(
             f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under add/remove-one-row terms, but "
-            "this spec publishes invariants, which need change-one-record terms for the whole dataset (its "
-            "earlier budget would double). Release the invariants under a new dataset name, or drop invariants:")
-    if bounded and not spec.invariants:
+            f"this spec publishes {what}, which need change-one-record terms for the whole dataset (its "
+            f"earlier budget would double). Release them under a new dataset name, or drop them")
+    if bounded and not spec.bounded:
         return state.definition, 2 * spec.max_rows, (
             "change one record (bounded DP: invariants of this dataset were published before, so every release "
             "of it is planned under change one record)")

@@ -287,6 +287,10 @@ class _Checker:
                       + ("an approx release's δ is a budget: budget: {epsilon: E, delta: D}" if definition == "approx"
                          else "pure ε-DP has δ = 0"), at_key=True)
             return None
+        if self.local and unit_id is not None:
+            self.fail(("privacy", "unit"), "local tables count one answer per row, each row one respondent: use "
+                      "unit: row (a person's several rows would each carry an answer, charged once)")
+            return None
         if definition == "approx":
             if budget_delta is None:
                 return None

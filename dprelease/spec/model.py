@@ -383,10 +383,19 @@ class Spec:
         change one record (bounded DP): a row leaves one cell and enters another, 2 in L1.
         With a contribution bound (unit person, at most K rows each), both scale by K.
         """
-        return (2 if self.invariants else 1) * self.max_rows
+        return (2 if self.bounded else 1) * self.max_rows
+
+    @property
+    def bounded(self) -> bool:
+        """Change-one-record terms: invariants publish exact totals, and local tables publish the
+        number of answers (public in a local collection), so neighbours have the same totals."""
+        return bool(self.invariants or self.local_tables)
 
     @property
     def neighbouring(self) -> str:
+        if self.local_tables and not self.invariants:
+            return ("change one record (bounded DP: the local tables publish how many answers were collected, so "
+                    "neighbours have the same number of rows)")
         if self.unit == "person":
             who = (f"one person (every row with one {self.unit_id}; at most {self.max_rows} of them kept, chosen "
                    "at random, so one person moves at most that many rows)")
@@ -407,7 +416,7 @@ class Spec:
     def l2_sensitivity_squared(self) -> int:
         """Δ₂² of every count histogram: k² under add/remove (k rows of one person in one cell),
         2k² under change one record (k rows leave one cell and k enter another)."""
-        return (2 if self.invariants else 1) * self.max_rows ** 2
+        return (2 if self.bounded else 1) * self.max_rows ** 2
 
     def column(self, name: str) -> Column:
         for c in self.columns:
