@@ -50,6 +50,7 @@ class ReleaseRun:
     location: LedgerLocation
     layout: Layout
     caps: tuple[CapChange, ...] = ()
+    answers_fingerprint: str | None = None  # local tables: the file of answers the ledger recorded
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGE_TIMINGS, 0.0))
     noise_drawn: bool = False
@@ -76,6 +77,9 @@ class ReleaseRun:
         checkpoint("load")
         start = time.perf_counter()
         self.data_fingerprint = file_fingerprint(self.spec.dataset.resolved_path)
+        if self.answers_fingerprint is not None and self.data_fingerprint != self.answers_fingerprint:
+            raise DataError(f"{self.spec.dataset.resolved_path} changed after the ledger recorded its local "
+                            "collections; run the release again")
         self._timed("fingerprint", start)
         start = time.perf_counter()
         self.data = encode(self.spec)

@@ -111,7 +111,7 @@ def test_amounts_are_stored_as_exact_text(url):
     reserve(ledger, charges=[("t", Fraction(1, 3))])
     with ledger.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT epsilon FROM charges")).scalar_one() == "1/3"
-        assert conn.execute(sa.text("SELECT value FROM dprelease_meta")).scalar_one() == "2"
+        assert conn.execute(sa.text("SELECT value FROM dprelease_meta")).scalar_one() == "3"
     ledger.close()
 
 

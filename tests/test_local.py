@@ -41,20 +41,21 @@ tables:
     protocol: k_rr
     epsilon_local: 1
     collection: {collection}
-    memoised: {memoised}
+    memoised: {memoised}{memo_of}
   - name: smokers
     kind: local
     column: SMOKES
     protocol: coin_flip
     collection: {collection}
-    memoised: {memoised}
+    memoised: {memoised}{memo_of}
 """
 
 
 def write_spec(tmp_path, release="survey-wave-1", collection="wave-1", memoised="false", data="answers.csv",
                name="spec.yaml"):
     path = tmp_path / name
-    path.write_text(SPEC.format(release=release, collection=collection, memoised=memoised, data=data))
+    memo_of = "\n    memo_of: wave-1" if memoised == "true" else ""
+    path.write_text(SPEC.format(release=release, collection=collection, memoised=memoised, data=data, memo_of=memo_of))
     return path
 
 
@@ -218,11 +219,55 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     assert not (tmp_path / "out" / "survey-wave-1-again").exists()
 
 
-def test_a_memoised_collection_needs_a_first_one(tmp_path, cli):
+def test_a_memoised_collection_needs_its_first_one(tmp_path, cli):
     true_answers(tmp_path / "answers.csv", n=100)
-    spec = write_spec(tmp_path, memoised="true", data="answers.csv")
+    spec = write_spec(tmp_path, memoised="true", collection="wave-2", data="answers.csv")
     refused = cli("plan", spec, "--ledger", tmp_path / "ledger.sqlite")
-    assert refused.code == 2 and "no earlier collection of 'FAVOURITE'" in refused.stderr, refused
+    assert refused.code == 2 and "'wave-1' is not a recorded, non-memoised collection" in refused.stderr, refused
+    text = spec.read_text()
+    spec.write_text(text.replace("    memo_of: wave-1\n", "", 1))
+    result = cli("validate", spec)
+    assert result.code == 2 and "add memo_of" in result.stderr, result
+
+
+def test_ids_are_kept_as_written(tmp_path, cli):
+    """"001" and "1" are two respondents, and the output keeps "001": a memo keyed on a parsed
+    id would give one of them a second, uncharged draw."""
+    (tmp_path / "true.csv").write_text("ID,FAVOURITE,SMOKES\n001,a,yes\n1,b,no\n")
+    spec = write_spec(tmp_path)
+    assert cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "o.csv",
+               "--id", "ID", "--memo", tmp_path / "m.json").code == 0
+    assert [r["ID"] for r in read_csv(tmp_path / "o.csv")] == ["001", "1"]
+    assert set(json.loads((tmp_path / "m.json").read_text())["answers"]) == {"001", "1"}
+
+
+def test_answers_recorded_before_fingerprints_are_treated_as_unknown(tmp_path):
+    """A pre-release schema-2 ledger held local collections without the answers' fingerprint: it is
+    migrated, and estimating such a collection again is refused (its answers are unknown) rather
+    than recorded as free."""
+    import sqlite3
+
+    from dprelease.errors import LedgerError
+    from dprelease.ledger import LocalCollection
+
+    path = tmp_path / "l.sqlite"
+    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    ledger.set_budget("d", Fraction(1), reason="test", definition="pure-bounded")
+    asked = LocalCollection("wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers="sha256:aaa")
+    ledger.reserve(dataset="d", release="a", charges=[], spec_fingerprint="x", lifetime_from_spec=None,
+                   definition="pure-bounded", local=(asked,))
+    ledger.close()
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE local_collections DROP COLUMN answers")
+    con.execute("UPDATE dprelease_meta SET value = '2' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    assert ledger.state("d").local_epsilon == 1
+    with pytest.raises(LedgerError, match="other answers"):
+        ledger.reserve(dataset="d", release="b", charges=[], spec_fingerprint="x", lifetime_from_spec=None,
+                       definition="pure-bounded", local=(asked,))
+    ledger.close()
 
 
 def test_randomize_refuses_bad_input(tmp_path, cli):
@@ -252,7 +297,7 @@ def test_randomize_refuses_bad_input(tmp_path, cli):
     result = cli("randomize", first_only, "favourite", "--input", tmp_path / "true.csv", "--output",
                  tmp_path / "t.csv", "--id", "ID", "--memo", tmp_path / "m.json")
     assert result.code == 2 and "fresh collection" in result.stderr and not (tmp_path / "t.csv").exists(), result
-    memoised_spec = write_spec(tmp_path, memoised="true", name="memo2.yaml")
+    memoised_spec = write_spec(tmp_path, memoised="true", collection="wave-2", name="memo2.yaml")
     result = cli("randomize", memoised_spec, "favourite", "--input", tmp_path / "true.csv", "--output",
                  tmp_path / "u.csv", "--id", "ID", "--memo", tmp_path / "none.json")
     assert result.code == 2 and "does not exist" in result.stderr and not (tmp_path / "u.csv").exists(), result
@@ -260,15 +305,23 @@ def test_randomize_refuses_bad_input(tmp_path, cli):
     more.write_text((tmp_path / "true.csv").read_text() + "newbie,a,no\n")
     result = cli("randomize", memoised_spec, "favourite", "--input", more, "--output", tmp_path / "v.csv",
                  "--id", "ID", "--memo", tmp_path / "m.json")
-    assert result.code == 2 and "--new-respondents" in result.stderr and not (tmp_path / "v.csv").exists(), result
-    result = cli("randomize", memoised_spec, "favourite", "--input", more, "--output", tmp_path / "v.csv",
-                 "--id", "ID", "--memo", tmp_path / "m.json", "--new-respondents")
-    assert result.code == 0 and "50 reused" in result.stdout, result
+    assert result.code == 2 and "collection of their own" in result.stderr and not (tmp_path / "v.csv").exists()
+    pilot = write_spec(tmp_path, collection="pilot", name="pilot.yaml")  # a memo made by another collection
+    assert cli("randomize", pilot, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "w.csv",
+               "--id", "ID", "--memo", tmp_path / "pilot.json").code == 0
+    result = cli("randomize", memoised_spec, "favourite", "--input", tmp_path / "true.csv", "--output",
+                 tmp_path / "x.csv", "--id", "ID", "--memo", tmp_path / "pilot.json")
+    assert result.code == 2 and "not of 'wave-1'" in result.stderr and not (tmp_path / "x.csv").exists(), result
+    blank = tmp_path / "blank.csv"
+    blank.write_text("ID,FAVOURITE,SMOKES\nr1,a,yes\n,b,no\n")
+    result = cli("randomize", spec, "favourite", "--input", blank, "--output", tmp_path / "y.csv", "--id", "ID",
+                 "--memo", tmp_path / "blank.json")
+    assert result.code == 2 and "empty respondent id" in result.stderr and not (tmp_path / "y.csv").exists()
     for where in (["--output", tmp_path / "nowhere" / "o.csv"],
                   ["--output", tmp_path / "r.csv", "--id", "ID", "--memo", tmp_path / "nowhere" / "m.json"]):
         result = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", *where)
         assert result.code == 2 and "does not exist" in result.stderr and not (tmp_path / "r.csv").exists(), result
-    memoised = write_spec(tmp_path, memoised="true", name="memoised.yaml")
+    memoised = write_spec(tmp_path, memoised="true", collection="wave-2", name="memoised.yaml")
     result = cli("randomize", memoised, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "s.csv")
     assert result.code == 2 and "--memo" in result.stderr and not (tmp_path / "s.csv").exists(), result
 
@@ -356,6 +409,11 @@ def test_local_tables_make_the_release_bounded_and_count_every_answer(tmp_path, 
     from dprelease.spec import load_spec
 
     (tmp_path / "answers.csv").write_text("ID,FAVOURITE,SMOKES,AGEP\nr1,a,yes,30\nr2,b,no,130\nr3,a,no,40\n")
+    dropping = write_spec(tmp_path, name="drop.yaml")
+    dropping.write_text(dropping.read_text().replace('SMOKES: {domain: ["yes", "no"]}',
+                                                     'SMOKES: {domain: ["yes", "no"], on_out_of_domain: drop}'))
+    result = cli("validate", dropping)
+    assert result.code == 2 and "on_out_of_domain: drop" in result.stderr, result
     spec_path = write_spec(tmp_path)
     spec_path.write_text(spec_path.read_text().replace(
         '  SMOKES: {domain: ["yes", "no"]}', '  SMOKES: {domain: ["yes", "no"]}\n'

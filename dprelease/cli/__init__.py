@@ -282,9 +282,6 @@ def randomize(
     memo: Annotated[Optional[Path], typer.Option(
         metavar="FILE", help="Keep and reuse each respondent's first randomized answer (needs --id); "
         "respondent-side state, written owner-only.")] = None,
-    new_respondents: Annotated[bool, typer.Option(
-        "--new-respondents", help="A memoised collection: randomize respondents the memo does not hold (only those "
-        "who never answered this question before).")] = False,
 ) -> None:
     """Randomize answers as the respondents would, with the local table's protocol.
 
@@ -296,7 +293,7 @@ def randomize(
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)
-    written, reused = randomize_file(spec, table, input_path, output_path, id_column, memo, new_respondents)
+    written, reused = randomize_file(spec, table, input_path, output_path, id_column, memo)
     local = next(t for t in spec.local_tables if t.name == table)
     out.print(f"randomized {written:,} answers of {local.column} with {local.protocol} (ε = {local.epsilon_shown} "
               f"per respondent) → {output_path}" + (f"; {reused:,} reused from {memo}" if memo else ""),

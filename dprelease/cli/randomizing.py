@@ -32,7 +32,7 @@ def protocol_key(spec: Spec, table: LocalTable) -> str:
 
 
 def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_column: str | None,
-                   memo_path: Path | None, new_respondents: bool = False) -> tuple[int, int]:
+                   memo_path: Path | None) -> tuple[int, int]:
     """Randomize ``source``'s answers to the table's question into ``target``; returns (answers
     written, answers reused from the memo).
 
@@ -41,7 +41,9 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
     later collection of the question repeats it, whatever the respondent's answer is by then, so
     the later reports are a function of the first draw alone: no new ε. (Reusing per true value
     instead would reveal whether an answer changed: no ε at all.) A memo is created only by a
-    collection that is not memoised (its origin) and a memoised collection needs one."""
+    collection that is not memoised (its origin); a memoised collection needs the memo of the
+    collection its ``memo_of`` names and takes only the respondents it holds. Ids and answers are
+    read as text, exactly as written."""
     table = next((t for t in spec.local_tables if t.name == table_name), None)
     if table is None:
         known = ", ".join(t.name for t in spec.local_tables) or "none"
@@ -68,7 +70,11 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
     codes = np.array([code_of[v] for v in values], dtype=np.int64)  # type: ignore[index]
     key = protocol_key(spec, table)
     memo = _load_memo(memo_path, table, key) if memo_path else None
-    ids = [str(i) for i in rows.column(id_column).to_pylist()] if id_column else []
+    ids = rows.column(id_column).to_pylist() if id_column else []
+    if any(not i for i in ids):
+        raise DataError(f"{source}: column {id_column} has an empty respondent id on data row "
+                        f"{next(n for n, i in enumerate(ids) if not i) + 1}; every respondent needs one to keep their "
+                        "answer")
     reported = np.full(codes.size, -1, dtype=np.int64)
     if memo is not None:
         kept = memo["answers"]
@@ -76,10 +82,10 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
         for i in known:  # the first randomized answer, whatever the answer is now
             reported[i] = code_of[kept[ids[i]]]
         first_time = {ids[i] for i in range(len(ids)) if ids[i] not in kept}
-        if table.memoised and first_time and not new_respondents:
+        if table.memoised and first_time:
             raise UserError(f"{len(first_time)} respondent(s) of {source} are not in the memo {memo_path} (e.g. "
-                            f"{sorted(first_time)[0]!r}); a memoised collection only repeats earlier answers. If they "
-                            "never answered this question before, pass --new-respondents")
+                            f"{sorted(first_time)[0]!r}); a memoised collection only repeats earlier answers. Collect "
+                            "new respondents in a collection of their own (memoised: false), which costs its ε")
     fresh = np.flatnonzero(reported < 0)
     drawn = coin_flip(codes[fresh]) if table.protocol == "coin_flip" else randomize(
         codes[fresh], len(domain), table.epsilon)  # type: ignore[arg-type]
@@ -100,27 +106,30 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
 
 
 def _read(path: Path, needed: list[str]) -> pa.Table:
+    """Every column as text, exactly as written (an id "001" stays "001"); empty cells are ""."""
+    import csv as text_csv
+
     try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            header = next(text_csv.reader(f), [])
         table = csv.read_csv(path, convert_options=csv.ConvertOptions(
-            column_types={}, strings_can_be_null=False, auto_dict_encode=False),
-            read_options=csv.ReadOptions(autogenerate_column_names=False))
+            column_types={n: pa.string() for n in header}, strings_can_be_null=False, quoted_strings_can_be_null=False,
+            auto_dict_encode=False))
     except FileNotFoundError:
         raise UserError(f"{path} does not exist") from None
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read it as CSV: {str(exc).splitlines()[0]}") from None
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise DataError(f"{path}: no column {', '.join(missing)} (it has: {', '.join(table.column_names)})")
-    # every column as text, as written
-    return pa.table({n: pa.array([None if v is None else str(v) for v in table.column(n).to_pylist()], pa.string())
-                     for n in table.column_names})
+    return table
 
 
 def _load_memo(path: Path, table: LocalTable, key: str) -> dict[str, Any]:
     if not path.exists():
         if table.memoised:
-            raise UserError(f"--memo {path} does not exist: a memoised collection repeats the answers kept by the "
-                            "first collection of this question (randomized with --memo); without them it would be a "
+            raise UserError(f"--memo {path} does not exist: a memoised collection repeats the answers kept by "
+                            f"collection {table.memo_of!r} (randomized with --memo); without them it would be a "
                             "fresh collection, which costs ε again: set memoised: false")
         return {"format": MEMO_FORMAT, "question": table.column, "protocol": key, "origin": table.collection,
                 "answers": {}}
@@ -136,6 +145,9 @@ def _load_memo(path: Path, table: LocalTable, key: str) -> dict[str, Any]:
     if not table.memoised and memo.get("origin") != table.collection:
         raise UserError(f"{path} holds the answers of collection {memo.get('origin')!r}; table {table.name} is not "
                         "memoised, so it is a fresh collection: use a new memo file, or set memoised: true")
+    if table.memoised and memo.get("origin") != table.memo_of:
+        raise UserError(f"{path} holds the answers of collection {memo.get('origin')!r}, not of {table.memo_of!r} "
+                        f"(table {table.name}'s memo_of:); a memoised collection repeats that collection's answers")
     return memo
 
 

@@ -174,7 +174,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
         for header in ("table", "column", "protocol", "ε per respondent", "collection", "charged now"):
             local.add_column(header)
         for p in plan.local:
-            charged = "already recorded" if p.already_recorded else (
+            charged = "already recorded (if the answers are the same)" if p.already_recorded else (
                 f"{both(p.charge)} (memoised)" if p.collection.memoised else both(p.charge))
             local.add_row(p.name, p.column, f"{p.protocol} (k = {p.categories})",
                           p.epsilon_shown if p.epsilon_shown == fraction_text(p.collection.epsilon)

@@ -57,11 +57,12 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
             return
         _discard_stale_staging(spec, state, output_dir)
         _refuse_before_spending(spec, plan, output_dir)
+        local = _local_collections(spec, plan)
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
                                  charges=[(t.key, t.charge, t.delta) for t in plan.tables],
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                                  lifetime_delta_from_spec=spec.dataset.lifetime_delta,
-                                 local=_local_collections(spec, plan),
+                                 local=local,
                                  spec_path=str(spec.source.resolve()), output_dir=str(output_dir),
                                  definition=plan.terms)
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
@@ -76,7 +77,8 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
         charged += f", δ = {fraction_text(plan.total_delta)}"
     say(f"reserved {charged} for {spec.release} (run {granted.run_id})")
     run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
-                     layout=Layout(output_dir, spec.release, granted.run_id), caps=caps)
+                     layout=Layout(output_dir, spec.release, granted.run_id), caps=caps,
+                     answers_fingerprint=local[0].answers if local else None)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite kill settles the reservation too
     try:
         checkpoint("reserved")

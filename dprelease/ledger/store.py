@@ -33,7 +33,7 @@ from dprelease.accounting import fraction_text, parse_exact
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
 from dprelease.ledger.location import LedgerLocation
 
-SCHEMA_VERSION = 2  # 2: δ of caps and charges (approx terms); longer terms; local collections
+SCHEMA_VERSION = 3  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections
 LIVE_STATES = ("reserved", "committed", "failed")  # states whose charges count as spent
 
 metadata = sa.MetaData()
@@ -144,6 +144,7 @@ class LocalCollection:
     epsilon: Fraction  # per respondent, a rational upper bound
     memoised: bool = False
     answers: str | None = None  # fingerprint of the collected answers (None when planning without data)
+    memo_of: str | None = None  # memoised: the collection whose randomized answers are repeated
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,29 +165,31 @@ def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tu
     """(ε charged per respondent, whether the collection is already recorded) for ``asked``.
 
     Collections of the same people compose: a new collection of a question costs its ε again.
-    A memoised collection repeats each respondent's first randomized answer to the question
-    (``dprelease randomize --memo``), whatever their answer is now: its reports are a function
-    of that first draw, so it costs nothing new. A collection already recorded (estimated again
-    in a later release) costs nothing new. Raises LedgerError for a memoised collection with no
-    first one, or with another protocol.
+    A memoised collection repeats, for respondents held in the memo of the collection its
+    ``memo_of`` names (``dprelease randomize --memo`` admits no others), their randomized
+    answer from that collection, whatever their answer is now: its reports are a function of
+    that draw, so it costs nothing new. A collection already recorded with the same answers
+    (estimated again in a later release) costs nothing new; with other or unknown answers it is
+    refused. Raises LedgerError for a memoised collection whose ``memo_of`` is not a recorded,
+    non-memoised collection of the question with the same protocol.
     """
     for r in records:
         if (r.collection, r.question) == (asked.collection, asked.question):
             if r.protocol != asked.protocol:
                 raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with protocol "
                                   f"{r.protocol!r}, not {asked.protocol!r}; one collection has one protocol")
-            if r.answers and asked.answers and r.answers != asked.answers:
+            if asked.answers is not None and r.answers != asked.answers:  # unknown (older) counts as different
                 raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with other "
-                                  f"answers (file {r.answers[:19]}…, now {asked.answers[:19]}…): a new collection needs "
-                                  "a new collection: name, and costs its ε")
+                                  "answers (another data file, or one recorded without a fingerprint): a new "
+                                  "collection needs a new collection: name, and costs its ε")
             return Fraction(0), True
     if not asked.memoised:
         return asked.epsilon, False
-    first = next((r for r in records if r.question == asked.question), None)
-    if first is None:
-        raise LedgerError(f"collection {asked.collection!r} says memoised: true, but no earlier collection of "
-                          f"{asked.question!r} is in the ledger to reuse; record the first collection, or set memoised: "
-                          "false (charged again)")
+    first = next((r for r in records if (r.collection, r.question) == (asked.memo_of, asked.question)), None)
+    if first is None or first.memoised:
+        raise LedgerError(f"collection {asked.collection!r} says memoised: true with memo_of: {asked.memo_of!r}, but "
+                          f"{asked.memo_of!r} is not a recorded, non-memoised collection of {asked.question!r}; record "
+                          "it first, or set memoised: false (charged again)")
     if first.protocol != asked.protocol:
         raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
                           f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
@@ -305,8 +308,8 @@ class Ledger:
         with engine.connect() as conn:
             row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
         version = int(row[0]) if row else 0
-        if version == 1:
-            _migrate_from_1(engine)
+        if version in (1, 2):
+            _migrate(engine)
             version = SCHEMA_VERSION
         if version != SCHEMA_VERSION:
             raise LedgerError(f"the ledger at {location.shown} has schema version {version}; this dprelease "
@@ -501,22 +504,28 @@ def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bo
 # ---------------------------------------------------------------- internals
 
 
-def _migrate_from_1(engine: Engine) -> None:
-    """Schema 1 → 2, in one locked transaction: add the (NULL) δ columns of caps and charges,
-    widen the terms column and add the (empty) table of local collections. Nothing recorded changes; a second process finds it done."""
+def _migrate(engine: Engine) -> None:
+    """Schema 1 or 2 → 3, in one locked transaction; nothing recorded changes, and a second
+    process finds it done. 1 → 2: the (NULL) δ columns of caps and charges, a wider terms column.
+    2 → 3: the table of local collections, or, where a pre-release 2 had it, its answers
+    fingerprint (NULL: such a collection counts as having unknown answers)."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
             row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
-            if row is None or row[0] != "1":
+            if row is None or row[0] not in ("1", "2"):
                 return
-            conn.execute(sa.text("ALTER TABLE budget_caps ADD COLUMN delta VARCHAR(200)"))
-            conn.execute(sa.text("ALTER TABLE charges ADD COLUMN delta VARCHAR(200)"))
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.text("ALTER TABLE datasets ALTER COLUMN definition TYPE VARCHAR(200)"))
-            local_t.create(conn, checkfirst=True)
+            if row[0] == "1":
+                conn.execute(sa.text("ALTER TABLE budget_caps ADD COLUMN delta VARCHAR(200)"))
+                conn.execute(sa.text("ALTER TABLE charges ADD COLUMN delta VARCHAR(200)"))
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("ALTER TABLE datasets ALTER COLUMN definition TYPE VARCHAR(200)"))
+            if not sa.inspect(conn).has_table("local_collections"):
+                local_t.create(conn)
+            elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
+                conn.execute(sa.text("ALTER TABLE local_collections ADD COLUMN answers VARCHAR(80)"))
             conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
 
 

@@ -215,7 +215,7 @@ def local_plans(spec: Spec, state: DatasetState | None) -> tuple[LocalPlan, ...]
     for t in spec.local_tables:
         categories = len(spec.column(t.column).categories)
         asked = LocalCollection(t.collection, t.column, f"{t.protocol_key}/k={categories}", t.epsilon_bound,
-                                t.memoised)
+                                t.memoised, memo_of=t.memo_of)
         charge, known = local_charge(records, asked)
         if not known:
             records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charge,

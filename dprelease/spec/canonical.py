@@ -80,7 +80,8 @@ def canonical(spec: Spec) -> dict[str, Any]:
     if spec.local_tables:  # only when declared: specs without keep their fingerprints
         out["local_tables"] = [{"name": t.name, "column": t.column, "protocol": t.protocol,
                                 "epsilon_local": None if t.epsilon is None else fraction_text(t.epsilon),
-                                "collection": t.collection, "memoised": t.memoised, "description": t.description}
+                                "collection": t.collection, "memoised": t.memoised, "memo_of": t.memo_of,
+                                "description": t.description}
                                for t in spec.local_tables]
     if spec.invariants:  # only when declared: specs without keep their fingerprints
         out["invariants"] = {"totals": list(spec.invariants)}
@@ -142,7 +143,7 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
                 delta=Fraction(data["privacy"]["delta"]) if "delta" in data["privacy"] else None,
                 local_tables=tuple(LocalTable(t["name"], t["column"], t["protocol"],
                                               None if t["epsilon_local"] is None else Fraction(t["epsilon_local"]),
-                                              t["collection"], t["memoised"], t["description"])
+                                              t["collection"], t["memoised"], t["description"], t.get("memo_of"))
                                    for t in data.get("local_tables", ())))
 
 

@@ -341,10 +341,25 @@ class _Checker:
             if epsilon.denominator > 10**12 or epsilon.numerator > 10**12:
                 self.fail(at + ("epsilon_local",), "epsilon_local needs at most 12 significant digits")
                 return
-        memoised = body.get("memoised", False)
-        self.local.append(LocalTable(name, column, protocol, epsilon,  # type: ignore[arg-type]
-                                     body.get("collection") or self.get(("release",), str) or "",
-                                     memoised is True, body.get("description")))
+        if declared.on_out_of_domain == "drop":
+            self.fail(at + ("column",), f"column {column!r} says on_out_of_domain: drop; the number of answers is "
+                      "published, so every answer must be a declared value: remove on_out_of_domain: drop")
+            return
+        memoised = body.get("memoised", False) is True
+        memo_of = body.get("memo_of")
+        collection = body.get("collection") or self.get(("release",), str) or ""
+        if memoised and not isinstance(memo_of, str):
+            self.fail(at, "a memoised collection repeats the randomized answers of an earlier collection: add "
+                      "memo_of: COLLECTION (the collection whose memo the respondents reuse)")
+            return
+        if memo_of is not None and not memoised:
+            self.fail(at + ("memo_of",), "memo_of: is for memoised: true collections", at_key=True)
+            return
+        if memo_of == collection:
+            self.fail(at + ("memo_of",), "a collection cannot repeat itself: memo_of: names an earlier collection")
+            return
+        self.local.append(LocalTable(name, column, protocol, epsilon, collection,  # type: ignore[arg-type]
+                                     memoised, body.get("description"), memo_of))
 
     def measure(self, at: Path_, columns: dict[str, Column]) -> SumMeasure | ModeMeasure | MeanMeasure | None | bool:
         """The table's measure: None for counts, a SumMeasure or ModeMeasure, or False when it is

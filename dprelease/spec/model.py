@@ -311,6 +311,7 @@ class LocalTable:
     collection: str
     memoised: bool = False
     description: str | None = None
+    memo_of: str | None = None  # memoised: the collection whose randomized answers are repeated
 
     @property
     def epsilon_bound(self) -> Fraction:
