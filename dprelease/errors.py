@@ -69,6 +69,10 @@ class AlreadyReleasedError(UserError):
     exit_code = ExitCode.ALREADY_RELEASED
 
 
+class NotApprovedError(UserError):
+    exit_code = ExitCode.NOT_APPROVED
+
+
 class LedgerError(UserError):
     """The ledger refuses an operation (unknown dataset, conflicting cap, bad URL)."""
 

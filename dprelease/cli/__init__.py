@@ -145,12 +145,22 @@ def plan(
         "--target-moe", min=0, metavar="N", help="Print the ε each table needs for a margin of error of N.")] = None,
     confidence: Annotated[Optional[str], typer.Option(
         metavar="C", help="Confidence level of the margins, e.g. 0.90 (default: the spec's, else 0.95).")] = None,
+    approve: Annotated[bool, typer.Option(
+        "--approve", help="Record in the ledger that this plan (its fingerprint) is approved; only a plan that "
+        "fits.")] = False,
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who approves (default: the login name).")] = None,
 ) -> None:
     """Show what a release would spend and how accurate it would be. Never opens the data.
 
     Exit 0 if it fits, 3 if it exceeds the release or the lifetime budget, 4 if the release
-    already exists in the ledger, 2 if the spec is invalid.
+    already exists in the ledger, 2 if the spec is invalid. With --approve, a plan that fits
+    is recorded as approved: `run --require-approval` and scheduled runs need that.
     """
+    if approve and (confidence is not None or target_moe is not None):
+        raise typer.BadParameter("approve the plan as the spec states it, without --confidence or --target-moe",
+                                 param_hint="--approve")
+    if by is not None and not approve:
+        raise typer.BadParameter("--by names who approves: use it with --approve", param_hint="--by")
     import dataclasses
 
     from dprelease.plan import plan_release
@@ -187,6 +197,17 @@ def plan(
 
             say("plan exceeds the " + over_budget_message(spec, the_plan).split(", over the ", 1)[1].split(". The data")[0])
         raise typer.Exit(ExitCode.OVER_BUDGET)
+    if approve:
+        approver = Ledger.open(location, create=True)
+        assert approver is not None
+        try:
+            granted = approver.approve(dataset=spec.dataset.name, release=spec.release,
+                                       spec_fingerprint=the_plan.fingerprint, by=by,
+                                       spec_path=str(spec.source.resolve()))
+        finally:
+            approver.close()
+        say(f"approved plan {granted.spec_fingerprint} of release {spec.release} by {granted.approved_by} "
+            f"({granted.approved_at[:19]} UTC)")
 
 
 def _confidence(text: str) -> Fraction:
@@ -235,15 +256,19 @@ def run(
     ledger: LedgerOpt = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", metavar="DIR",
                                              help="Where releases land (default: ./outputs).")] = Path("outputs"),
+    require_approval: Annotated[bool, typer.Option(
+        "--require-approval", help="Refuse (exit 5, nothing spent) unless `plan --approve` approved this exact "
+        "plan.")] = False,
 ) -> None:
     """Publish a release: plan, reserve in the ledger, then measure and publish with Prefect.
 
     Exit 0 published; 2 invalid spec or data (nothing spent); 3 over budget (data not read);
-    4 already released or reserved; 1 any other failure (nothing published).
+    4 already released or reserved; 5 not approved (with --require-approval; nothing spent);
+    1 any other failure (nothing published).
     """
     from dprelease.cli.running import run_release_command
 
-    run_release_command(spec_path, ledger, output_dir, say=say, out=out)
+    run_release_command(spec_path, ledger, output_dir, say=say, out=out, require_approval=require_approval)
 
 
 # ---------------------------------------------------------------- postprocess
@@ -443,6 +468,40 @@ def ledger_set_budget(
                   f"{fraction_text(state.delta_spent)}, remaining {fraction_text(state.delta_remaining)}", markup=False)
     if state.remaining < 0:
         say("warning: the new cap is below what is already spent; no further release can run")
+
+
+@ledger_app.command("resolve")
+@handled
+def ledger_resolve(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (its id, or the first 8+ characters).")],
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why; kept in the ledger and shown in listings.")],
+    void: Annotated[bool, typer.Option("--void", help="Release the reservation: only when its outputs never "
+                                       "appeared (nothing published, nothing staged).")] = False,
+    commit: Annotated[bool, typer.Option("--commit", help="Record it as published: only when its release "
+                                         "directory is in place with this run's manifest.")] = False,
+    fail: Annotated[bool, typer.Option("--fail", help="Record it as failed: spent, never published (its staged "
+                                       "outputs are removed).")] = False,
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """Settle an unfinished (crashed) run's reservation, with who and why."""
+    from dprelease.cli.running import resolve_run
+
+    if [void, commit, fail].count(True) != 1:
+        raise typer.BadParameter("choose one of --void, --commit, --fail", param_hint="--void/--commit/--fail")
+    if not reason.strip():
+        raise typer.BadParameter("say why", param_hint="--reason")
+    location = resolve_location(ledger or ctx.obj)
+    opened = Ledger.open(location, create=False)
+    if opened is None:
+        raise UserError(f"there is no ledger at {location.shown}")
+    say(_ledger_line(location, True))
+    try:
+        outcome = resolve_run(opened, run_id, "void" if void else "commit" if commit else "fail", reason, by)
+    finally:
+        opened.close()
+    out.print(outcome, markup=False)
 
 
 # ---------------------------------------------------------------- entry point

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from dprelease.accounting import exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import DatasetState, LedgerLocation
+from dprelease.ledger.store import LIVE_STATES
 from dprelease.plan import Plan
 from dprelease.plan.planner import ADD_REMOVE_ROW
 
@@ -253,15 +254,23 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
             continue
         table = Table(show_edge=False)
         approx = s.delta_budget is not None
-        for header in ("release", symbol, *(("δ",) if approx else ()), "state", "created (UTC)", "by", "run"):
+        for header in ("release", symbol, *(("δ",) if approx else ()), f"spent after ({symbol})", "remaining",
+                       "state", "created (UTC)", "by", "run"):
             table.add_column(header)
-        for r in s.runs:
+        spent = Fraction(0)
+        for r in s.runs:  # the burn-down: what counts as spent after each release, in order
             state = "reserved (unfinished)" if r.unfinished else r.state
-            table.add_row(r.release, both(r.epsilon), *((fraction_text(r.delta),) if approx else ()), state,
-                          r.created_at[:19], r.created_by, r.run_id[:12])
+            if r.state in LIVE_STATES:
+                spent += r.epsilon
+            if r.reason and r.state != "reserved":
+                state += f" — {r.reason}"
+            table.add_row(r.release, both(r.epsilon), *((fraction_text(r.delta),) if approx else ()),
+                          both(spent), both(s.budget - spent), state, r.created_at[:19], r.created_by, r.run_id[:12])
         console.print(table)
         unfinished = [r for r in s.runs if r.unfinished]
         if unfinished:
             console.print(f"  {len(unfinished)} unfinished reservation(s) still count as spent: "
-                          + ", ".join(f"run {r.run_id} ({r.release}, since {r.created_at[:19]})" for r in unfinished),
+                          + ", ".join(f"run {r.run_id} ({r.release}, since {r.created_at[:19]})" for r in unfinished)
+                          + "; if a run crashed, settle it with `dprelease ledger resolve RUN_ID --void|--commit|--fail "
+                          "--reason TEXT`",
                           markup=False, highlight=False)

@@ -27,7 +27,7 @@ from rich.console import Console
 from dprelease.accounting import fraction_text
 from dprelease.cli.render import both, ledger_line
 from dprelease.data import DataError
-from dprelease.errors import AlreadyReleasedError, ExitCode, OverBudgetError, UserError
+from dprelease.errors import AlreadyReleasedError, ExitCode, NotApprovedError, OverBudgetError, UserError
 from dprelease.faults import checkpoint
 from dprelease.ledger import DatasetState, Ledger, resolve_location
 from dprelease.plan import Plan, plan_release
@@ -39,7 +39,7 @@ Say = Callable[[str], None]
 
 
 def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Path, *, say: Say,
-                        out: Console) -> None:
+                        out: Console, require_approval: bool = False) -> None:
     spec = load_spec(spec_path)
     from dprelease.cli import large_delta_warnings
 
@@ -57,6 +57,13 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
             return
         _discard_stale_staging(spec, state, output_dir)
         _refuse_before_spending(spec, plan, output_dir)
+        if require_approval:
+            approval = ledger.approval(spec.dataset.name, plan.fingerprint)
+            if approval is None:
+                raise NotApprovedError(f"{spec.source}: this plan ({plan.fingerprint}) of release {spec.release} is not "
+                                       "approved; review it with `dprelease plan SPEC` and approve it with `dprelease "
+                                       "plan SPEC --approve --by NAME`. Nothing was spent.")
+            say(f"plan approved by {approval.approved_by} ({approval.approved_at[:19]} UTC)")
         local = _local_collections(spec, plan)
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
                                  charges=[(t.key, t.charge, t.delta) for t in plan.tables],
@@ -270,6 +277,46 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
               file=sys.stderr)
     say(f"run {run.run_id} of {run.spec.release} failed at {run.stage}: {spent}. Nothing was published.")
     return False
+
+
+def resolve_run(ledger: Ledger, run_id: str, action: str, reason: str, by: str | None) -> str:
+    """Settle a reserved run after a crash. ``void`` only when no output of the run ever appeared
+    (no release directory of it, nothing staged): the noise, if drawn, died with the process
+    unseen. ``commit`` only when the release directory is in place with this run's manifest.
+    ``fail`` records it as spent and never published, and removes its staged outputs."""
+    dataset, record = ledger.find_run(run_id)
+    if record.state != "reserved":
+        raise UserError(f"run {record.run_id} ({record.release}) is {record.state}, not an unfinished reservation")
+    if record.output_dir is None:
+        raise UserError(f"run {record.run_id} did not record its output directory; it cannot be checked")
+    layout = Layout(Path(record.output_dir), record.release, record.run_id)
+    manifest_path = layout.final / "manifest.json"
+    published = False
+    if manifest_path.is_file():
+        import json
+
+        try:
+            published = json.loads(manifest_path.read_text("utf-8")).get("run_id") == record.run_id
+        except (OSError, ValueError):
+            published = False
+    staged = layout.staging.exists()
+    if action == "void":
+        if published or staged:
+            where = layout.final if published else layout.staging
+            raise UserError(f"run {record.run_id} has outputs at {where}: its noise was drawn and written, so its "
+                            "budget is spent; use --commit (if published) or --fail")
+        ledger.void(record.run_id, reason=reason, by=by)
+        return f"voided run {record.run_id} of {record.release} ({dataset}): its reservation no longer counts"
+    if action == "commit":
+        if not published:
+            raise UserError(f"run {record.run_id} is not published: no {manifest_path} with its run id; use --fail or "
+                            "--void")
+        ledger.commit(record.run_id, by=by, reason=reason)
+        return f"committed run {record.run_id} of {record.release} ({dataset}): published at {layout.final}"
+    discard_staging(layout)
+    ledger.fail(record.run_id, reason=reason, by=by)
+    return (f"recorded run {record.run_id} of {record.release} ({dataset}) as failed: spent, never published"
+            + (" (its staged outputs were removed)" if staged else ""))
 
 
 def _print_done(spec: Spec, plan: Plan, final: Path, out: Console, spent_now: bool = True) -> None:

@@ -2,6 +2,7 @@
 
 from dprelease.ledger.location import ENV, LedgerLocation, default_path, resolve_location
 from dprelease.ledger.store import (
+    Approval,
     CapChange,
     DatasetState,
     Ledger,
@@ -15,6 +16,6 @@ from dprelease.ledger.store import (
 )
 
 __all__ = [
-    "ENV", "CapChange", "DatasetState", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
+    "ENV", "Approval", "CapChange", "DatasetState", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
     "check_lifetime_matches", "local_charge", "default_path", "over_lifetime_message", "resolve_location",
 ]

@@ -33,7 +33,7 @@ from dprelease.accounting import fraction_text, parse_exact
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
 from dprelease.ledger.location import LedgerLocation
 
-SCHEMA_VERSION = 3  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections
+SCHEMA_VERSION = 3  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals
 LIVE_STATES = ("reserved", "committed", "failed")  # states whose charges count as spent
 
 metadata = sa.MetaData()
@@ -83,6 +83,15 @@ local_t = sa.Table("local_collections", metadata,
                    sa.Column("recorded_at", sa.String(40), nullable=False),
                    sa.Column("recorded_by", sa.String(200), nullable=False),
                    sa.UniqueConstraint("dataset", "collection", "question"))
+approvals_t = sa.Table("approvals", metadata,
+                       sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                       sa.Column("dataset", sa.String(100), nullable=False),  # may not be in datasets yet
+                       sa.Column("release", sa.String(100), nullable=False),
+                       sa.Column("spec_fingerprint", sa.String(80), nullable=False),
+                       sa.Column("spec_path", sa.Text),
+                       sa.Column("approved_by", sa.String(200), nullable=False),
+                       sa.Column("approved_at", sa.String(40), nullable=False),
+                       sa.Index("ix_approvals_fingerprint", "dataset", "spec_fingerprint"))
 events_t = sa.Table("run_events", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
@@ -194,6 +203,18 @@ def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tu
         raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
                           f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
     return Fraction(0), False
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A reviewer's approval of one plan: the spec fingerprint it covers, who and when."""
+
+    dataset: str
+    release: str
+    spec_fingerprint: str
+    approved_by: str
+    approved_at: str
+    spec_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +357,48 @@ class Ledger:
         with self.engine.connect() as conn:
             return _state(conn, dataset)
 
+    def find_run(self, run_id: str) -> tuple[str, RunRecord]:
+        """(dataset, run) of the run whose id is ``run_id`` or starts with it (at least 8 characters)."""
+        if len(run_id) < 8:
+            raise LedgerError(f"give at least 8 characters of the run id, not {run_id!r}")
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(runs_t.c.run_id, runs_t.c.dataset)
+                                .where(runs_t.c.run_id.startswith(run_id, autoescape=True))).all()
+            if len(rows) != 1:
+                raise LedgerError(f"no run {run_id!r} in the ledger at {self.location.shown}" if not rows else
+                                  f"{len(rows)} runs start with {run_id!r}; give more of the id")
+            state = _state(conn, rows[0].dataset)
+        assert state is not None
+        return rows[0].dataset, next(r for r in state.runs if r.run_id == rows[0].run_id)
+
+    def approval(self, dataset: str, spec_fingerprint: str) -> Approval | None:
+        """The latest approval of this exact plan (spec fingerprint) for ``dataset``, if any."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(approvals_t).where(approvals_t.c.dataset == dataset,
+                                                            approvals_t.c.spec_fingerprint == spec_fingerprint)
+                               .order_by(approvals_t.c.id.desc())).first()
+        return None if row is None else Approval(row.dataset, row.release, row.spec_fingerprint, row.approved_by,
+                                                 row.approved_at, row.spec_path)
+
+    def approvals(self, dataset: str) -> list[Approval]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(approvals_t).where(approvals_t.c.dataset == dataset)
+                                .order_by(approvals_t.c.id)).all()
+        return [Approval(r.dataset, r.release, r.spec_fingerprint, r.approved_by, r.approved_at, r.spec_path)
+                for r in rows]
+
+    def approve(self, *, dataset: str, release: str, spec_fingerprint: str, by: str | None = None,
+                spec_path: str | None = None) -> Approval:
+        """Record that ``by`` approved the plan with this fingerprint (append-only)."""
+        by = by or current_user()
+        if not by.strip():
+            raise LedgerError("say who approves: --by NAME")
+        at = now()
+        with self._write() as conn:
+            conn.execute(approvals_t.insert().values(dataset=dataset, release=release, spec_fingerprint=spec_fingerprint,
+                                                     spec_path=spec_path, approved_by=by, approved_at=at))
+        return Approval(dataset, release, spec_fingerprint, by, at, spec_path)
+
     # -- writing
 
     def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
@@ -441,9 +504,10 @@ class Ledger:
                                         asked.memoised, run_id, at, by, asked.answers),)
         return Reservation(run_id, state.spent, state.budget, state.delta_spent, state.delta_budget)
 
-    def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None) -> None:
+    def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None,
+               reason: str | None = None) -> None:
         """Mark a reserved run as published. Its charges stay spent for ever."""
-        self._transition(run_id, "committed", by=by, reason=None, data_fingerprint=data_fingerprint)
+        self._transition(run_id, "committed", by=by, reason=reason, data_fingerprint=data_fingerprint)
 
     def fail(self, run_id: str, *, reason: str, data_fingerprint: str | None = None,
              by: str | None = None) -> None:
@@ -507,8 +571,9 @@ def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bo
 def _migrate(engine: Engine) -> None:
     """Schema 1 or 2 → 3, in one locked transaction; nothing recorded changes, and a second
     process finds it done. 1 → 2: the (NULL) δ columns of caps and charges, a wider terms column.
-    2 → 3: the table of local collections, or, where a pre-release 2 had it, its answers
-    fingerprint (NULL: such a collection counts as having unknown answers)."""
+    2 → 3: the tables of plan approvals and of local collections, or, where a pre-release 2
+    had the latter, its answers fingerprint (NULL: such a collection counts as having unknown
+    answers)."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
@@ -522,6 +587,8 @@ def _migrate(engine: Engine) -> None:
                 conn.execute(sa.text("ALTER TABLE charges ADD COLUMN delta VARCHAR(200)"))
                 if conn.dialect.name == "postgresql":
                     conn.execute(sa.text("ALTER TABLE datasets ALTER COLUMN definition TYPE VARCHAR(200)"))
+            if not sa.inspect(conn).has_table("approvals"):
+                approvals_t.create(conn)
             if not sa.inspect(conn).has_table("local_collections"):
                 local_t.create(conn)
             elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
