@@ -27,10 +27,11 @@ for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGI
     os.environ.setdefault(_key, _value)
 
 from prefect import flow, task  # noqa: E402
-from prefect.artifacts import create_markdown_artifact  # noqa: E402
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
+from dprelease.accounting import fraction_text  # noqa: E402
 from dprelease.release import ReleaseRun  # noqa: E402
 
 _RUNS: dict[str, ReleaseRun] = {}
@@ -110,11 +111,21 @@ def release_flow(run_id: str, release: str) -> None:
     publish_task(run_id)
     create_markdown_artifact(key=artifact_key(release), markdown=run.report_md or "",
                              description=f"Budget report of release {release}")
+    create_table_artifact(key=artifact_key(release, "budget-table"), table=budget_rows(run),
+                          description=f"Spend per measurement of release {release}")
 
 
-def artifact_key(release: str) -> str:
+def artifact_key(release: str, kind: str = "budget-report") -> str:
     """Prefect artifact keys allow lower-case letters, digits and dashes only."""
-    return "budget-report-" + re.sub(r"[^a-z0-9-]", "-", release)
+    return f"{kind}-" + re.sub(r"[^a-z0-9-]", "-", release)
+
+
+def budget_rows(run: ReleaseRun) -> list[dict[str, str | int | None]]:
+    """The budget report's per-measurement figures (the same as its table), for a table artifact."""
+    plan = run.plan
+    return [{"table": t.name, "level": t.level, plan.symbol: fraction_text(t.epsilon), "mechanism": t.mechanism,
+             "sensitivity": t.shown_sensitivity, "noise scale": fraction_text(t.shown_scale), "cells": t.cells,
+             "moe95": t.moe95} for t in plan.tables]
 
 
 def run_release(run: ReleaseRun) -> None:

@@ -67,3 +67,10 @@ def run_env(prefect_server, tmp_path):
     """Environment for a child ``dprelease run`` against the session's server."""
     client_home = tmp_path / "prefect-client"
     return {**quiet_prefect_env(client_home), "PREFECT_API_URL": prefect_server}
+
+
+@pytest.fixture(scope="module")
+def run_env_module(prefect_server, tmp_path_factory):
+    """``run_env`` for module-scoped fixtures (one release shared by a module's tests)."""
+    client_home = tmp_path_factory.mktemp("prefect-client")
+    return {**quiet_prefect_env(client_home), "PREFECT_API_URL": prefect_server}

@@ -365,7 +365,7 @@ def test_ibu_is_the_maximum_likelihood_estimate():
             ibu = iterative_bayesian_update(counts, 1.0).proportions
             best = _log_likelihood(ibu, counts, 1.0)
             gains.append(best - _log_likelihood(matrix_inversion(counts, 1.0).proportions, counts, 1.0))
-            assert gains[-1] >= -1e-6
+            assert gains[-1] >= -1e-9 * n  # EM stops a hair short of the maximum: 1e-9 per respondent
             for _ in range(20):
                 step = data.normal(size=10) * 1e-3
                 step -= step.mean()

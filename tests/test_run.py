@@ -91,13 +91,25 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
 
     # the budget report is also a Prefect markdown artifact
     request = urllib.request.Request(run_env["PREFECT_API_URL"] + "/artifacts/filter", method="POST",
-                                     data=json.dumps({"artifacts": {"key": {"any_": ["budget-report-acs-demo-2019"]}}})
+                                     data=json.dumps({"artifacts": {"key": {"any_": ["budget-report-acs-demo-2019"]},
+                                                                  "flow_run_id": {"any_": [internal["prefect_flow_run_id"]]}}})
                                      .encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as response:
         artifacts = json.loads(response.read())
     assert artifacts and artifacts[0]["type"] == "markdown"
     assert artifacts[0]["data"] == report
     assert "27253" not in json.dumps(artifacts)
+    # and its per-measurement figures a table artifact, with the manifest's figures
+    request = urllib.request.Request(run_env["PREFECT_API_URL"] + "/artifacts/filter", method="POST",
+                                     data=json.dumps({"artifacts": {"key": {"any_": ["budget-table-acs-demo-2019"]},
+                                                                  "flow_run_id": {"any_": [internal["prefect_flow_run_id"]]}}})
+                                     .encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        [table] = json.loads(response.read())
+    rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
+    assert table["type"] == "table"
+    assert [(r["table"], r["ε"], r["moe95"]) for r in rows] == [(t["name"], t["epsilon"], t["moe95"])
+                                                                 for t in manifest["tables"]]
 
     again = run(DEMO, "--output-dir", out, env=run_env)
     assert again.returncode == 4, again.stderr

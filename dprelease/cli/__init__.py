@@ -293,6 +293,55 @@ def postprocess(
     out.print(f"new tables in {final} (no data read, no budget spent)", markup=False)
 
 
+# ---------------------------------------------------------------- report
+
+
+@app.command()
+@handled
+def report(
+    release_dir: Annotated[Path, typer.Argument(metavar="RELEASE_DIR", help="A published release directory.")],
+    fmt: Annotated[str, typer.Option("--format", metavar="html|md|json", help="Default: html.")] = "html",
+    output: Annotated[Optional[Path], typer.Option(
+        metavar="FILE", help="Where to write it (html default: RELEASE_DIR/budget_report.html; md and json: "
+        "standard output).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """A reviewable budget report: ε allocation, the dataset's burn-down, margins of error, warnings.
+
+    Reads the release's manifest and, when reachable, the ledger (burn-down across releases,
+    unfinished reservations). The HTML is one self-contained file with its plots inlined.
+    """
+    from dprelease import reporting
+
+    if fmt not in ("html", "md", "json"):
+        raise typer.BadParameter("use html, md or json", param_hint="--format")
+    manifest = reporting.read_manifest(release_dir)
+    location = resolve_location(ledger)
+    opened = Ledger.open(location, create=False)
+    say(_ledger_line(location, opened is not None))
+    try:
+        state = opened.state(manifest["dataset"]) if opened else None
+    finally:
+        if opened:
+            opened.close()
+    if fmt == "json":
+        text = json.dumps(reporting.report_json(manifest, state), indent=2, ensure_ascii=False) + "\n"
+    else:
+        markdown = (release_dir / "budget_report.md").read_text("utf-8") if (release_dir / "budget_report.md").is_file() \
+            else ""
+        text = markdown if fmt == "md" else reporting.report_html(manifest, state, markdown)
+    if output is None and fmt == "html":
+        output = release_dir / "budget_report.html"
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {output}: {exc}") from None
+    out.print(f"wrote {output}", markup=False)
+
+
 # ---------------------------------------------------------------- randomize
 
 

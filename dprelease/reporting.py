@@ -1,0 +1,190 @@
+"""``dprelease report RELEASE_DIR``: a reviewable budget report of a published release.
+
+Reads only what the release published (``manifest.json``, ``budget_report.md``) and, when one
+is reachable, the ledger's record of the dataset (for the burn-down across releases and the
+unfinished reservations). Formats: ``html`` (one self-contained file: the plots are PNGs
+inlined as data URIs, so it opens offline), ``md`` and ``json``. Nothing here touches data.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from dprelease.accounting import decimal_text, fraction_text
+from dprelease.errors import UserError
+from dprelease.ledger import DatasetState
+from dprelease.ledger.store import LIVE_STATES
+
+LARGE_TABLE_EPSILON = Fraction(1)  # a single table above this is flagged for review
+LOW_REMAINING = Fraction(1, 10)  # flag when less than this share of the lifetime cap remains
+
+
+@dataclass(frozen=True)
+class BurnDownPoint:
+    release: str
+    state: str
+    spent_after: Fraction
+    created_at: str
+
+
+def read_manifest(release_dir: Path) -> dict[str, Any]:
+    path = release_dir / "manifest.json"
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path} not found: is {release_dir} a published release directory?") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+
+
+def burn_down(manifest: dict[str, Any], state: DatasetState | None) -> list[BurnDownPoint]:
+    """What counted as spent after each release of the dataset, in order: from the ledger when it
+    is reachable, else this release alone (from its manifest)."""
+    if state is None:
+        life = manifest["lifetime"]
+        return [BurnDownPoint("(before)", "committed", Fraction(life["spent_before"]), ""),
+                BurnDownPoint(manifest["release"], "committed", Fraction(life["spent_after"]), manifest["created_at"])]
+    spent, out = Fraction(0), [BurnDownPoint("(start)", "", Fraction(0), "")]
+    for run in state.runs:
+        if run.state in LIVE_STATES:
+            spent += run.epsilon
+        out.append(BurnDownPoint(run.release, run.state, spent, run.created_at))
+    return out
+
+
+def warnings(manifest: dict[str, Any], state: DatasetState | None) -> list[str]:
+    out = []
+    symbol = "ρ" if manifest.get("budget_unit") == "rho" else "ε"
+    for t in manifest["tables"]:
+        if symbol == "ε" and Fraction(t["epsilon"]) > LARGE_TABLE_EPSILON:
+            name = t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}"
+            out.append(f"table {name} spends ε = {t['epsilon']} (over {fraction_text(LARGE_TABLE_EPSILON)}): "
+                       "check it is intended")
+    if "invariants" in manifest:
+        levels = ", ".join(e["level"] for e in manifest["invariants"]["totals"])
+        out.append(f"invariants: the number of persons per place at {levels} is published EXACTLY, not protected by "
+                   "differential privacy")
+    life = manifest["lifetime"]
+    remaining, cap = Fraction(life["remaining"]), Fraction(life["budget"])
+    if cap > 0 and remaining < cap * LOW_REMAINING:
+        out.append(f"the dataset's lifetime budget is nearly spent: {fraction_text(remaining)} of "
+                   f"{fraction_text(cap)} remained after this release")
+    if state is not None:
+        for run in state.runs:
+            if run.unfinished:
+                out.append(f"unfinished reservation: run {run.run_id} ({run.release}, since {run.created_at[:19]}) "
+                           "still counts as spent; settle it with `dprelease ledger resolve`")
+    if "local_epsilon_per_respondent" in manifest:
+        out.append(f"local collections: each respondent's ε is now "
+                   f"{decimal_text(Fraction(manifest['local_epsilon_per_respondent']['after']))} (not capped)")
+    return out
+
+
+def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[str, Any]:
+    return {
+        "release": manifest["release"], "dataset": manifest["dataset"], "run_id": manifest["run_id"],
+        "budget_unit": manifest.get("budget_unit", "epsilon"), "total": manifest["total_epsilon"],
+        "release_budget": manifest["release_budget"],
+        "tables": [{"name": t["name"], "level": t.get("level"), "epsilon": t["epsilon"], "mechanism": t["mechanism"],
+                    "moe95": t.get("moe95")} for t in manifest["tables"]],
+        "lifetime": manifest["lifetime"],
+        "burn_down": [{"release": p.release, "state": p.state, "spent_after": fraction_text(p.spent_after),
+                       "created_at": p.created_at} for p in burn_down(manifest, state)],
+        "burn_down_source": "ledger" if state is not None else "manifest (this release only)",
+        "warnings": warnings(manifest, state),
+    }
+
+
+# ---------------------------------------------------------------- figures
+
+
+def _png(fig) -> str:  # type: ignore[no-untyped-def]
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def figures(manifest: dict[str, Any], state: DatasetState | None) -> dict[str, tuple[str, str]]:
+    """{id: (title, base64 PNG)}: the ε allocation per table, the lifetime burn-down, the 95% MoE."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    symbol = "ρ" if manifest.get("budget_unit") == "rho" else "ε"
+    names = [t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}" for t in manifest["tables"]]
+    out: dict[str, tuple[str, str]] = {}
+
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
+    ax.barh(names, [float(Fraction(t["epsilon"])) for t in manifest["tables"]], color="#3b6ea5")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{symbol} per table (release total {decimal_text(Fraction(manifest['total_epsilon']))} of "
+                  f"{decimal_text(Fraction(manifest['release_budget']))})")
+    out["allocation"] = (f"{symbol} allocation per table", _png(fig))
+
+    points = burn_down(manifest, state)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    xs = list(range(len(points)))
+    ax.step(xs, [float(p.spent_after) for p in points], where="post", color="#a53b3b", marker="o",
+            label="spent (reserved, committed or failed)")
+    ax.axhline(float(Fraction(manifest["lifetime"]["budget"])), color="black", linestyle="--", label="lifetime cap")
+    ax.set_ylim(bottom=0)
+    ax.set_xticks(xs, [p.release for p in points], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(manifest.get("ledger_unit", "epsilon").replace("epsilon", "ε").replace("rho", "ρ"))
+    ax.legend(fontsize=8)
+    out["burndown"] = (f"lifetime budget burn-down of {manifest['dataset']}", _png(fig))
+
+    moes = [(n, t.get("moe95")) for n, t in zip(names, manifest["tables"]) if t.get("moe95")]
+    fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(moes), 1) + 1.2))
+    if moes:
+        ax.barh([n for n, _ in moes], [m for _, m in moes], color="#5a9e5a")
+        ax.invert_yaxis()
+        ax.set_xlabel("expected 95% margin of error per cell (persons, or value units for sums)")
+    else:
+        ax.text(0.5, 0.5, "no table with a margin of error", ha="center", va="center")
+        ax.set_axis_off()
+    out["moe"] = ("expected 95% margin of error per table", _png(fig))
+    return out
+
+
+def report_html(manifest: dict[str, Any], state: DatasetState | None, markdown: str) -> str:
+    """One self-contained page: warnings, the three figures (inlined PNGs) and the budget report."""
+    figs = figures(manifest, state)
+    warn = warnings(manifest, state)
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+        f"<title>Budget report — {esc(manifest['release'])}</title>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}"
+        "img{max-width:100%;border:1px solid #ddd;margin:.5em 0}.warn{background:#fff4e0;border-left:4px solid "
+        "#e0a000;padding:.5em 1em}pre{white-space:pre-wrap;background:#f6f6f6;padding:1em;font-size:85%}</style>",
+        "</head><body>",
+        f"<h1>Budget report — {esc(manifest['release'])}</h1>",
+        f"<p>Dataset <code>{esc(manifest['dataset'])}</code> · run <code>{esc(manifest['run_id'])}</code> · "
+        f"{esc(manifest['created_at'])} · burn-down from "
+        f"{'the ledger' if state is not None else 'the manifest (no ledger reachable)'}</p>",
+        f"<p id='figures-status' data-expected='{len(figs)}'>figures: not loaded</p>",
+    ]
+    if warn:
+        parts.append("<div class='warn'><h2>Warnings</h2><ul>" + "".join(f"<li>{esc(w)}</li>" for w in warn)
+                     + "</ul></div>")
+    for key, (title, png) in figs.items():
+        parts.append(f"<h2>{esc(title)}</h2><img id='fig-{key}' class='figure' alt='{esc(title)}' "
+                     f"src='data:image/png;base64,{png}'>")
+    parts.append(f"<h2>Budget report</h2><pre>{esc(markdown)}</pre>")
+    parts.append("<script>window.addEventListener('load',function(){var imgs=document.querySelectorAll('img.figure');"
+                 "var ok=0,bad=0;imgs.forEach(function(i){if(i.complete&&i.naturalWidth>0){ok++}else{bad++}});"
+                 "document.getElementById('figures-status').textContent='figures: '+ok+' loaded, '+bad+' failed';"
+                 "});</script>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
