@@ -115,6 +115,32 @@ def release_flow(run_id: str, release: str) -> None:
                           description=f"Spend per measurement of release {release}")
 
 
+@flow(name="dprelease-scheduled", retries=0, persist_result=False, validate_parameters=False, log_prints=False)
+def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, require_approval: bool = True) -> None:
+    """One scheduled run of a release spec: the release is named from the spec's template with the
+    run's scheduled start (UTC); the plan must be approved unless the deployment says otherwise.
+    Every refusal (not approved, over budget, already released) fails the run with nothing spent."""
+    from datetime import timezone
+    from pathlib import Path
+
+    from prefect.runtime import flow_run
+
+    from dprelease.cli.running import run_release_command
+
+    from prefect import get_run_logger
+
+    start = flow_run.scheduled_start_time
+    run_date = start.astimezone(timezone.utc) if start is not None else None
+    logger = get_run_logger()
+
+    class _Quiet:
+        def print(self, text: str, **_: object) -> None:
+            logger.warning(text)
+
+    run_release_command(Path(spec_path), ledger, Path(output_dir), say=logger.warning, out=_Quiet(),  # type: ignore[arg-type]
+                        require_approval=require_approval, run_date=run_date)
+
+
 def artifact_key(release: str, kind: str = "budget-report") -> str:
     """Prefect artifact keys allow lower-case letters, digits and dashes only."""
     return f"{kind}-" + re.sub(r"[^a-z0-9-]", "-", release)

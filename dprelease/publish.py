@@ -193,6 +193,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
         "created_at": created_at,
         "software": {"name": "dprelease", "version": __version__},
         "spec_fingerprint": plan.fingerprint,
+        **({"release_template": spec.release_template, "run_date": spec.run_date.isoformat()}  # type: ignore[union-attr]
+           if spec.release_template else {}),
         "spec": "spec.json",
         "privacy": {"definition": spec.definition, "unit": spec.unit, "neighbouring": plan.neighbouring,
                     "ledger_terms": plan.terms,

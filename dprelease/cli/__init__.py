@@ -293,6 +293,54 @@ def postprocess(
     out.print(f"new tables in {final} (no data read, no budget spent)", markup=False)
 
 
+# ---------------------------------------------------------------- schedule
+
+
+@app.command()
+@handled
+def schedule(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
+    cron: Annotated[str, typer.Option(metavar="CRON", help="When to run, e.g. \"0 3 1 * *\" (03:00 UTC on the 1st).")],
+    name: Annotated[Optional[str], typer.Option(metavar="NAME", help="Deployment name (default: the spec's "
+                                                "file name).")] = None,
+    ledger: LedgerOpt = None,
+    output_dir: Annotated[Path, typer.Option("--output-dir", metavar="DIR",
+                                             help="Where releases land (default: ./outputs).")] = Path("outputs"),
+    no_approval: Annotated[bool, typer.Option(
+        "--no-approval", help="Run plans that were not approved with `plan --approve` (default: refuse them).")] = False,
+) -> None:
+    """Register a cron-scheduled deployment of SPEC on the Prefect server at PREFECT_API_URL and
+    serve it (runs until interrupted). Each run names its release from the spec's template, e.g.
+    release: "acs-monthly-{run_date:%Y-%m}", with its scheduled start (UTC), and by default
+    refuses a plan that is not approved (nothing spent)."""
+    import os
+
+    from dprelease.spec import load_spec
+
+    spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UserError("schedules need a Prefect server: start one with `prefect server start` and set "
+                        "PREFECT_API_URL (e.g. http://127.0.0.1:4200/api), then run this again")
+    if spec.release_template is None:
+        say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
+            "scheduled run can publish; later runs are refused as already released")
+    location = resolve_location(ledger, spec.ledger, spec.source.parent)  # where each run will look
+    from dprelease.orchestrate import scheduled_release
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:
+        CronSchedule(cron=cron)
+    except ValueError:
+        raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron") from None
+
+    deployment = name or spec_path.stem
+    say(f"serving deployment dprelease-scheduled/{deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
+        f"ledger {location.shown}; approval {'not required' if no_approval else 'required'}. Ctrl-C stops it.")
+    scheduled_release.serve(name=deployment, cron=cron, parameters={
+        "spec_path": str(spec.source.resolve()), "ledger": ledger, "output_dir": str(output_dir.resolve()),
+        "require_approval": not no_approval}, print_starting_message=False)
+
+
 # ---------------------------------------------------------------- report
 
 

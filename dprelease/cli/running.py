@@ -12,6 +12,7 @@ final rename is completed by the next ``dprelease run`` of the same spec.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 import os
 import signal
 import sys
@@ -39,8 +40,8 @@ Say = Callable[[str], None]
 
 
 def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Path, *, say: Say,
-                        out: Console, require_approval: bool = False) -> None:
-    spec = load_spec(spec_path)
+                        out: Console, require_approval: bool = False, run_date: datetime | None = None) -> None:
+    spec = load_spec(spec_path, run_date=run_date)
     from dprelease.cli import large_delta_warnings
 
     for warning in large_delta_warnings(spec):

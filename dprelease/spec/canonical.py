@@ -107,7 +107,12 @@ def _column(c: Column) -> dict[str, Any]:
 
 
 def fingerprint(spec: Spec) -> str:
-    text = json.dumps(canonical(spec), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """SHA-256 of the canonical spec. A recurring release is fingerprinted by its template, not
+    its resolved name: one approval covers every run of the schedule."""
+    data = canonical(spec)
+    if spec.release_template:
+        data["release"] = spec.release_template
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

@@ -14,6 +14,7 @@ import re
 from fractions import Fraction
 from functools import cache
 from importlib import resources
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,11 @@ def schema() -> dict[str, Any]:
     return json.loads(resources.files("dprelease.spec").joinpath("schema.json").read_text("utf-8"))
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Load and validate a release spec; raise :class:`SpecError` listing every problem."""
+def load_spec(path: str | Path, run_date: datetime | None = None) -> Spec:
+    """Load and validate a release spec; raise :class:`SpecError` listing every problem.
+
+    A release name with ``{run_date:FORMAT}`` is resolved with ``run_date`` (a scheduled run's
+    start, UTC), or now (UTC) when none is given."""
     path = Path(path)
     try:
         doc = load_document(path)
@@ -65,7 +69,8 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError([exc.problem]) from None
     noted = {p.field for p in doc.problems}  # a node the walk already refused is not re-reported
     problems = list(doc.problems) + [p for p in _schema_problems(doc) if p.field not in noted]
-    checker = _Checker(doc, skip={p.field for p in problems})
+    checker = _Checker(doc, skip={p.field for p in problems},
+                       run_date=run_date or datetime.now(timezone.utc))
     spec = checker.build()
     problems += checker.problems
     if problems:
@@ -188,7 +193,8 @@ class _Checker:
     has already reported it), so one mistake is reported once.
     """
 
-    def __init__(self, doc: Document, skip: set[str]):
+    def __init__(self, doc: Document, skip: set[str], run_date: datetime | None = None):
+        self.run_date = run_date or datetime.now(timezone.utc)
         self.doc = doc
         self.skip = skip
         self.problems: list[Problem] = []
@@ -253,8 +259,8 @@ class _Checker:
         ledger = self.get(("ledger",), str)
         if ledger is not None and "\0" in ledger:
             self.fail(("ledger",), "contains a NUL byte")
-        release = self.get(("release",), str)
-        for path in [("release",), ("dataset", "name")] + [("tables", i, "name") for i, _ in
+        release, release_template = self.release()
+        for path in [("dataset", "name")] + [("tables", i, "name") for i, _ in
                                                           enumerate(self.get(("tables",), list, []))]:
             name = self.get(path, str)
             if name is not None and not _SAFE_NAME.fullmatch(name):
@@ -304,7 +310,36 @@ class _Checker:
                     budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants,
-                    local_tables=tuple(self.local))
+                    local_tables=tuple(self.local), release_template=release_template,
+                    run_date=self.run_date if release_template else None)
+
+    def release(self) -> tuple[str | None, str | None]:
+        """(the release name, its template if it has one): ``{run_date:FORMAT}`` fields, FORMAT a
+        strftime format, resolved with the run's date (UTC)."""
+        text = self.get(("release",), str)
+        if text is None:
+            return None, None
+        if "{" not in text and "}" not in text:
+            if not _SAFE_NAME.fullmatch(text):
+                self.fail(("release",), f"{text!r} is not a safe name: use lower-case letters, digits, '.', '_' and "
+                          "'-', starting with a letter or digit")
+            return text, None
+        import string
+
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+            resolved = text.format(run_date=self.run_date) if all(f == "run_date" for f in fields) else None
+        except (ValueError, KeyError, IndexError):
+            resolved = None
+        if resolved is None or not fields:
+            self.fail(("release",), f"{text!r} is not a release template: its only field is {{run_date:FORMAT}} with a "
+                      "strftime FORMAT, e.g. acs-monthly-{run_date:%Y-%m}")
+            return None, None
+        if not _SAFE_NAME.fullmatch(resolved):
+            self.fail(("release",), f"{text!r} resolves to {resolved!r}, not a safe name (lower-case letters, digits, "
+                      "'.', '_', '-')")
+            return None, None
+        return resolved, text
 
     def local_table(self, at: Path_, body: dict, columns: dict[str, Column]) -> None:  # type: ignore[type-arg]
         """A ``kind: local`` table: the protocol, its ε, and a declared column of randomized answers."""

@@ -6,6 +6,7 @@ data. Values are kept as the text the user wrote; only range columns hold intege
 
 from __future__ import annotations
 
+from datetime import datetime
 from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
@@ -365,6 +366,8 @@ class Spec:
     unit_id: str | None = None  # the person identifier (unit "person"); read, never published
     max_rows: int = 1  # rows kept per person (contribution bound); 1 for unit "row"
     local_tables: tuple[LocalTable, ...] = ()  # kind: local (estimates from randomized answers)
+    release_template: str | None = None  # e.g. "acs-monthly-{run_date:%Y-%m}"; release is it resolved
+    run_date: datetime | None = None  # what the template was resolved with (UTC)
 
     @property
     def invariant_levels(self) -> tuple[str, ...]:
