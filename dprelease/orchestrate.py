@@ -27,7 +27,12 @@ for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGI
     os.environ.setdefault(_key, _value)
 
 from prefect import flow, task  # noqa: E402
-from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.artifacts import (  # noqa: E402
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
@@ -104,11 +109,23 @@ def release_flow(run_id: str, release: str) -> None:
 
     run = _RUNS[run_id]
     run.flow_run_id = str(flow_run.id) if flow_run.id else None
+    steps = 3 + len(run.spec.tables)  # load, each table, post-process, publish
+    progress = create_progress_artifact(progress=0.0, key=artifact_key(release, "progress"),
+                                        description=f"Progress of release {release}")
+
+    def done(step: int, what: str) -> None:
+        update_progress_artifact(progress, 100.0 * step / steps, description=f"{release}: {what}")
+        run.report_progress(what, step, steps)
+
     load_task(run_id)
-    for table in run.spec.tables:
+    done(1, "data loaded")
+    for i, table in enumerate(run.spec.tables):
         measure_task(run_id, table.name)
+        done(2 + i, f"measured {table.name}")
     postprocess_task(run_id)
+    done(steps - 1, "post-processed")
     publish_task(run_id)
+    done(steps, "published")
     create_markdown_artifact(key=artifact_key(release), markdown=run.report_md or "",
                              description=f"Budget report of release {release}")
     create_table_artifact(key=artifact_key(release, "budget-table"), table=budget_rows(run),

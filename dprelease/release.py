@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -51,6 +51,7 @@ class ReleaseRun:
     layout: Layout
     caps: tuple[CapChange, ...] = ()
     answers_fingerprint: str | None = None  # local tables: the file of answers the ledger recorded
+    on_progress: Callable[[str, int, int], None] | None = None  # (what is done, step, steps): the terminal's bar
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGE_TIMINGS, 0.0))
     noise_drawn: bool = False
@@ -67,6 +68,10 @@ class ReleaseRun:
     flow_run_id: str | None = None
     report_md: str | None = None
     error: BaseException | None = None
+
+    def report_progress(self, what: str, step: int, steps: int) -> None:
+        if self.on_progress is not None:
+            self.on_progress(what, step, steps)
 
     def _timed(self, stage: str, start: float) -> None:
         self.timings[stage] += time.perf_counter() - start

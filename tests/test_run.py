@@ -110,6 +110,14 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     assert table["type"] == "table"
     assert [(r["table"], r["ε"], r["moe95"]) for r in rows] == [(t["name"], t["epsilon"], t["moe95"])
                                                                  for t in manifest["tables"]]
+    # and its progress a progress artifact, at 100% once published
+    request = urllib.request.Request(run_env["PREFECT_API_URL"] + "/artifacts/filter", method="POST",
+                                     data=json.dumps({"artifacts": {"key": {"any_": ["progress-acs-demo-2019"]},
+                                                                    "flow_run_id": {"any_": [internal["prefect_flow_run_id"]]}}})
+                                     .encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        [progress] = json.loads(response.read())
+    assert progress["type"] == "progress" and float(progress["data"]) == 100.0
 
     again = run(DEMO, "--output-dir", out, env=run_env)
     assert again.returncode == 4, again.stderr

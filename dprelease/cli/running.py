@@ -88,6 +88,7 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
                      layout=Layout(output_dir, spec.release, granted.run_id), caps=caps,
                      answers_fingerprint=local[0].answers if local else None)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite kill settles the reservation too
+    progress = _terminal_progress(run)
     try:
         checkpoint("reserved")
         from dprelease.orchestrate import run_release  # imports Prefect: only now
@@ -100,9 +101,26 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
             raise typer.Exit(ExitCode.INVALID if isinstance(exc, UserError) else ExitCode.INTERNAL) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if progress is not None:
+            progress.stop()
     record = run.write_internal_record()
     _print_done(spec, plan, run.layout.final, out)
     say(f"internal run record (not for publication): {record}")
+
+
+def _terminal_progress(run: ReleaseRun):  # type: ignore[no-untyped-def]
+    """A rich progress bar on stderr for an interactive terminal (load, each table, publish)."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console as RichConsole
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=RichConsole(stderr=True), transient=True)
+    task = bar.add_task(f"{run.spec.release}: loading", total=3 + len(run.spec.tables))
+    bar.start()
+    run.on_progress = lambda what, step, steps: bar.update(task, completed=step, description=f"{run.spec.release}: {what}")
+    return bar
 
 
 def _interrupt(signum, frame):  # type: ignore[no-untyped-def]
