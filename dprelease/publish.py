@@ -196,6 +196,9 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
         **({"release_template": spec.release_template, "run_date": spec.run_date.isoformat()}  # type: ignore[union-attr]
            if spec.release_template else {}),
         "spec": "spec.json",
+        **({"partition": {"column": spec.dataset.partition_column, "value": spec.dataset.partition_value,
+                          "disjoint_units": spec.dataset.disjoint_units, "ledger_dataset": spec.dataset.name,
+                          "assumption": spec.dataset.partition_note}} if spec.dataset.partition_column else {}),
         "privacy": {"definition": spec.definition, "unit": spec.unit, "neighbouring": plan.neighbouring,
                     "ledger_terms": plan.terms,
                     **({"contribution_bound": {"id": spec.unit_id, "max_rows": spec.max_rows}}

@@ -45,6 +45,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         f"Spec fingerprint `{manifest['spec_fingerprint']}`",
         "",
         *_invariants_warning(manifest),
+        *([f"**Period:** {manifest['partition']['assumption']}.", ""] if "partition" in manifest else []),
         "## Guarantee",
         "",
         _guarantee(manifest, sym),

@@ -130,3 +130,58 @@ def test_release_templates(tmp_path, cli):
         result = cli("validate", spec)
         assert result.code == 2 and "release" in result.stderr, (bad, result)
         spec.write_text(spec.read_text().replace(bad, '"acs-monthly-{run_date:%Y-%m}"'))
+
+
+PARTITIONED = """\
+release: "survey-{{run_date:%Y-%m}}"
+dataset:
+  name: monthly-survey
+  path: data.csv
+  lifetime_budget: {{epsilon: 1}}
+  partition: {{column: MONTH, value: "{{run_date:%Y-%m}}"{disjoint}}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+columns:
+  SEX: {{domain: [1, 2]}}
+tables:
+  - name: by_sex
+    group_by: [SEX]
+    epsilon: 1
+    post_process: none
+"""
+
+
+def test_periods_of_disjoint_people_have_budgets_of_their_own(tmp_path, run_env, cli):
+    """A fresh sample each month (disjoint_units: true): each month's release counts only its rows
+    and spends from that month's own lifetime budget (parallel composition), stated in the report.
+    Without the declaration, the second month is refused: the periods share one budget."""
+    from tests.test_run import run
+
+    rows = [f"2027-03,{1 + i % 2}" for i in range(300)] + [f"2027-04,{1 + i % 2}" for i in range(5000)]
+    (tmp_path / "data.csv").write_text("MONTH,SEX\n" + "\n".join(rows) + "\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(PARTITIONED.format(disjoint=", disjoint_units: true"))
+    ledger, out = tmp_path / "ledger.sqlite", tmp_path / "out"
+    for month in ("2027-03", "2027-04"):
+        proc = run(spec, "--run-date", f"{month}-01", "--output-dir", out, "--ledger", ledger, env=run_env)
+        assert proc.returncode == 0, proc.stderr
+    march = (out / "survey-2027-03" / "tables" / "by_sex.csv").read_text().splitlines()[1:]
+    assert abs(sum(int(line.split(",")[1]) for line in march) - 300) < 60  # March's rows only, ε = 1
+    manifest = json.loads((out / "survey-2027-04" / "manifest.json").read_text())
+    assert manifest["partition"]["ledger_dataset"] == "monthly-survey/2027-04"
+    assert "disjoint units" in (out / "survey-2027-04" / "budget_report.md").read_text()
+    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    assert sorted(opened.datasets()) == ["monthly-survey/2027-03", "monthly-survey/2027-04"]
+    assert all(opened.state(d).spent == 1 for d in opened.datasets())
+    opened.close()
+
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(PARTITIONED.format(disjoint=""))
+    ledger2 = tmp_path / "ledger2.sqlite"
+    assert run(shared, "--run-date", "2027-03-01", "--output-dir", tmp_path / "out2", "--ledger", ledger2,
+               env=run_env).returncode == 0
+    refused = run(shared, "--run-date", "2027-04-01", "--output-dir", tmp_path / "out2", "--ledger", ledger2,
+                  env=run_env)
+    assert refused.returncode == 3 and "lifetime budget of monthly-survey" in refused.stderr, refused.stderr
+    planned = cli("plan", shared, "--ledger", ledger2)
+    assert "every period spends from the dataset's one lifetime budget" in planned.stdout

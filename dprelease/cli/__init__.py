@@ -188,7 +188,7 @@ def plan(
     if as_json:
         print(json.dumps(plan_json(the_plan, location, opened is not None), indent=2))
     else:
-        print_plan(out, the_plan, str(spec_path))
+        print_plan(out, the_plan, str(spec_path), spec.dataset.partition_note)
     if the_plan.existing_run is not None:
         raise typer.Exit(ExitCode.ALREADY_RELEASED)
     if not the_plan.fits:
@@ -259,6 +259,9 @@ def run(
     require_approval: Annotated[bool, typer.Option(
         "--require-approval", help="Refuse (exit 5, nothing spent) unless `plan --approve` approved this exact "
         "plan.")] = False,
+    run_date: Annotated[Optional[str], typer.Option(
+        "--run-date", metavar="DATE", help="The date (UTC) that {run_date:...} templates in the spec resolve with, "
+        "e.g. 2027-03-01 (default: now).")] = None,
 ) -> None:
     """Publish a release: plan, reserve in the ledger, then measure and publish with Prefect.
 
@@ -268,7 +271,17 @@ def run(
     """
     from dprelease.cli.running import run_release_command
 
-    run_release_command(spec_path, ledger, output_dir, say=say, out=out, require_approval=require_approval)
+    when = None
+    if run_date is not None:
+        from datetime import datetime, timezone
+
+        try:
+            when = datetime.fromisoformat(run_date)
+        except ValueError:
+            raise typer.BadParameter(f"{run_date!r} is not a date, e.g. 2027-03-01", param_hint="--run-date") from None
+        when = when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+    run_release_command(spec_path, ledger, output_dir, say=say, out=out, require_approval=require_approval,
+                        run_date=when)
 
 
 # ---------------------------------------------------------------- postprocess
@@ -533,7 +546,7 @@ def ledger_set_budget(
     if terms is not None and terms not in ("pure", "zcdp", "approx"):
         raise typer.BadParameter(f"{terms!r} is not one of pure, zcdp, approx", param_hint="--terms")
     definition = terms or ("approx" if cap_delta is not None else "pure")
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}", dataset):
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}(/[^/\x00]{1,100})?", dataset):
         raise typer.BadParameter(f"{dataset!r} is not a dataset name (lower-case letters, digits, '.', '_', '-')",
                                  param_hint="DATASET")
     if not reason.strip():

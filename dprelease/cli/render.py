@@ -92,7 +92,7 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
     }
 
 
-def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
+def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str | None = None) -> None:
     conf = pct(plan.confidence)
     table = Table(title=f"Plan for release {plan.release} ({spec_path})", title_justify="left")
     gaussian = {t.mechanism == "discrete_gaussian" for t in plan.tables}
@@ -184,6 +184,8 @@ def print_plan(console: Console, plan: Plan, spec_path: str) -> None:
         after = plan.local_spent + sum((p.charge for p in plan.local), Fraction(0))
         console.print(f"Each respondent's ε over local collections of {plan.dataset}: {both(plan.local_spent)} "
                       f"→ {both(after)} (collections of the same people compose)", markup=False, highlight=False)
+    if partition_note:
+        console.print(f"Period: {partition_note}.", markup=False, highlight=False)
     console.print(f"Plan fingerprint: {plan.fingerprint}", markup=False, highlight=False)
 
 

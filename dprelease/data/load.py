@@ -154,12 +154,18 @@ def encode(spec: Spec) -> Encoded:
     identifier = [spec.unit_id] if spec.unit_id else []
     summed = list(dict.fromkeys(t.measure.column for t in spec.tables
                                 if isinstance(t.measure, (SumMeasure, MeanMeasure))))
-    table = read_table(spec, [c.name for c in declared] + identifier + summed,
-                       [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed)
+    period = [spec.dataset.partition_column] if spec.dataset.partition_column else []
+    table = read_table(spec, [c.name for c in declared] + identifier + summed + period,
+                       [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed + period)
     n = table.num_rows
     codes: dict[str, np.ndarray] = {}
     local_counts: dict[str, np.ndarray] = {}
     keep = np.ones(n, dtype=bool)
+    if period:  # only this period's rows (a public, row-wise filter), before anything else
+        values = table.column(period[0]).combine_chunks() if n else pa.array([], pa.string())
+        keep &= np.asarray(pc.fill_null(pc.equal(values, spec.dataset.partition_value), False)
+                           .to_numpy(zero_copy_only=False), dtype=bool)
+    in_period = keep.copy()
     for column in declared:
         arr = table.column(column.name).combine_chunks() if n else pa.array([], pa.string())
         try:
@@ -168,7 +174,9 @@ def encode(spec: Spec) -> Encoded:
             raise DataError(f"{spec.dataset.resolved_path}: column {column.name} (type {arr.type}) cannot be read "
                             f"as {'whole numbers' if isinstance(column, RangeColumn) else 'text'}: "
                             f"{first_line(exc)}") from None
-        if bad is not None:
+        if bad is not None and period:
+            bad = bad & in_period  # other periods' rows are not this release's data
+        if bad is not None and bad.any():
             if column.on_out_of_domain == "drop":
                 keep &= ~bad
             else:
@@ -176,7 +184,7 @@ def encode(spec: Spec) -> Encoded:
         codes[column.name] = code
         for t in spec.local_tables:  # every answer in its own domain counts, whatever the other columns hold
             if t.column == column.name:
-                valid = code if bad is None else code[~bad]
+                valid = code[in_period] if bad is None else code[in_period & ~bad]
                 local_counts[t.name] = np.bincount(valid, minlength=column.size).astype(np.int64)
     for column in columns:
         if isinstance(column, BinnedColumn):

@@ -45,6 +45,8 @@ def canonical(spec: Spec) -> dict[str, Any]:
             "delimiter": d.delimiter,
             "lifetime_epsilon": fraction_text(d.lifetime_epsilon) if d.lifetime_epsilon else None,
             **({"lifetime_delta": fraction_text(d.lifetime_delta)} if d.lifetime_delta is not None else {}),
+            **({"partition": {"column": d.partition_column, "value": d.partition_value,
+                              "disjoint_units": d.disjoint_units}} if d.partition_column else {}),
         },
         "privacy": {"definition": spec.definition,
                     "unit": spec.unit if spec.unit == "row" else {"id": spec.unit_id, "max_rows": spec.max_rows}},
@@ -112,6 +114,9 @@ def fingerprint(spec: Spec) -> str:
     data = canonical(spec)
     if spec.release_template:
         data["release"] = spec.release_template
+    if spec.dataset.partition_column:  # every period of a schedule is the same plan
+        data["dataset"]["partition"]["value"] = spec.dataset.partition_template
+        data["dataset"]["name"] = spec.dataset.base_name or spec.dataset.name
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 

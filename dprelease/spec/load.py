@@ -324,16 +324,8 @@ class _Checker:
                 self.fail(("release",), f"{text!r} is not a safe name: use lower-case letters, digits, '.', '_' and "
                           "'-', starting with a letter or digit")
             return text, None
-        import string
-
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
-            resolved = text.format(run_date=self.run_date) if all(f == "run_date" for f in fields) else None
-        except (ValueError, KeyError, IndexError):
-            resolved = None
-        if resolved is None or not fields:
-            self.fail(("release",), f"{text!r} is not a release template: its only field is {{run_date:FORMAT}} with a "
-                      "strftime FORMAT, e.g. acs-monthly-{run_date:%Y-%m}")
+        resolved = self.template(("release",), text)
+        if resolved is None:
             return None, None
         if not _SAFE_NAME.fullmatch(resolved):
             self.fail(("release",), f"{text!r} resolves to {resolved!r}, not a safe name (lower-case letters, digits, "
@@ -533,13 +525,42 @@ class _Checker:
         if isinstance(d.get("lifetime_budget"), dict):
             lifetime = self.budget(("dataset", "lifetime_budget", self.cost), f"lifetime {self.symbol}")
             lifetime_delta = self.delta_budget(("dataset", "lifetime_budget"), "lifetime")
+        partition = self.get(("dataset", "partition"), dict)
+        column = value = None
+        disjoint = False
+        if partition is not None:
+            column, disjoint = partition.get("column"), partition.get("disjoint_units") is True
+            value = self.template(("dataset", "partition", "value"), partition.get("value"))
+            if not isinstance(column, str) or value is None:
+                return None
         if name is None or path is None or fmt is None:
             return None
         resolved = (self.base / path) if not Path(path).is_absolute() else Path(path)
         default_delimiter = "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
-        return Dataset(name=name, path=path, resolved_path=resolved, format=fmt, na_values=na,
+        keyed = f"{name}/{value}" if disjoint else name  # a lifetime budget per period of disjoint people
+        return Dataset(name=keyed, path=path, resolved_path=resolved, format=fmt, na_values=na,
                        delimiter=self.get(("dataset", "delimiter"), str, default_delimiter), lifetime_epsilon=lifetime,
-                       lifetime_delta=lifetime_delta)
+                       lifetime_delta=lifetime_delta, partition_column=column, partition_value=value,
+                       disjoint_units=disjoint, base_name=name if disjoint else None,
+                       partition_template=partition.get("value") if partition else None)
+
+    def template(self, at: Path_, text: object) -> str | None:
+        """``text`` with its ``{run_date:FORMAT}`` fields resolved (UTC), or None (reported)."""
+        if not isinstance(text, str):
+            return None
+        if "{" not in text and "}" not in text:
+            return text
+        import string
+
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+            resolved = text.format(run_date=self.run_date) if fields and all(f == "run_date" for f in fields) else None
+        except (ValueError, KeyError, IndexError):
+            resolved = None
+        if resolved is None:
+            self.fail(at, f"{text!r} is not a template: its only field is {{run_date:FORMAT}} with a strftime FORMAT, "
+                      "e.g. acs-monthly-{run_date:%Y-%m}")
+        return resolved
 
     def delta_budget(self, at: Path_, what: str) -> Fraction | None:
         """The δ beside a budget's ε: required under approx (0 < δ < 1), refused otherwise."""

@@ -344,6 +344,22 @@ class Dataset:
     delimiter: str = ","
     lifetime_epsilon: Fraction | None = None
     lifetime_delta: Fraction | None = None  # approx: the lifetime δ
+    partition_column: str | None = None  # release only the rows whose column equals partition_value
+    partition_value: str | None = None
+    partition_template: str | None = None  # the value as written (e.g. "{run_date:%Y-%m}")
+    disjoint_units: bool = False  # each person in at most one partition: a lifetime budget per partition
+    base_name: str | None = None  # the name as written, when ``name`` is keyed by partition
+
+    @property
+    def partition_note(self) -> str | None:
+        if self.partition_column is None:
+            return None
+        if self.disjoint_units:
+            return (f"only the rows with {self.partition_column} = {self.partition_value!r}; the spec declares that "
+                    "each person belongs to at most one period (disjoint units), so this period has a lifetime budget "
+                    f"of its own ({self.name}). If people recur across periods, this guarantee does not hold")
+        return (f"only the rows with {self.partition_column} = {self.partition_value!r}; periods are not declared "
+                "disjoint in people, so every period spends from the dataset's one lifetime budget")
 
 
 @dataclass(frozen=True, slots=True)
