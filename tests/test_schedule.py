@@ -185,3 +185,25 @@ def test_periods_of_disjoint_people_have_budgets_of_their_own(tmp_path, run_env,
     assert refused.returncode == 3 and "lifetime budget of monthly-survey" in refused.stderr, refused.stderr
     planned = cli("plan", shared, "--ledger", ledger2)
     assert "every period spends from the dataset's one lifetime budget" in planned.stdout
+
+
+def test_the_shipped_deployment_points_at_a_valid_spec_and_flow(cli):
+    """pipelines/prefect.yaml: its entrypoint is the scheduled flow, its spec validates, its cron
+    is valid and its runs require approval."""
+    import importlib
+
+    import yaml
+    from prefect.client.schemas.schedules import CronSchedule
+
+    from tests.conftest import ROOT
+
+    config = yaml.safe_load((ROOT / "pipelines" / "prefect.yaml").read_text())
+    [deployment] = config["deployments"]
+    module, _, name = deployment["entrypoint"].partition(":")
+    flow = getattr(importlib.import_module(module.removesuffix(".py").replace("/", ".")), name)
+    assert flow.name == "dprelease-scheduled"
+    assert set(deployment["parameters"]) == {"spec_path", "ledger", "output_dir", "require_approval"}
+    assert deployment["parameters"]["require_approval"] is True
+    CronSchedule(cron=deployment["schedules"][0]["cron"])
+    result = cli("validate", ROOT / deployment["parameters"]["spec_path"])
+    assert result.code == 0, result
