@@ -136,6 +136,6 @@ def test_the_listing_shows_the_burn_down(tmp_path, cli):
         ledger.commit(run_id)
     ledger.close()
     shown = cli("ledger", "--ledger", tmp_path / "l.sqlite")
-    rows = [line for line in shown.stdout.splitlines() if line.strip().startswith(("r1", "r2"))]
-    assert "│ 1 " in rows[0] and "│ 3 " in rows[0]  # spent after r1: 1, remaining 3
-    assert "3/2" in rows[1] and "5/2" in rows[1]  # after r2: 3/2 spent, 5/2 remaining
+    rows = [[cell.strip() for cell in line.split("│")] for line in shown.stdout.splitlines()
+            if line.strip().startswith(("r1", "r2"))]
+    assert [row[2:4] for row in rows] == [["1", "3"], ["3/2 (1.5)", "5/2 (2.5)"]]  # spent after, remaining

@@ -72,7 +72,8 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
     servers = [serve(spec, "monthly-test", ledger, out, run_env), serve(unapproved, "unapproved-test", ledger, out,
                                                                           run_env)]
     try:
-        found = wait_for(lambda: deployment(url, "monthly-test"), 120, "the deployment to register")
+        found = wait_for(lambda: (lambda d: d if d and d.get("schedules") else None)(deployment(url, "monthly-test")),
+                         120, "the deployment and its schedule to register")
         assert [s["schedule"]["cron"] for s in found["schedules"]] == ["0 3 1 * *"]
         finished = trigger_and_wait(url, found["id"])
         assert finished["state"]["type"] == "COMPLETED", finished["state"]
@@ -90,13 +91,22 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         assert next(a for a in artifacts if a["type"] == "markdown")["data"] == \
             (out / release / "budget_report.md").read_text()
 
-        other = wait_for(lambda: deployment(url, "unapproved-test"), 120, "the second deployment")
+        other = wait_for(lambda: (lambda d: d if d and d.get("schedules") else None)(
+            deployment(url, "unapproved-test")), 120, "the second deployment")
         refused = trigger_and_wait(url, other["id"])
         assert refused["state"]["type"] == "FAILED" and "not approved" in refused["state"]["message"], refused["state"]
         assert not any(p.name.startswith("acs-monthly-other") for p in out.iterdir())
         opened = Ledger.open(resolve_location(str(ledger)), create=False)
         assert opened.state("nist-acs-national-2019").spent == 1  # nothing spent by the refusal
         opened.close()
+    except AssertionError:
+        for proc in servers:  # what the serving processes said, for the failure report
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                print(proc.communicate(timeout=30)[0][-3000:])
+            except subprocess.TimeoutExpired:
+                pass
+        raise
     finally:
         for proc in servers:
             try:
@@ -168,15 +178,34 @@ def test_periods_of_disjoint_people_have_budgets_of_their_own(tmp_path, run_env,
     march = (out / "survey-2027-03" / "tables" / "by_sex.csv").read_text().splitlines()[1:]
     assert abs(sum(int(line.split(",")[1]) for line in march) - 300) < 60  # March's rows only, ε = 1
     manifest = json.loads((out / "survey-2027-04" / "manifest.json").read_text())
-    assert manifest["partition"]["ledger_dataset"] == "monthly-survey/2027-04"
+    assert manifest["partition"]["ledger_dataset"] == "monthly-survey/MONTH=2027-04"
     assert "disjoint units" in (out / "survey-2027-04" / "budget_report.md").read_text()
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
-    assert sorted(opened.datasets()) == ["monthly-survey/2027-03", "monthly-survey/2027-04"]
+    assert sorted(opened.datasets()) == ["monthly-survey/MONTH=2027-03", "monthly-survey/MONTH=2027-04"]
     assert all(opened.state(d).spent == 1 for d in opened.datasets())
     opened.close()
 
+    # the periods' budgets stand alone only while nothing spends from the whole dataset's one budget
+    whole = tmp_path / "whole.yaml"
+    whole.write_text(PARTITIONED.format(disjoint="").replace('"survey-{run_date:%Y-%m}"', "survey-all"))
+    refused = run(whole, "--run-date", "2027-05-01", "--output-dir", out, "--ledger", ledger, env=run_env)
+    assert refused.returncode == 2 and "per-period budgets" in refused.stderr and not (out / "survey-all").exists()
+    quarterly = tmp_path / "quarterly.yaml"
+    quarterly.write_text(spec.read_text().replace("column: MONTH", "column: QUARTER"))
+    (tmp_path / "data.csv").write_text("MONTH,QUARTER,SEX\n" + "\n".join(f"{r.split(',')[0]},Q1,{r.split(',')[1]}"
+                                                                          for r in rows) + "\n")
+    refused = run(quarterly, "--run-date", "2027-06-01", "--output-dir", out, "--ledger", ledger, env=run_env)
+    assert refused.returncode == 2 and "another column" in refused.stderr, refused.stderr
+    # one approval covers every period of the schedule
+    approve = cli("plan", spec, "--approve", "--ledger", ledger)
+    assert approve.code == 0, approve
+    proc = run(spec, "--run-date", "2027-07-01", "--require-approval", "--output-dir", out, "--ledger", ledger,
+               env=run_env)
+    assert proc.returncode == 0 and "plan approved" in proc.stderr, proc.stderr
+
     shared = tmp_path / "shared.yaml"
     shared.write_text(PARTITIONED.format(disjoint=""))
+    (tmp_path / "data.csv").write_text("MONTH,SEX\n" + "\n".join(rows) + "\n")
     ledger2 = tmp_path / "ledger2.sqlite"
     assert run(shared, "--run-date", "2027-03-01", "--output-dir", tmp_path / "out2", "--ledger", ledger2,
                env=run_env).returncode == 0
@@ -207,3 +236,15 @@ def test_the_shipped_deployment_points_at_a_valid_spec_and_flow(cli):
     CronSchedule(cron=deployment["schedules"][0]["cron"])
     result = cli("validate", ROOT / deployment["parameters"]["spec_path"])
     assert result.code == 0, result
+
+
+def test_a_partition_is_a_plain_data_column_with_a_safe_value(tmp_path, cli):
+    spec = tmp_path / "spec.yaml"
+    (tmp_path / "data.csv").write_text("MONTH,SEX\n2027-03,1\n")
+    spec.write_text(PARTITIONED.format(disjoint=", disjoint_units: true").replace(
+        "  SEX: {domain: [1, 2]}", "  SEX: {domain: [1, 2]}\n  MONTH: {domain: [\"2027-03\"]}"))
+    result = cli("validate", spec)
+    assert result.code == 2 and "dataset.partition.column" in result.stderr, result
+    spec.write_text(PARTITIONED.format(disjoint="").replace('value: "{run_date:%Y-%m}"', 'value: "{run_date:%Y/%m}"'))
+    result = cli("validate", spec)
+    assert result.code == 2 and "dataset.partition.value" in result.stderr, result

@@ -201,7 +201,7 @@ def plan(
         approver = Ledger.open(location, create=True)
         assert approver is not None
         try:
-            granted = approver.approve(dataset=spec.dataset.name, release=spec.release,
+            granted = approver.approve(dataset=spec.dataset.base_name or spec.dataset.name, release=spec.release,
                                        spec_fingerprint=the_plan.fingerprint, by=by,
                                        spec_path=str(spec.source.resolve()))
         finally:

@@ -59,7 +59,7 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
         _discard_stale_staging(spec, state, output_dir)
         _refuse_before_spending(spec, plan, output_dir)
         if require_approval:
-            approval = ledger.approval(spec.dataset.name, plan.fingerprint)
+            approval = ledger.approval(spec.dataset.base_name or spec.dataset.name, plan.fingerprint)  # every period
             if approval is None:
                 raise NotApprovedError(f"{spec.source}: this plan ({plan.fingerprint}) of release {spec.release} is not "
                                        "approved; review it with `dprelease plan SPEC` and approve it with `dprelease "
@@ -273,7 +273,6 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
     ledger = Ledger.open(run.location, create=False)
     assert ledger is not None
     try:
-        discard_staging(run.layout)
         if not run.noise_drawn:
             ledger.void(run.run_id, reason=f"failed before any noise was drawn ({type(exc).__name__})")
             spent = "the reservation was voided; nothing was spent"
@@ -282,6 +281,7 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
                         data_fingerprint=run.data_fingerprint)
             spent = (f"noise had been drawn, so ε = {fraction_text(run.plan.total_epsilon)} stays spent "
                      "(run recorded as failed); publish under a new release name")
+        discard_staging(run.layout)  # after the ledger knows: staged noise never outlives an open reservation
     finally:
         ledger.close()
     if isinstance(exc, UserError):
@@ -319,6 +319,15 @@ def resolve_run(ledger: Ledger, run_id: str, action: str, reason: str, by: str |
         except (OSError, ValueError):
             published = False
     staged = layout.staging.exists()
+    internal = layout.internal / "run.json"
+    if internal.is_file():
+        import json
+
+        try:
+            record_file = json.loads(internal.read_text("utf-8"))
+            staged = staged or (record_file.get("run_id") == record.run_id and bool(record_file.get("noise_drawn")))
+        except (OSError, ValueError):
+            pass
     if action == "void":
         if published or staged:
             where = layout.final if published else layout.staging
@@ -332,8 +341,8 @@ def resolve_run(ledger: Ledger, run_id: str, action: str, reason: str, by: str |
                             "--void")
         ledger.commit(record.run_id, by=by, reason=reason)
         return f"committed run {record.run_id} of {record.release} ({dataset}): published at {layout.final}"
+    ledger.fail(record.run_id, reason=reason, by=by)  # recorded as spent first, then the files go
     discard_staging(layout)
-    ledger.fail(record.run_id, reason=reason, by=by)
     return (f"recorded run {record.run_id} of {record.release} ({dataset}) as failed: spent, never published"
             + (" (its staged outputs were removed)" if staged else ""))
 

@@ -453,7 +453,10 @@ class Ledger:
             raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its lifetime budget needs a δ")
         run_id = uuid.uuid4().hex
         with self._write() as conn:
-            _lock_dataset(conn, dataset)
+            _lock_dataset(conn, dataset.partition("/")[0])  # a dataset and its periods: one writer
+            if "/" in dataset:
+                _lock_dataset(conn, dataset)
+            _check_partition_family(conn, dataset)
             state = _state(conn, dataset)
             if state is None:
                 if lifetime_from_spec is None:
@@ -634,6 +637,30 @@ def _lock_dataset(conn: Connection, dataset: str) -> None:
     if conn.dialect.name == "postgresql":
         # a transaction-scoped advisory lock also covers a dataset that has no row yet
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": "dprelease:" + dataset})
+
+
+def _check_partition_family(conn: Connection, dataset: str) -> None:
+    """A dataset's periods have budgets of their own (``name/COLUMN=value``, declared disjoint in
+    people) only if nothing spends from the whole dataset's budget (``name``) and every period is
+    cut by the same column; otherwise one person's releases would spread over unlinked budgets."""
+    base, _, part = dataset.partition("/")
+    names = [r[0] for r in conn.execute(sa.select(datasets_t.c.name).where(sa.or_(
+        datasets_t.c.name == base, datasets_t.c.name.startswith(base + "/", autoescape=True))))]
+    others = [n for n in names if n != dataset]
+    if part:
+        if base in others:
+            raise LedgerError(f"dataset {base!r} has releases from its one lifetime budget, so its periods cannot have "
+                              "budgets of their own: remove disjoint_units (every period then spends from that budget)")
+        column = part.partition("=")[0]
+        clash = [n for n in others if n.partition("/")[2].partition("=")[0] != column]
+        if clash:
+            raise LedgerError(f"dataset {base!r} has per-period budgets by another column ({clash[0]!r}): periods of one "
+                              "dataset are cut by one column, or the same people would have two budgets")
+    elif any("/" in n for n in others):
+        per = next(n for n in others if "/" in n)
+        raise LedgerError(f"dataset {base!r} has per-period budgets ({per!r}, declared disjoint in people): a release "
+                          "from its whole budget would not be covered by them; declare the same partition with "
+                          "disjoint_units, or use a new dataset name")
 
 
 def _insert_dataset(conn: Connection, dataset: str, definition: str, by: str) -> None:

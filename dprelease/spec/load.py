@@ -537,7 +537,17 @@ class _Checker:
             return None
         resolved = (self.base / path) if not Path(path).is_absolute() else Path(path)
         default_delimiter = "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
-        keyed = f"{name}/{value}" if disjoint else name  # a lifetime budget per period of disjoint people
+        if partition is not None:
+            declared = self.get(("columns",), dict, {}) or {}
+            if column in declared:
+                self.fail(("dataset", "partition", "column"), f"{column!r} is declared under columns:; the partition "
+                          "column is a data column read as text and not declared (it selects the period's rows)")
+                return None
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,50}", value or ""):
+                self.fail(("dataset", "partition", "value"), f"the period {value!r} must be letters, digits, '.', '_' "
+                          "or '-' (e.g. {run_date:%Y-%m})")
+                return None
+        keyed = f"{name}/{column}={value}" if disjoint else name  # a lifetime budget per period of disjoint people
         return Dataset(name=keyed, path=path, resolved_path=resolved, format=fmt, na_values=na,
                        delimiter=self.get(("dataset", "delimiter"), str, default_delimiter), lifetime_epsilon=lifetime,
                        lifetime_delta=lifetime_delta, partition_column=column, partition_value=value,
