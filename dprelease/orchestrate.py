@@ -126,7 +126,7 @@ def release_flow(run_id: str, release: str) -> None:
     done(steps - 1, "post-processed")
     publish_task(run_id)
     done(steps, "published")
-    create_markdown_artifact(key=artifact_key(release), markdown=run.report_md or "",
+    create_markdown_artifact(key=artifact_key(release), markdown=(run.report_md or "") + burn_down_md(run),
                              description=f"Budget report of release {release}")
     create_table_artifact(key=artifact_key(release, "budget-table"), table=budget_rows(run),
                           description=f"Spend per measurement of release {release}")
@@ -161,6 +161,26 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, requi
 def artifact_key(release: str, kind: str = "budget-report") -> str:
     """Prefect artifact keys allow lower-case letters, digits and dashes only."""
     return f"{kind}-" + re.sub(r"[^a-z0-9-]", "-", release)
+
+
+def burn_down_md(run: ReleaseRun) -> str:
+    """The dataset's burn-down across releases (from the ledger), as in `dprelease report`."""
+    import json
+
+    from dprelease.ledger import Ledger
+    from dprelease.reporting import burn_down
+
+    ledger = Ledger.open(run.location, create=False)
+    if ledger is None:
+        return ""
+    try:
+        state = ledger.state(run.spec.dataset.name)
+    finally:
+        ledger.close()
+    manifest = json.loads((run.layout.final / "manifest.json").read_text("utf-8"))
+    rows = [f"| {p.release} | {p.state} | {fraction_text(p.spent_after)} |" for p in burn_down(manifest, state)]
+    return "\n".join(["", f"## Burn-down of {run.spec.dataset.name} (cap {manifest['lifetime']['budget']})", "",
+                      "| release | state | spent after |", "|---|---|---:|", *rows, ""])
 
 
 def budget_rows(run: ReleaseRun) -> list[dict[str, str | int | None]]:

@@ -81,6 +81,8 @@ def warnings(manifest: dict[str, Any], state: DatasetState | None) -> list[str]:
             if run.unfinished:
                 out.append(f"unfinished reservation: run {run.run_id} ({run.release}, since {run.created_at[:19]}) "
                            "still counts as spent; settle it with `dprelease ledger resolve`")
+    if "partition" in manifest:
+        out.append(f"period: {manifest['partition']['assumption']}")
     if "local_epsilon_per_respondent" in manifest:
         out.append(f"local collections: each respondent's ε is now "
                    f"{decimal_text(Fraction(manifest['local_epsilon_per_respondent']['after']))} (not capped)")
@@ -99,6 +101,7 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
                        "created_at": p.created_at} for p in burn_down(manifest, state)],
         "burn_down_source": "ledger" if state is not None else "manifest (this release only)",
         "warnings": warnings(manifest, state),
+        **({"partition": manifest["partition"]} if "partition" in manifest else {}),
     }
 
 
