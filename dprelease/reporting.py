@@ -34,14 +34,18 @@ class BurnDownPoint:
     created_at: str
 
 
-def read_manifest(release_dir: Path) -> dict[str, Any]:
-    path = release_dir / "manifest.json"
+def read_release_json(path: Path) -> dict[str, Any]:
+    """A JSON file of a published release (``manifest.json``, ``spec.json``), or a clear error."""
     try:
         return json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{path} not found: is {release_dir} a published release directory?") from None
+        raise UserError(f"{path} not found: is {path.parent} a published release directory?") from None
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}") from None
+
+
+def read_manifest(release_dir: Path) -> dict[str, Any]:
+    return read_release_json(release_dir / "manifest.json")
 
 
 def burn_down(manifest: dict[str, Any], state: DatasetState | None) -> list[BurnDownPoint]:

@@ -8,18 +8,17 @@ it touches no ledger. Each run writes a new version beside the old tables:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dprelease.errors import UserError
+from dprelease.reporting import read_release_json
 from dprelease.postprocess import check_invariants, postprocess_release
 from dprelease.publish import read_invariant, sync_tree, utc_now, write_json, write_table
 from dprelease.spec import fingerprint
@@ -27,9 +26,9 @@ from dprelease.spec.canonical import spec_from_canonical
 
 
 def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
-    manifest = _read_json(release_dir / "manifest.json")
+    manifest = read_release_json(release_dir / "manifest.json")
     try:
-        spec = spec_from_canonical(_read_json(release_dir / manifest.get("spec", "spec.json")),
+        spec = spec_from_canonical(read_release_json(release_dir / manifest.get("spec", "spec.json")),
                                    release_dir / "spec.json")
     except (KeyError, ValueError, TypeError) as exc:
         raise UserError(f"{release_dir}/spec.json is not a valid saved spec ({exc}); the release directory has "
@@ -83,12 +82,3 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     sync_tree(staging)
     os.rename(staging, final)
     return final
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path} not found: is {path.parent} a release directory?") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
