@@ -30,6 +30,16 @@ def run(*args, env, cwd=ROOT, timeout=180):
     return proc
 
 
+def flow_run_artifacts(run_env: dict[str, str], key: str, flow_run_id: str) -> list[dict]:  # type: ignore[type-arg]
+    """The artifacts with ``key`` that one flow run created, read from the server's API."""
+    request = urllib.request.Request(run_env["PREFECT_API_URL"] + "/artifacts/filter", method="POST",
+                                     data=json.dumps({"artifacts": {"key": {"any_": [key]},
+                                                                    "flow_run_id": {"any_": [flow_run_id]}}}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
 def child_env(extra: dict[str, str]) -> dict[str, str]:
     """This process's environment with ``extra``; a None value removes a variable."""
     env = {**os.environ, **extra}
@@ -90,33 +100,18 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     assert state.runs[0].data_fingerprint == internal["data_fingerprint"]
 
     # the budget report is also a Prefect markdown artifact
-    request = urllib.request.Request(run_env["PREFECT_API_URL"] + "/artifacts/filter", method="POST",
-                                     data=json.dumps({"artifacts": {"key": {"any_": ["budget-report-acs-demo-2019"]},
-                                                                  "flow_run_id": {"any_": [internal["prefect_flow_run_id"]]}}})
-                                     .encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        artifacts = json.loads(response.read())
+    artifacts = flow_run_artifacts(run_env, "budget-report-acs-demo-2019", internal["prefect_flow_run_id"])
     assert artifacts and artifacts[0]["type"] == "markdown"
     assert artifacts[0]["data"].startswith(report) and "Burn-down of" in artifacts[0]["data"]
     assert "27253" not in json.dumps(artifacts)
     # and its per-measurement figures a table artifact, with the manifest's figures
-    request = urllib.request.Request(run_env["PREFECT_API_URL"] + "/artifacts/filter", method="POST",
-                                     data=json.dumps({"artifacts": {"key": {"any_": ["budget-table-acs-demo-2019"]},
-                                                                  "flow_run_id": {"any_": [internal["prefect_flow_run_id"]]}}})
-                                     .encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        [table] = json.loads(response.read())
+    [table] = flow_run_artifacts(run_env, "budget-table-acs-demo-2019", internal["prefect_flow_run_id"])
     rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
     assert table["type"] == "table"
     assert [(r["table"], r["ε"], r["moe95"]) for r in rows] == [(t["name"], t["epsilon"], t["moe95"])
                                                                  for t in manifest["tables"]]
     # and its progress a progress artifact, at 100% once published
-    request = urllib.request.Request(run_env["PREFECT_API_URL"] + "/artifacts/filter", method="POST",
-                                     data=json.dumps({"artifacts": {"key": {"any_": ["progress-acs-demo-2019"]},
-                                                                    "flow_run_id": {"any_": [internal["prefect_flow_run_id"]]}}})
-                                     .encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        [progress] = json.loads(response.read())
+    [progress] = flow_run_artifacts(run_env, "progress-acs-demo-2019", internal["prefect_flow_run_id"])
     assert progress["type"] == "progress" and float(progress["data"]) == 100.0
 
     again = run(DEMO, "--output-dir", out, env=run_env)
