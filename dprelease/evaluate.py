@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dprelease.data import Encoded, encode, histogram, place_totals
+from dprelease.data import Encoded, ExactCounts, count_exact
+from dprelease.data.count import count_encoded
 from dprelease.measure import measure_counts
 from dprelease.plan.planner import measurement_plans
 from dprelease.postprocess import postprocess_release
@@ -35,17 +36,13 @@ class Row:
     total_mae: float  # error of each place's total (the whole table at a plain table)
 
 
-def exact_measurements(spec: Spec, data: Encoded) -> tuple[dict, dict]:  # type: ignore[type-arg]
+def exact_measurements(spec: Spec, data: Encoded | ExactCounts) -> tuple[dict, dict]:  # type: ignore[type-arg]
     """The exact histogram of every (table, level) measurement, in published units, and the noise
     scale the planner gives it (Δ/ε, or σ² under zcdp)."""
-    exact, scales = {}, {}
+    counts = count_encoded(spec, data) if isinstance(data, Encoded) else data
     plans = {(p.name, p.level): p for p in measurement_plans(spec)}
-    for t in spec.tables:
-        for level, dims, _ in t.measured():
-            plan = plans[(t.name, level)]
-            exact[(t.name, level)] = histogram(spec, t, data, dims) * plan.granularity
-            scales[(t.name, level)] = plan.scale
-    return exact, scales
+    exact = {key: counts.histograms[key] * plan.granularity for key, plan in plans.items()}
+    return exact, {key: plan.scale for key, plan in plans.items()}
 
 
 def evaluate(spec: Spec, trials: int) -> list[Row]:
@@ -53,10 +50,10 @@ def evaluate(spec: Spec, trials: int) -> list[Row]:
     # modes are categories and means ratios, not counts: errors in persons do not apply (left out here)
     spec = dataclasses.replace(spec, tables=tuple(t for t in spec.tables
                                                   if not isinstance(t.measure, (ModeMeasure, MeanMeasure))))
-    data = encode(spec)
-    exact, scales = exact_measurements(spec, data)
+    counts = count_exact(spec)  # streamed, or on the spec's engine
+    exact, scales = exact_measurements(spec, counts)
     plans = {(p.name, p.level): p for p in measurement_plans(spec)}  # simulated with the release's own step
-    invariants = place_totals(spec, data)  # empty unless the spec declares invariants
+    invariants = counts.invariants  # empty unless the spec declares invariants
     cell_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     total_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for _ in range(trials):

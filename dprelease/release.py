@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dprelease import __version__
-from dprelease.data import DataError, Encoded, encode, file_fingerprint, histogram, place_totals
+from dprelease.data import DataError, ExactCounts, count_exact, file_fingerprint
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
 from dprelease.measure import measure_counts, measure_mean, measure_mode
@@ -58,7 +58,7 @@ class ReleaseRun:
     committed: bool = False  # the ledger commit is made: the release must now reach its place
     published: bool = False
     stage: str = "reserved"
-    data: Encoded | None = None
+    counts: ExactCounts | None = None  # exact (confidential); each histogram is dropped once measured
     data_fingerprint: str | None = None
     noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
     invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
@@ -77,7 +77,8 @@ class ReleaseRun:
         self.timings[stage] += time.perf_counter() - start
 
     def load(self) -> None:
-        """Read and encode the data (confidential; kept in this process)."""
+        """Read, encode and count the data in one pass (streamed, or on the spec's Dask cluster);
+        the exact counts are confidential and stay in this process."""
         self.stage = "load"
         checkpoint("load")
         start = time.perf_counter()
@@ -86,24 +87,20 @@ class ReleaseRun:
             raise DataError(f"{self.spec.dataset.resolved_path} changed after the ledger recorded its local "
                             "collections; run the release again")
         self._timed("fingerprint", start)
-        start = time.perf_counter()
-        self.data = encode(self.spec)
-        self.invariants = place_totals(self.spec, self.data)  # published exactly, as the spec declares
-        self.local_counts = dict(self.data.local_counts)  # answers randomized by the respondents, as collected
-        self._timed("load", start)
+        self.counts = count_exact(self.spec, timings=self.timings)  # timings: load (read + encode), histogram
+        self.invariants = self.counts.invariants  # published exactly, as the spec declares
+        self.local_counts = self.counts.local_counts  # answers randomized by the respondents, as collected
 
     def measure_table(self, name: str) -> None:
-        """Histogram → noise (spends ε), for each measurement of one table."""
-        assert self.data is not None, "load() first"
+        """Noise on each of one table's exact histograms (spends ε)."""
+        assert self.counts is not None, "load() first"
         table = next(t for t in self.spec.tables if t.name == name)
         for level, dims, _ in table.measured():
             table_plan = next(p for p in self.plan.tables if p.name == name and p.level == level)
             self.stage = "histogram"
             checkpoint("histogram")
-            start = time.perf_counter()
             mode = table.measure.column if isinstance(table.measure, ModeMeasure) else None
-            counts = histogram(self.spec, table, self.data, dims + ((mode,) if mode else ()))
-            self._timed("histogram", start)
+            counts = self.counts.histograms.pop((name, level))
             self.stage = "noise"
             for part in table_plan.parts or (table_plan,):
                 if part.mechanism != "discrete_gaussian":  # σ² was checked when planned
@@ -167,7 +164,7 @@ class ReleaseRun:
 
     def internal_record(self) -> dict[str, Any]:
         """What would leak if published: never leaves ``<output-dir>/_internal``."""
-        data = self.data
+        data = self.counts
         return {
             "release": self.spec.release,
             "run_id": self.run_id,

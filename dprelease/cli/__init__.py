@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import traceback
 from fractions import Fraction
@@ -262,6 +263,9 @@ def run(
     run_date: Annotated[Optional[str], typer.Option(
         "--run-date", metavar="DATE", help="The date (UTC) that {run_date:...} templates in the spec resolve with, "
         "e.g. 2027-03-01 (default: now).")] = None,
+    dask_address: Annotated[Optional[str], typer.Option(
+        "--dask-address", metavar="ADDRESS", help="Count the data on this Dask cluster (e.g. tcp://scheduler:8786) "
+        "instead of streaming it here; noise is still drawn here. Overrides the spec's engine:.")] = None,
 ) -> None:
     """Publish a release: plan, reserve in the ledger, then measure and publish with Prefect.
 
@@ -280,8 +284,11 @@ def run(
         except ValueError:
             raise typer.BadParameter(f"{run_date!r} is not a date, e.g. 2027-03-01", param_hint="--run-date") from None
         when = when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+    if dask_address is not None and not re.fullmatch(r"tcp://[^\s/]+:[0-9]{1,5}", dask_address):
+        raise typer.BadParameter(f"{dask_address!r} is not a Dask scheduler address, e.g. tcp://scheduler:8786",
+                                 param_hint="--dask-address")
     run_release_command(spec_path, ledger, output_dir, say=say, out=out, require_approval=require_approval,
-                        run_date=when)
+                        run_date=when, dask_address=dask_address)
 
 
 # ---------------------------------------------------------------- postprocess

@@ -34,14 +34,17 @@ from dprelease.ledger import DatasetState, Ledger, resolve_location
 from dprelease.plan import Plan, plan_release
 from dprelease.publish import Layout, discard_staging, move_into_place, staged_runs
 from dprelease.release import ReleaseRun
-from dprelease.spec import ROOT, Spec, load_spec
+from dprelease.spec import ROOT, Engine, Spec, load_spec
 
 Say = Callable[[str], None]
 
 
 def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Path, *, say: Say,
-                        out: Console, require_approval: bool = False, run_date: datetime | None = None) -> None:
+                        out: Console, require_approval: bool = False, run_date: datetime | None = None,
+                        dask_address: str | None = None) -> None:
     spec = load_spec(spec_path, run_date=run_date)
+    if dask_address is not None:  # where the counting runs: not part of the plan (or its approval)
+        spec = dataclasses.replace(spec, engine=Engine(kind="dask", address=dask_address))
     from dprelease.cli import large_delta_warnings
 
     for warning in large_delta_warnings(spec):
@@ -141,10 +144,21 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
                                    "published release. Nothing was spent.")
     if not plan.fits:
         raise OverBudgetError(over_budget_message(spec, plan))
-    if not spec.dataset.resolved_path.is_file():
-        what = "is not a file" if spec.dataset.resolved_path.exists() else "does not exist"
-        raise DataError(f"{spec.source}: dataset.path {spec.dataset.path!r} {what} (resolved to "
-                        f"{spec.dataset.resolved_path}). Nothing was spent.")
+    from dprelease.data.count import engine_problem
+    from dprelease.data.load import source
+
+    path = spec.dataset.resolved_path
+    if not (path.is_file() or path.is_dir()):
+        what = "is not a file or directory" if path.exists() else "does not exist"
+        raise DataError(f"{spec.source}: dataset.path {spec.dataset.path!r} {what} (resolved to {path}). "
+                        "Nothing was spent.")
+    try:
+        source(spec).files()  # a directory must hold data files
+    except DataError as exc:
+        raise DataError(f"{exc}. Nothing was spent.") from None
+    problem = engine_problem(spec)
+    if problem:
+        raise UserError(f"{problem}. Nothing was spent.")
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
     _check_prefect_server()

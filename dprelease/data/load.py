@@ -14,18 +14,16 @@ offending value; it must only ever reach the operator's terminal.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
-import pyarrow.parquet as pq
 
 from dprelease.arrays import rank_within
-from dprelease.errors import UserError, first_line
+from dprelease.data.scan import DataError, Source
+from dprelease.data.scan import fingerprint as file_fingerprint
+from dprelease.errors import first_line
 from dprelease.spec import (
     ROOT,
     BinnedColumn,
@@ -39,13 +37,12 @@ from dprelease.spec import (
     MeanMeasure,
 )
 
+__all__ = ["DataError", "Encoded", "encode", "encode_batch", "file_fingerprint", "needed_columns", "read_table"]
+
+
 def code_dtype(size: int) -> np.dtype:
     """Signed (−1 marks 'no code' while encoding) and narrow: less memory traffic per row."""
     return np.dtype(np.int16 if size < 2**15 else np.int32 if size < 2**31 else np.int64)
-
-
-class DataError(UserError):
-    """The data does not match the spec (exit 2). May quote a value: terminal only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,82 +78,65 @@ def needed_columns(spec: Spec) -> list[Column]:
     return [c for c in spec.columns if c.name in used]
 
 
-def file_fingerprint(path: Path) -> str:
-    """SHA-256 of the data file's bytes (internal only: never published)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
-
-
-def read_table(spec: Spec, names: list[str], text_columns: list[str] = ()) -> pa.Table:  # type: ignore[assignment]
-    """Read only ``names`` from the dataset, every CSV value as text."""
+def source(spec: Spec) -> Source:
     d = spec.dataset
-    path = d.resolved_path
-    if not path.exists():
-        raise DataError(f"{spec.source}: dataset.path {d.path!r} does not exist (resolved to {path})")
-    try:
-        if d.format == "csv":
-            return _read_csv(path, names, d.na_values, d.delimiter)
-        return _read_parquet(path, names, list(text_columns))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read as {d.format}: {first_line(exc)}") from None
+    if not d.resolved_path.exists():
+        raise DataError(f"{spec.source}: dataset.path {d.path!r} does not exist (resolved to {d.resolved_path})")
+    return Source(d.resolved_path, d.format, d.na_values, d.delimiter)
 
 
-def _read_csv(path: Path, names: list[str], na_values: tuple[str, ...], delimiter: str) -> pa.Table:
-    csv = pa_csv
-    header = _csv_header(path, delimiter)
-    _require(path, header, names)
-    table = csv.read_csv(
-        path,
-        parse_options=csv.ParseOptions(delimiter=delimiter),
-        convert_options=csv.ConvertOptions(
-            include_columns=names, column_types={n: pa.string() for n in names},
-            null_values=["", *na_values], strings_can_be_null=True, quoted_strings_can_be_null=False),
-    )
-    return table
-
-
-def _csv_header(path: Path, delimiter: str) -> list[str]:
-    reader = pa_csv.open_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
-                             read_options=pa_csv.ReadOptions(block_size=1 << 16))
-    return list(reader.schema.names)
-
-
-def _read_parquet(path: Path, names: list[str], text_columns: list[str]) -> pa.Table:
-    schema = pq.read_schema(path)
-    _require(path, list(schema.names), names)
-    text = [n for n in text_columns if pa.types.is_string(schema.field(n).type)
-            or pa.types.is_large_string(schema.field(n).type) or pa.types.is_dictionary(schema.field(n).type)]
-    # dictionary-encoded text: each distinct value is encoded once, then gathered
-    return pq.read_table(path, columns=names, read_dictionary=text)
-
-
-def _require(path: Path, header: list[str], names: list[str]) -> None:
-    missing = [n for n in names if n not in header]
-    if missing:
-        raise DataError(f"{path}: no column {', '.join(repr(m) for m in missing)} in the data "
-                        f"(it has: {', '.join(header[:30])}{' ...' if len(header) > 30 else ''})")
-    dupes = {n for n in names if header.count(n) > 1}
-    if dupes:
-        raise DataError(f"{path}: column {', '.join(sorted(dupes))} appears more than once in the header")
-
-
-def encode(spec: Spec) -> Encoded:
-    """Read the dataset and encode every needed column; apply per-column drop opt-ins.
-
-    Privacy contract: a deterministic, row-by-row map. The domains come from the spec, never
-    from the data, so the set of possible codes (and every histogram's shape) is public.
-    """
+def columns_to_read(spec: Spec) -> tuple[list[str], list[str]]:
+    """The data columns to read, and which of them to read as text (dictionary-encoded)."""
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
     identifier = [spec.unit_id] if spec.unit_id else []
     summed = list(dict.fromkeys(t.measure.column for t in spec.tables
                                 if isinstance(t.measure, (SumMeasure, MeanMeasure))))
     period = [spec.dataset.partition_column] if spec.dataset.partition_column else []
-    table = read_table(spec, [c.name for c in declared] + identifier + summed + period,
-                       [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed + period)
+    names = list(dict.fromkeys([c.name for c in declared] + identifier + summed + period))
+    text = [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed + period
+    return names, text
+
+
+def read_table(spec: Spec) -> pa.Table:
+    """Every needed column of every row, in one table (every CSV value as text)."""
+    src = source(spec)
+    names, text = columns_to_read(spec)
+    batches = [batch for piece in src.files() for _, batch in src.batches(piece, names, text)]
+    if not batches:
+        return pa.table({n: pa.array([], pa.string()) for n in names})
+    try:
+        return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DataError(f"{src.path}: the files do not agree on their columns' types: {first_line(exc)}") from None
+
+
+def encode(spec: Spec) -> Encoded:
+    """Read the whole dataset and encode it (see :func:`encode_batch`). With a contribution bound
+    (``privacy.unit`` with ``max_rows``) every row of a person must be in memory together, so
+    this is the loader for it; otherwise :func:`dprelease.data.count.count_exact` streams."""
+    return encode_batch(spec, read_table(spec), where=str(spec.dataset.resolved_path), bound=True)
+
+
+
+def encode_batch(spec: Spec, table: pa.Table | pa.RecordBatch, *, where: str, first_row: int = 0,
+                 bound: bool = False) -> Encoded:
+    """Encode every needed column of some rows; apply per-column drop opt-ins (and, with
+    ``bound``, the contribution bound over these rows, which must then be all of the data:
+    see :func:`encode`).
+
+    Privacy contract: a deterministic, row-by-row map (the contribution bound aside: it is
+    per person, over every row at once). The domains come from the spec, never from the data,
+    so the set of possible codes (and every histogram's shape) is public. ``where`` and
+    ``first_row`` (the file, and its row number of the first row) only place error messages.
+    """
+    columns = needed_columns(spec)
+    declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
+    summed = list(dict.fromkeys(t.measure.column for t in spec.tables
+                                if isinstance(t.measure, (SumMeasure, MeanMeasure))))
+    period = [spec.dataset.partition_column] if spec.dataset.partition_column else []
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
     n = table.num_rows
     codes: dict[str, np.ndarray] = {}
     local_counts: dict[str, np.ndarray] = {}
@@ -171,7 +151,7 @@ def encode(spec: Spec) -> Encoded:
         try:
             code, bad = _encode_column(spec, column, arr)
         except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise DataError(f"{spec.dataset.resolved_path}: column {column.name} (type {arr.type}) cannot be read "
+            raise DataError(f"{where}: column {column.name} (type {arr.type}) cannot be read "
                             f"as {'whole numbers' if isinstance(column, RangeColumn) else 'text'}: "
                             f"{first_line(exc)}") from None
         if bad is not None and period:
@@ -180,7 +160,7 @@ def encode(spec: Spec) -> Encoded:
             if column.on_out_of_domain == "drop":
                 keep &= ~bad
             else:
-                raise DataError(_bad_values_message(spec, column, arr, bad))
+                raise DataError(_bad_values_message(where, first_row, column, arr, bad))
         codes[column.name] = code
         for t in spec.local_tables:  # every answer in its own domain counts, whatever the other columns hold
             if t.column == column.name:
@@ -195,10 +175,12 @@ def encode(spec: Spec) -> Encoded:
             codes[column.name] = table_[codes[column.source]]
     over = 0
     if spec.unit_id:
+        if not bound:
+            raise AssertionError("a contribution bound needs every row of a person at once: encode(spec)")
         before = int(keep.sum())
         keep &= bound_contributions(spec, table.column(spec.unit_id), keep)
         over = before - int(keep.sum())
-    values = {name: _numbers(spec, name, table.column(name)) for name in summed}
+    values = {name: _numbers(spec, where, name, table.column(name)) for name in summed}
     if not keep.all():
         codes = {k: v[keep] for k, v in codes.items()}
         values = {k: v[keep] for k, v in values.items()}
@@ -206,24 +188,24 @@ def encode(spec: Spec) -> Encoded:
                    local_counts=local_counts)
 
 
-def _numbers(spec: Spec, name: str, column: pa.ChunkedArray) -> np.ndarray:
+def _numbers(spec: Spec, where: str, name: str, column: pa.ChunkedArray) -> np.ndarray:
     """A summed column as float64 (NaN where missing); refuses text, NaN and infinities, and
     missing values unless every table summing it says ``missing: zero``."""
     arr = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
     try:
         numbers = pc.cast(arr, pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise DataError(f"{spec.dataset.resolved_path}: column {name} (summed by a table's measure) must hold "
+        raise DataError(f"{where}: column {name} (summed by a table's measure) must hold "
                         f"numbers: {first_line(exc)}") from None
     out = np.array(numbers.to_numpy(zero_copy_only=False), dtype=np.float64)  # a writable copy
     missing = np.asarray(arr.is_null().to_numpy(zero_copy_only=False))
     if (~np.isfinite(out) & ~missing).any():
-        raise DataError(f"{spec.dataset.resolved_path}: column {name} holds NaN or an infinity; a sum needs "
+        raise DataError(f"{where}: column {name} holds NaN or an infinity; a sum needs "
                         "finite numbers (or missing values, with measure.missing: zero)")
     allowed = [t.measure.missing_as_zero if isinstance(t.measure, SumMeasure) else t.measure.missing != "error"
                for t in spec.tables if isinstance(t.measure, (SumMeasure, MeanMeasure)) and t.measure.column == name]
     if missing.any() and not all(allowed):
-        raise DataError(f"{spec.dataset.resolved_path}: column {name} has {int(missing.sum())} missing value(s); "
+        raise DataError(f"{where}: column {name} has {int(missing.sum())} missing value(s); "
                         f"add missing: zero (count them as 0) to the measure of every table that sums {name}, or "
                         "missing: skip (leave those rows out) to a mean's")
     out[missing] = np.nan
@@ -383,11 +365,11 @@ def _bin(column: BinnedColumn, source: Column, source_code: np.ndarray) -> np.nd
     return table.astype(code_dtype(column.size))[source_code]
 
 
-def _bad_values_message(spec: Spec, column: Column, arr: pa.Array, bad: np.ndarray) -> str:
+def _bad_values_message(file: str, first_row: int, column: Column, arr: pa.Array, bad: np.ndarray) -> str:
     count = int(bad.sum())
-    first = int(np.flatnonzero(bad)[0])
-    example = arr[first].as_py()
-    where = f"{spec.dataset.resolved_path}: column {column.name}"
+    first = first_row + int(np.flatnonzero(bad)[0])
+    example = arr[first - first_row].as_py()
+    where = f"{file}: column {column.name}"
     if example is None:
         return (f"{where}: {count:,} missing value(s) (empty or one of na_values), but the column declares "
                 f"no missing: category (first at data row {first + 1}); add missing: LABEL to columns.{column.name}, "

@@ -11,6 +11,7 @@ from dprelease.spec.model import (
     MeanMeasure,
     ModeMeasure,
     Dataset,
+    Engine,
     ROOT,
     RangeColumn,
     RollupColumn,
@@ -20,6 +21,6 @@ from dprelease.spec.model import (
 )
 
 __all__ = [
-    "BinnedColumn", "CategoricalColumn", "Column", "Condition", "LocalTable", "MeanMeasure", "ModeMeasure", "Dataset", "ROOT", "RangeColumn",
+    "BinnedColumn", "CategoricalColumn", "Column", "Condition", "LocalTable", "MeanMeasure", "ModeMeasure", "Dataset", "Engine", "ROOT", "RangeColumn",
     "RollupColumn", "Spec", "SumMeasure", "Table", "canonical", "fingerprint", "load_spec", "schema",
 ]

@@ -30,6 +30,7 @@ from dprelease.spec.model import (
     Column,
     Condition,
     Dataset,
+    Engine,
     ROOT,
     RangeColumn,
     Spec,
@@ -260,6 +261,7 @@ class _Checker:
         if ledger is not None and "\0" in ledger:
             self.fail(("ledger",), "contains a NUL byte")
         release, release_template = self.release()
+        engine = self.engine()
         for path in [("dataset", "name")] + [("tables", i, "name") for i, _ in
                                                           enumerate(self.get(("tables",), list, []))]:
             name = self.get(path, str)
@@ -311,7 +313,14 @@ class _Checker:
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants,
                     local_tables=tuple(self.local), release_template=release_template,
-                    run_date=self.run_date if release_template else None)
+                    run_date=self.run_date if release_template else None, engine=engine)
+
+    def engine(self) -> Engine:
+        kind = self.get(("engine", "kind"), str, "local")
+        if kind == "local" and self.get(("engine", "address"), str) is not None:
+            self.fail(("engine", "address"), "an address is for kind: dask (the Dask scheduler); the local engine "
+                      "needs none", at_key=True)
+        return Engine(kind=kind, address=self.get(("engine", "address"), str))  # type: ignore[arg-type]
 
     def release(self) -> tuple[str | None, str | None]:
         """(the release name, its template if it has one): ``{run_date:FORMAT}`` fields, FORMAT a

@@ -363,6 +363,16 @@ class Dataset:
 
 
 @dataclass(frozen=True, slots=True)
+class Engine:
+    """Where the exact counts are computed: streamed on this machine (local), or on a Dask
+    cluster (the scheduler's address; without one, local worker processes for the run). Not
+    part of the plan: it changes where data is counted, never what is published or spent."""
+
+    kind: Literal["local", "dask"] = "local"
+    address: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Spec:
     source: Path
     release: str
@@ -384,6 +394,7 @@ class Spec:
     local_tables: tuple[LocalTable, ...] = ()  # kind: local (estimates from randomized answers)
     release_template: str | None = None  # e.g. "acs-monthly-{run_date:%Y-%m}"; release is it resolved
     run_date: datetime | None = None  # what the template was resolved with (UTC)
+    engine: Engine = Engine()
 
     @property
     def invariant_levels(self) -> tuple[str, ...]:

@@ -1,0 +1,181 @@
+"""Confidential data as a stream of record batches: one file or a directory of files.
+
+A dataset path is a CSV or Parquet file, or a directory of them (every file below it whose
+name does not start with ``.`` or ``_``; Hive-style ``KEY=value`` directories add a column
+``KEY``). It is cut into :class:`Piece`\\ s, units of counting work that can be read
+anywhere the path is visible (this process, or a Dask worker), and each piece is read in
+batches of at most :data:`BATCH_ROWS` rows: only the needed columns, every CSV value as text,
+Parquet text columns dictionary-encoded. Memory is one batch (plus a little read-ahead),
+whatever the size of the data.
+
+Every piece's own columns are checked against the needed ones: a file that lacks a column is
+an error, never a column of nulls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from dprelease.errors import UserError, first_line
+
+BATCH_ROWS = 1 << 20  # rows per batch: big enough that per-batch work is noise, small enough for memory
+CSV_BLOCK_BYTES = 32 << 20  # bytes of CSV text per batch (about a million rows of a dozen short columns)
+PIECE_ROWS = 1 << 22  # rows per piece when work is spread over a cluster (whole row groups)
+
+
+class DataError(UserError):
+    """The data does not match the spec (exit 2). May quote a value: terminal only."""
+
+
+@dataclass(frozen=True, eq=False)
+class Piece:
+    """A file, or some of a Parquet file's row groups; picklable (sent to Dask workers)."""
+
+    path: str
+    partition: ds.Expression | None = None  # the Hive keys of its directory
+    row_groups: tuple[int, ...] | None = None  # None: the whole file
+    first_row: int = 0  # the file's row number of the piece's first row (for messages)
+
+
+@dataclass(frozen=True)
+class Source:
+    """What to read: the dataset's location and how to parse it (from the spec)."""
+
+    path: Path
+    format: str  # csv | parquet
+    na_values: tuple[str, ...] = ()
+    delimiter: str = ","
+
+    def files(self) -> list[Piece]:
+        """Every data file, in a stable order, each with its Hive keys; an error if there is none."""
+        if not self.path.exists():
+            raise DataError(f"{self.path}: no such file or directory")
+        if not self.path.is_dir():
+            return [Piece(str(self.path))]
+        pieces = []
+        for file in sorted(p for p in self.path.rglob("*") if p.is_file() and not _hidden(p.relative_to(self.path))):
+            keys = [part.split("=", 1) for part in file.relative_to(self.path).parts[:-1] if "=" in part]
+            partition = None
+            for key, value in keys:
+                term = ds.field(key) == value
+                partition = term if partition is None else partition & term
+            pieces.append(Piece(str(file), partition))
+        if not pieces:
+            raise DataError(f"{self.path}: the directory holds no data file (names starting with '.' or '_' are "
+                            "skipped)")
+        return pieces
+
+    def split(self, pieces: list[Piece], rows: int | None = None) -> list[Piece]:
+        """Parquet files cut into runs of whole row groups of about ``rows`` (default
+        :data:`PIECE_ROWS`) rows; CSV files stay whole."""
+        rows = PIECE_ROWS if rows is None else rows
+        if self.format != "parquet":
+            return pieces
+        out = []
+        for piece in pieces:
+            try:
+                meta = pq.ParquetFile(piece.path).metadata
+            except (pa.ArrowException, OSError) as exc:
+                raise DataError(f"{piece.path}: cannot read as parquet: {first_line(exc)}") from None
+            groups: list[int] = []
+            group_rows = start = 0
+            for group in range(meta.num_row_groups):
+                groups.append(group)
+                group_rows += meta.row_group(group).num_rows
+                if group_rows >= rows or group == meta.num_row_groups - 1:
+                    out.append(Piece(piece.path, piece.partition, tuple(groups), start))
+                    start += group_rows
+                    groups, group_rows = [], 0
+            if not meta.num_row_groups:
+                out.append(piece)
+        return out
+
+    def batches(self, piece: Piece, names: list[str], text_columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(file row of the batch's first row, batch) for the needed columns of one piece; a
+        Hive key is a column of text."""
+        keys = ds.get_partition_keys(piece.partition) if piece.partition is not None else {}
+        try:
+            reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys))
+            row = piece.first_row
+            for block in reader:  # a CSV block may hold more than BATCH_ROWS rows
+                for start in range(0, block.num_rows, BATCH_ROWS):
+                    batch = block.slice(start, BATCH_ROWS)
+                    for key in (n for n in names if n in keys):
+                        batch = batch.append_column(key, pa.array([str(keys[key])] * batch.num_rows, pa.string()))
+                    yield row, batch
+                    row += batch.num_rows
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{piece.path}: cannot read as {self.format}: {first_line(exc)}") from None
+
+    def _reader(self, piece: Piece, names: list[str], text_columns: list[str],
+                keys: list[str]) -> Iterator[pa.RecordBatch]:
+        """Batches of the file's own columns ``names``, after checking its header (or schema)."""
+        if self.format == "parquet":
+            file = pq.ParquetFile(piece.path, pre_buffer=False)  # pre-buffering holds more as files grow
+            schema = file.schema_arrow
+            require(piece.path, list(schema.names) + keys, names)
+            text = [n for n in names if n in text_columns and (pa.types.is_string(schema.field(n).type)
+                                                                or pa.types.is_large_string(schema.field(n).type))]
+            if text:  # dictionary-encoded text: each distinct value is encoded once, then gathered
+                file = pq.ParquetFile(piece.path, read_dictionary=text, pre_buffer=False)
+            groups = list(piece.row_groups) if piece.row_groups is not None else None
+            return file.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=names, use_threads=True)
+        header = _csv_header(Path(piece.path), self.delimiter)
+        require(piece.path, header + keys, names)
+        return pa_csv.open_csv(
+            piece.path, read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+            parse_options=pa_csv.ParseOptions(delimiter=self.delimiter),
+            convert_options=pa_csv.ConvertOptions(
+                include_columns=names, column_types={n: pa.string() for n in names},
+                null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=False))
+
+
+def _csv_header(path: Path, delimiter: str) -> list[str]:
+    reader = pa_csv.open_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
+                             read_options=pa_csv.ReadOptions(block_size=1 << 16))
+    return list(reader.schema.names)
+
+
+def require(where: str | Path, header: list[str], names: list[str]) -> None:
+    """Every needed column present, and none of them twice."""
+    missing = [n for n in names if n not in header]
+    if missing:
+        raise DataError(f"{where}: no column {', '.join(repr(m) for m in missing)} in the data "
+                        f"(it has: {', '.join(header[:30])}{' ...' if len(header) > 30 else ''})")
+    dupes = {n for n in names if header.count(n) > 1}
+    if dupes:
+        raise DataError(f"{where}: column {', '.join(sorted(dupes))} appears more than once in the header")
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.parts)
+
+
+def fingerprint(path: Path) -> str:
+    """SHA-256 of the data's bytes (internal only: never published). For a directory, of every
+    file below it, in sorted order, each with its relative path and length."""
+    digest = hashlib.sha256()
+    if not path.is_dir():
+        _feed(digest, path)
+        return "sha256:" + digest.hexdigest()
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
+    for file in files:
+        name = file.relative_to(path).as_posix().encode("utf-8", "surrogateescape")
+        digest.update(len(name).to_bytes(8, "big") + name + os.stat(file).st_size.to_bytes(8, "big"))
+        _feed(digest, file)
+    return "sha256:" + digest.hexdigest()
+
+
+def _feed(digest, path: Path) -> None:  # type: ignore[no-untyped-def]
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)

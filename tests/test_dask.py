@@ -1,0 +1,119 @@
+"""The Dask engine: pieces counted on a LocalCluster's two worker processes give exactly the
+local engine's histograms; no sampler ever runs on a worker; data errors reach the operator
+without being raised (and logged) on a worker; the CLI runs a release on the cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import pytest
+
+from dprelease.data import DataError, count_exact
+from dprelease.data import scan
+from dprelease.errors import UserError
+from dprelease.spec import Engine, load_spec
+from tests.test_run import ledger_state, run
+from tests.test_stream import NATIONAL, assert_same_counts, national_spec, national_table
+
+distributed = pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def local_counts(tmp_path_factory):
+    """The local (streaming) engine's counts of the same data."""
+    return count_exact(national_spec(tmp_path_factory.mktemp("local"), NATIONAL, "csv"))
+
+
+def on_dask(spec, cluster):
+    return dataclasses.replace(spec, engine=Engine(kind="dask", address=cluster.scheduler_address))
+
+
+def worker_modules(cluster, prefixes: tuple[str, ...]) -> dict[str, bool]:
+    """Per worker: whether a module starting with one of ``prefixes`` was ever imported there."""
+    with distributed.Client(cluster.scheduler_address) as client:
+        return client.run(lambda: any(m.startswith(prefixes) for m in __import__("sys").modules))
+
+
+SAMPLERS = ("dprelease.mechanisms", "dprelease.measure")
+
+
+@pytest.mark.parametrize("layout", ["parquet row groups", "csv files"])
+def test_the_cluster_counts_exactly_what_the_local_engine_counts(tmp_path, monkeypatch, cluster, local_counts,
+                                                                  layout):
+    table = national_table()
+    if layout == "parquet row groups":  # one file, cut into pieces of row groups
+        pq.write_table(table, tmp_path / "data.parquet", row_group_size=2000)
+        monkeypatch.setattr(scan, "PIECE_ROWS", 5000)
+        spec = national_spec(tmp_path, tmp_path / "data.parquet", "parquet")
+        assert len(scan.Source(spec.dataset.resolved_path, "parquet").split([scan.Piece(str(tmp_path / "data.parquet"))])) == 5
+    else:  # a Hive directory of CSV files, one piece each
+        for sex in ("1", "2"):
+            part = tmp_path / "parts" / f"SEX={sex}"
+            part.mkdir(parents=True)
+            rows = table.filter(pc.equal(table.column("SEX"), sex))
+            for i, start in enumerate(range(0, rows.num_rows, 5000)):
+                pa_csv.write_csv(rows.slice(start, 5000).drop_columns(["SEX"]), part / f"{i}.csv")
+        spec = national_spec(tmp_path, tmp_path / "parts", "csv")
+    assert_same_counts(count_exact(on_dask(spec, cluster)), local_counts)
+    assert all(worker_modules(cluster, ("dprelease.data.count",)).values())  # every worker counted pieces
+    assert not any(worker_modules(cluster, SAMPLERS).values())  # and none ever loaded a sampler
+
+
+def test_a_data_error_on_a_worker_reaches_the_operator(tmp_path, cluster):
+    lines = NATIONAL.read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[101].split(",")
+    row[header.index("RAC1P")] = "12"
+    lines[101] = ",".join(row)
+    (tmp_path / "data.csv").write_text("\n".join(lines) + "\n")
+    spec = on_dask(national_spec(tmp_path, tmp_path / "data.csv", "csv"), cluster)
+    with pytest.raises(DataError, match=r"column RAC1P: 1 value\(s\) outside the declared domain, e\.g\. '12' at "
+                                        r"data row 101"):
+        count_exact(spec)
+    with distributed.Client(cluster.scheduler_address) as client:  # returned as a value, never raised there:
+        logs = client.get_worker_logs()  # no worker logged the message (it quotes a confidential value)
+    assert logs and not any("outside the declared domain" in line for lines in logs.values() for _, line in lines)
+
+
+def test_a_contribution_bound_is_refused_on_dask(tmp_path, cluster):
+    spec = national_spec(tmp_path, NATIONAL, "csv")
+    spec = dataclasses.replace(on_dask(spec, cluster), unit="person", unit_id="SERIALNO", max_rows=2)
+    with pytest.raises(UserError, match="kind dask cannot apply privacy.unit's contribution bound"):
+        count_exact(spec)
+
+
+def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, run_env):
+    spec = national_spec(tmp_path, NATIONAL, "csv").source
+    proc = run(spec, "--dask-address", "tcp://127.0.0.1:9", "--output-dir", tmp_path / "out", env=run_env)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in proc.stderr and "Nothing was spent" in proc.stderr
+    assert ledger_state("d") is None  # nothing reserved
+    assert not (tmp_path / "out" / "stream-test").exists()
+
+
+def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, run_env):
+    spec = national_spec(tmp_path, NATIONAL, "csv").source
+    proc = run(spec, "--dask-address", cluster.scheduler_address, "--output-dir", tmp_path / "out", env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    release = tmp_path / "out" / "stream-test"
+    assert json.loads((release / "manifest.json").read_text())["release"] == "stream-test"
+    record = json.loads((tmp_path / "out" / "_internal" / "stream-test" / "run.json").read_text())
+    assert record["rows"]["read"] == 27253
+    # the spec's own engine: block says the same
+    text = spec.read_text().replace("release: stream-test", "release: stream-test-2")
+    spec.write_text(text + f"engine: {{kind: dask, address: \"{cluster.scheduler_address}\"}}\n")
+    assert load_spec(spec).engine == Engine(kind="dask", address=cluster.scheduler_address)
+    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "stream-test-2" / "manifest.json").exists()

@@ -1,0 +1,174 @@
+"""The streaming engine: counts from batches, files and Hive directories equal the whole-file
+counts; memory stays at one batch; every file's columns are checked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import pytest
+
+from dprelease.data import DataError, count_exact, encode
+from dprelease.data import count as count_module
+from dprelease.data import scan
+from dprelease.data.count import count_encoded
+from dprelease.data.load import read_table
+from dprelease.spec import load_spec
+from tests.conftest import ROOT
+
+NATIONAL = ROOT / "data" / "nist_acs" / "national2019.csv"
+
+# Every kind of measurement that reads data: counts at three geographic levels (with
+# invariants), a where, a binned column, a sum, a mean and a mode.
+SPEC = """
+release: stream-test
+dataset: {{name: d, path: {path}, format: {format}, na_values: ["N"], lifetime_budget: {{epsilon: 10}}}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 3}}
+columns:
+  PUMA: {{domain_file: {domains}/puma.txt}}
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+  AGEP: {{range: [0, 99]}}
+  RAC1P: {{domain: [1, 2, 3, 4, 5, 6, 7, 8, 9]}}
+  HISP: {{domain: [0, 1, 2, 3, 4]}}
+derived:
+  AGE_GROUP: {{from: AGEP, bins: [0, 18, 65, 100], labels: ["0-17", "18-64", "65+"]}}
+geography:
+  levels: [STATE, PUMA]
+  STATE: {{from: PUMA, prefix: 2}}
+invariants: {{totals: [STATE]}}
+tables:
+  - {{name: by_sex_age, group_by: [geography, SEX, AGE_GROUP], epsilon: {{root: 0.1, STATE: 0.1, PUMA: 0.3}}}}
+  - {{name: adults_by_race, group_by: [STATE, RAC1P], where: {{AGEP: {{ge: 18}}}}, epsilon: 0.5}}
+  - name: income
+    group_by: [STATE, SEX]
+    measure: {{sum: PINCP, bounds: [0, 200000], granularity: 1000, missing: zero}}
+    epsilon: 0.5
+  - name: mean_income
+    group_by: [SEX]
+    measure: {{mean: PINCP, bounds: [0, 200000], granularity: 1000, missing: skip}}
+    epsilon: 0.5
+  - {{name: race_mode, group_by: [STATE], measure: {{mode: RAC1P}}, epsilon: 0.5}}
+"""
+
+
+def national_spec(tmp_path, path, fmt):
+    text = SPEC.format(path=path, format=fmt, domains=ROOT / "configs" / "domains")
+    (tmp_path / "spec.yaml").write_text(text)
+    return load_spec(tmp_path / "spec.yaml")
+
+
+def national_table() -> pa.Table:
+    return pa_csv.read_csv(NATIONAL, convert_options=pa_csv.ConvertOptions(
+        column_types={n: pa.string() for n in ("PUMA", "SEX", "AGEP", "RAC1P", "HISP", "PINCP")},
+        null_values=["", "N"], strings_can_be_null=True, include_columns=["PUMA", "SEX", "AGEP", "RAC1P", "HISP", "PINCP"]))
+
+
+def assert_same_counts(got, want):
+    assert got.histograms.keys() == want.histograms.keys()
+    for key in want.histograms:
+        np.testing.assert_array_equal(got.histograms[key], want.histograms[key], err_msg=str(key))
+    assert got.invariants.keys() == want.invariants.keys()
+    for level in want.invariants:
+        np.testing.assert_array_equal(got.invariants[level], want.invariants[level])
+    assert (got.rows_read, got.rows_dropped) == (want.rows_read, want.rows_dropped)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The counts of the whole file read at once (the loader before streaming)."""
+    spec = national_spec(tmp_path_factory.mktemp("ref"), NATIONAL, "csv")
+    counts = count_encoded(spec, encode(spec))
+    assert counts.rows_read == 27253 and counts.histograms[("race_mode", None)].sum() > 0
+    return counts
+
+
+def test_batches_of_a_csv_add_up_to_the_whole_file(tmp_path, monkeypatch, reference):
+    monkeypatch.setattr(scan, "BATCH_ROWS", 997)
+    seen = []
+    original = count_module.count_encoded
+    monkeypatch.setattr(count_module, "count_encoded", lambda spec, data: seen.append(data.rows_read)
+                        or original(spec, data))
+    assert_same_counts(count_exact(national_spec(tmp_path, NATIONAL, "csv")), reference)
+    assert len(seen) >= 27253 // 997 and max(seen) <= 997  # really batch by batch
+
+
+@pytest.mark.parametrize("layout", ["parquet file", "parquet hive", "csv directory"])
+def test_files_and_hive_directories_add_up_to_the_whole_file(tmp_path, monkeypatch, reference, layout):
+    monkeypatch.setattr(scan, "BATCH_ROWS", 4096)
+    table = national_table()
+    if layout == "parquet file":
+        pq.write_table(table, tmp_path / "data.parquet", row_group_size=3000)
+        path, fmt = tmp_path / "data.parquet", "parquet"
+    elif layout == "parquet hive":  # SEX comes from the directory names: SEX=1/, SEX=2/
+        pq.write_to_dataset(table, tmp_path / "hive", partition_cols=["SEX"])
+        (tmp_path / "hive" / "_SUCCESS").write_text("")  # skipped, as are dot files
+        path, fmt = tmp_path / "hive", "parquet"
+    else:
+        (tmp_path / "parts").mkdir()
+        for i, start in enumerate(range(0, table.num_rows, 6000)):
+            pa_csv.write_csv(table.slice(start, 6000), tmp_path / "parts" / f"part-{i}.csv")
+        path, fmt = tmp_path / "parts", "csv"
+    assert_same_counts(count_exact(national_spec(tmp_path, path, fmt)), reference)
+
+
+def test_memory_is_one_batch_whatever_the_rows(tmp_path, monkeypatch):
+    """Arrow's allocations while counting stay at a batch or two, the same for 2M and 4M rows;
+    reading the file whole (the negative control) holds every row at once, and this measure
+    sees it. (Parquet's pre-buffering, on by default, grew with the file: this caught it.)"""
+    monkeypatch.setattr(scan, "BATCH_ROWS", 1 << 16)
+    peak: list[int] = []
+    original = count_module.count_encoded
+    monkeypatch.setattr(count_module, "count_encoded", lambda s, data: peak.append(pa.total_allocated_bytes())
+                        or original(s, data))
+    peaks = {}
+    for rows in (2_000_000, 4_000_000):
+        rng = np.random.default_rng(7)
+        pq.write_table(pa.table({"A": rng.integers(0, 100, rows), "B": rng.integers(0, 50, rows),
+                                 "C": rng.integers(0, 9, rows)}), tmp_path / "big.parquet", row_group_size=1 << 16)
+        (tmp_path / "spec.yaml").write_text(
+            "release: mem\ndataset: {name: m, path: big.parquet, lifetime_budget: {epsilon: 1}}\n"
+            "privacy: {definition: pure, unit: row}\nbudget: {epsilon: 1}\n"
+            "columns: {A: {range: [0, 99]}, B: {range: [0, 49]}, C: {range: [0, 8]}}\n"
+            "tables:\n  - {name: ab, group_by: [A, B], epsilon: 0.5}\n  - {name: c, group_by: [C], epsilon: 0.5}\n")
+        spec = load_spec(tmp_path / "spec.yaml")
+        peak.clear()
+        counts = count_exact(spec)
+        assert counts.rows_read == rows and counts.histograms[("c", None)].sum() == rows
+        peaks[rows] = max(peak)
+    whole = 3 * 8 * 4_000_000
+    assert peaks[4_000_000] <= 1.2 * peaks[2_000_000], peaks  # independent of the number of rows
+    assert peaks[4_000_000] < whole / 20, (peaks, whole)  # a 64k-row batch is 1/60 of the rows
+    table = read_table(spec)  # the negative control: the whole-file loader holds every row at once
+    assert pa.total_allocated_bytes() >= whole / 3, (pa.total_allocated_bytes(), whole)
+    del table
+
+
+def test_a_file_without_a_needed_column_is_an_error_naming_it(tmp_path):
+    table = national_table()
+    (tmp_path / "parts").mkdir()
+    pq.write_table(table.slice(0, 1000), tmp_path / "parts" / "a.parquet")
+    pq.write_table(table.slice(1000, 1000).drop_columns(["RAC1P"]), tmp_path / "parts" / "b.parquet")
+    with pytest.raises(DataError, match=r"b\.parquet: no column 'RAC1P'"):
+        count_exact(national_spec(tmp_path, tmp_path / "parts", "parquet"))
+
+
+def test_an_empty_directory_is_an_error(tmp_path):
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / ".hidden.csv").write_text("PUMA\n")
+    with pytest.raises(DataError, match="holds no data file"):
+        count_exact(national_spec(tmp_path, tmp_path / "parts", "csv"))
+
+
+def test_a_bad_value_deep_in_the_stream_names_its_file_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(scan, "BATCH_ROWS", 1000)
+    lines = NATIONAL.read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[20_001].split(",")
+    row[header.index("SEX")] = "3"
+    lines[20_001] = ",".join(row)
+    (tmp_path / "data.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"data\.csv: column SEX: 1 value\(s\) outside the declared domain, "
+                                        r"e\.g\. '3' at data row 20001"):
+        count_exact(national_spec(tmp_path, tmp_path / "data.csv", "csv"))
