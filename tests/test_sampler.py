@@ -174,3 +174,55 @@ class _Counter:
         out[:] = x
         self.state = out[-1] if n else self.state
         return out
+
+
+# The building blocks of the fast paths (one bound for every lane; rounds 2..20 of Bernoulli(e^−1)
+# read off the factorial-base digits of one uniform word), each against its exact law.
+
+def test_uniform_integers_below_one_bound_reject_the_modulo_bias():
+    from dprelease.mechanisms.sampling import _uniform_below_const
+
+    draws = _uniform_below_const(3 * 2**30, 600_000, _Entropy())  # as the 32-bit path above
+    assert int(draws.max()) < 3 * 2**30
+    share = float(np.mean(draws % np.uint64(3) == 0))
+    assert abs(share - 1 / 3) < 6 * math.sqrt(2 / 9 / draws.size)
+    small = _uniform_below_const(7, 700_000, _Entropy()).astype(np.int64)
+    assert stats.chisquare(np.bincount(small, minlength=7)).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("num, den", [(1, 3), (2, 3), (3, 3), (5, 7)])
+def test_bernoulli_exp_neg_with_one_denominator_has_rate_exp_minus_gamma(num, den):
+    from dprelease.mechanisms.sampling import bernoulli_exp_neg
+
+    n = 1_000_000
+    hits = bernoulli_exp_neg(np.full(n, num, np.uint64), np.full(n, den, np.uint64), _Entropy())
+    p = math.exp(-num / den)
+    assert abs(hits.mean() - p) < 6 * math.sqrt(p * (1 - p) / n), (num, den, hits.mean(), p)
+
+
+def _geometric_pmf(k: np.ndarray) -> np.ndarray:
+    """P(V = k) = e^−k (1 − e^−1) for k ≥ 0."""
+    k = np.asarray(k, dtype=float)
+    return np.where(k >= 0, np.exp(-np.clip(k, 0, None)) * (1 - math.exp(-1)), 0.0)
+
+
+def test_geometric_exp_minus_one_fits_its_law_and_a_wrong_rate_is_rejected():
+    from dprelease.mechanisms.sampling import geometric_exp_neg_one
+
+    v = geometric_exp_neg_one(1_000_000, _Entropy()).astype(np.int64)
+    assert chi_square_pvalue(v, _geometric_pmf) > ALPHA
+    def rate(r: float):  # P(V = k) = e^−rk (1 − e^−r)
+        return lambda k: np.where(np.asarray(k) >= 0, np.exp(-r * np.clip(k, 0, None)) * (1 - math.exp(-r)), 0.0)
+
+    assert chi_square_pvalue(v, rate(1.1)) < ALPHA and chi_square_pvalue(v, rate(0.9)) < ALPHA  # power
+
+
+def test_the_rounds_after_twenty_continue_with_the_same_law():
+    """Lanes that succeeded in rounds 1..k−1 of CKS Algorithm 1 (γ = 1) stop at round j ≥ k with
+    probability (k−1)!·(1/(j−1)! − 1/j!); the result is 1 iff j is odd. Checked from round 3."""
+    from dprelease.mechanisms.sampling import bernoulli_exp_neg_tail
+
+    n = 1_000_000
+    hits = bernoulli_exp_neg_tail(np.ones(n, np.uint64), 1, 3, _Entropy())
+    p = sum(math.factorial(2) * (1 / math.factorial(j - 1) - 1 / math.factorial(j)) for j in range(3, 40, 2))
+    assert abs(hits.mean() - p) < 6 * math.sqrt(p * (1 - p) / n), (hits.mean(), p)

@@ -18,7 +18,7 @@ make_venv() {  # name, packages...
 }
 what="${1:-all}"
 if [ "$what" = opendp ] || [ "$what" = all ]; then
-  make_venv opendp "opendp>=0.16" "polars" "pyarrow" "numpy"
+  make_venv opendp "opendp>=0.16" "polars==1.36.1" "pyarrow" "numpy"  # the Polars that OpenDP 0.16 was built against
 fi
 if [ "$what" = tumult ] || [ "$what" = all ]; then
   make_venv tumult "tmlt.analytics" "pyarrow"

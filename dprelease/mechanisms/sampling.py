@@ -31,6 +31,9 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 _REKEY_BYTES = 1 << 30
 _MAX_PART = 1 << 40  # numerator/denominator bound of a scale, so t·K never overflows uint64
 _CHUNK = 1 << 20
+_FACT = [1]
+for _j in range(1, 21):
+    _FACT.append(_FACT[-1] * _j)  # j!; 20! < 2^63
 _TWO32 = 1 << 32
 _MASK32 = np.uint64(_TWO32 - 1)  # lanes per vectorised batch: bounds memory, keeps numpy efficient
 
@@ -112,10 +115,25 @@ def words32(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
     return rng.words((n + 1) // 2).view(np.uint32)[:n].astype(np.uint64)
 
 
+def _uniform_below_const(m: int, n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``n`` exact uniform integers in [0, m) for one m < 2^32: Lemire's multiply-shift, the
+    lanes with low < 2^32 mod m rejected and drawn again (as :func:`_uniform_below_32`)."""
+    threshold = np.uint64((_TWO32 - m) % m)  # 2^32 mod m
+    prod = rng.words((n + 1) // 2).view(np.uint32)[:n] * np.uint64(m)  # 32-bit words times m, in uint64
+    out = prod >> np.uint64(32)
+    if threshold:
+        bad = np.flatnonzero((prod & _MASK32) < threshold)
+        if bad.size:
+            out[bad] = _uniform_below_const(m, bad.size, rng)
+    return out
+
+
 def bernoulli_exp_neg(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
     """Lane i is Bernoulli(exp(−num[i]/den[i])), exactly; requires 0 ≤ num ≤ den (CKS Alg. 1)."""
     num = np.asarray(num, dtype=np.uint64)
     den = np.asarray(den, dtype=np.uint64)
+    if num.size and den.size and int(den[0]) < _TWO32 // 64 and (den == den[0]).all():
+        return _bernoulli_exp_neg_const(num, int(den[0]), rng)
     result = np.empty(num.size, dtype=bool)
     active = np.arange(num.size)
     k = np.ones(num.size, dtype=np.uint64)
@@ -124,6 +142,59 @@ def bernoulli_exp_neg(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:  # t
         stopped = active[~success]
         result[stopped] = (k[~success] & np.uint64(1)) == 1  # K odd → 1
         active, k = active[success], k[success] + np.uint64(1)
+    return result
+
+
+def _bernoulli_exp_neg_const(num: np.ndarray, d: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """:func:`bernoulli_exp_neg` when every lane has the same denominator d: in round k every
+    lane still running draws Bernoulli(num/(d·k)) against the one bound d·k (while it is below
+    2^32; after that, the general path)."""
+    result = np.empty(num.size, dtype=bool)
+    active = np.arange(num.size)
+    k = 1
+    while active.size:
+        if d * k >= _TWO32:  # vanishingly rare: a fraction γ^k/k! of the lanes get here
+            result[active] = bernoulli_exp_neg_tail(num, d, k, rng)
+            break
+        success = _uniform_below_const(d * k, num.size, rng) < num  # Bernoulli(γ/k)
+        result[active[~success]] = k % 2 == 1  # stopped at K = k: 1 iff K is odd
+        active, num = active[success], num[success]
+        k += 1
+    return result
+
+
+def bernoulli_exp_minus_one(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``n`` Bernoulli(exp(−1)) draws, exactly: CKS Algorithm 1 with γ = 1, whose round 1 always
+    succeeds, with rounds 2 to 20 read off one uniform W in [0, 20!). The factorial-base digits
+    d_j = ⌊W/(j−1)!⌋ mod j of W are independent and uniform in [0, j), round j succeeds iff
+    d_j = 0, and given rounds 2..j−1 succeeded (j−1)! divides W, so round j succeeds iff j!
+    divides W. A lane that succeeds through round 20 (probability 1/20!) goes on with fresh
+    draws from round 21. Returns K odd, K the first failing round."""
+    w = uniform_below(np.full(n, _FACT[20], dtype=np.uint64), rng)
+    k = np.full(n, 2, dtype=np.int64)  # the first failing round, so far
+    pending = np.arange(n)
+    for j in range(2, 21):
+        pending = pending[w[pending] % np.uint64(_FACT[j]) == 0]  # round j succeeded
+        if not pending.size:
+            break
+        k[pending] = j + 1
+    result = k % 2 == 1
+    if pending.size:  # every round through 20 succeeded
+        result[pending] = bernoulli_exp_neg_tail(np.ones(pending.size, dtype=np.uint64), 1, 21, rng)
+    return result
+
+
+def bernoulli_exp_neg_tail(num: np.ndarray, d: int, k: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Lanes of CKS Algorithm 1 that succeeded k − 1 times: continue from round k."""
+    result = np.empty(num.size, dtype=bool)
+    active = np.arange(num.size)
+    kk = np.full(num.size, k, dtype=np.uint64)
+    den = np.full(num.size, d, dtype=np.uint64)
+    while active.size:
+        success = uniform_below(den[active] * kk, rng) < num[active]
+        stopped = active[~success]
+        result[stopped] = (kk[~success] & np.uint64(1)) == 1
+        active, kk = active[success], kk[success] + np.uint64(1)
     return result
 
 
@@ -152,10 +223,8 @@ def geometric_exp_neg_one(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped
     """V with P(V ≥ v) = exp(−v): Bernoulli(exp(−1)) successes before the first failure."""
     v = np.zeros(n, dtype=np.uint64)
     active = np.arange(n)
-    ones = np.ones(n, dtype=np.uint64)
     while active.size:
-        success = bernoulli_exp_neg(ones[: active.size], ones[: active.size], rng)
-        active = active[success]
+        active = active[bernoulli_exp_minus_one(active.size, rng)]
         v[active] += np.uint64(1)
     return v
 
@@ -210,7 +279,7 @@ def collect(size: int, oversample: float, draw) -> np.ndarray:  # type: ignore[n
 def _laplace_candidates(t: int, s: int, n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
     """One round of CKS Algorithm 2 on ``n`` lanes; returns the accepted samples."""
     tt = np.full(n, t, dtype=np.uint64)
-    u = uniform_below(tt, rng)
+    u = _uniform_below_const(t, n, rng) if t < _TWO32 else uniform_below(tt, rng)
     keep = bernoulli_exp_neg(u, tt, rng)
     u = u[keep]
     x = u + np.uint64(t) * geometric_exp_neg_one(u.size, rng)
