@@ -217,7 +217,7 @@ def test_geometric_exp_minus_one_fits_its_law_and_a_wrong_rate_is_rejected():
     assert chi_square_pvalue(v, rate(1.1)) < ALPHA and chi_square_pvalue(v, rate(0.9)) < ALPHA  # power
 
 
-def test_the_rounds_after_twenty_continue_with_the_same_law():
+def test_the_rounds_after_the_digits_continue_with_the_same_law():
     """Lanes that succeeded in rounds 1..k−1 of CKS Algorithm 1 (γ = 1) stop at round j ≥ k with
     probability (k−1)!·(1/(j−1)! − 1/j!); the result is 1 iff j is odd. Checked from round 3."""
     from dprelease.mechanisms.sampling import bernoulli_exp_neg_tail

@@ -31,9 +31,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 _REKEY_BYTES = 1 << 30
 _MAX_PART = 1 << 40  # numerator/denominator bound of a scale, so t·K never overflows uint64
 _CHUNK = 1 << 20
+_DIGITS = 11  # Bernoulli(exp(−1)): rounds 2..11 from one uniform in [0, 11!), 11! < 2^32
 _FACT = [1]
-for _j in range(1, 21):
-    _FACT.append(_FACT[-1] * _j)  # j!; 20! < 2^63
+for _j in range(1, _DIGITS + 1):
+    _FACT.append(_FACT[-1] * _j)  # j!
 _TWO32 = 1 << 32
 _MASK32 = np.uint64(_TWO32 - 1)  # lanes per vectorised batch: bounds memory, keeps numpy efficient
 
@@ -165,22 +166,23 @@ def _bernoulli_exp_neg_const(num: np.ndarray, d: int, rng) -> np.ndarray:  # typ
 
 def bernoulli_exp_minus_one(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
     """``n`` Bernoulli(exp(−1)) draws, exactly: CKS Algorithm 1 with γ = 1, whose round 1 always
-    succeeds, with rounds 2 to 20 read off one uniform W in [0, 20!). The factorial-base digits
-    d_j = ⌊W/(j−1)!⌋ mod j of W are independent and uniform in [0, j), round j succeeds iff
-    d_j = 0, and given rounds 2..j−1 succeeded (j−1)! divides W, so round j succeeds iff j!
-    divides W. A lane that succeeds through round 20 (probability 1/20!) goes on with fresh
-    draws from round 21. Returns K odd, K the first failing round."""
-    w = uniform_below(np.full(n, _FACT[20], dtype=np.uint64), rng)
-    k = np.full(n, 2, dtype=np.int64)  # the first failing round, so far
-    pending = np.arange(n)
-    for j in range(2, 21):
-        pending = pending[w[pending] % np.uint64(_FACT[j]) == 0]  # round j succeeded
+    succeeds, with rounds 2 to 11 read off one uniform W in [0, 11!) (11! < 2^32: one 32-bit
+    word, Lemire). The factorial-base digits d_j = ⌊W/(j−1)!⌋ mod j of W are independent and
+    uniform in [0, j); round j succeeds iff d_j = 0, and given that rounds 2..j−1 succeeded
+    (j−1)! divides W, so round j succeeds iff j! divides W. A lane that succeeds through round
+    11 (probability 1/11!) goes on with fresh draws from round 12. Returns K odd, K the first
+    failing round."""
+    w = _uniform_below_const(_FACT[_DIGITS], n, rng).astype(np.uint32)
+    k = np.full(n, 2, dtype=np.int8)  # the first failing round, so far
+    pending = np.flatnonzero((w & np.uint32(1)) == 0)  # round 2 succeeded
+    for j in range(3, _DIGITS + 1):
+        k[pending] = j
+        pending = pending[w[pending] % np.uint32(_FACT[j]) == 0]  # round j succeeded
         if not pending.size:
             break
-        k[pending] = j + 1
-    result = k % 2 == 1
-    if pending.size:  # every round through 20 succeeded
-        result[pending] = bernoulli_exp_neg_tail(np.ones(pending.size, dtype=np.uint64), 1, 21, rng)
+    result = (k & 1) == 1
+    if pending.size:  # every round through _DIGITS succeeded
+        result[pending] = bernoulli_exp_neg_tail(np.ones(pending.size, dtype=np.uint64), 1, _DIGITS + 1, rng)
     return result
 
 
