@@ -20,7 +20,7 @@ Parts (each can be skipped: --skip sampler workload big e2e):
   start-up.
 
 Peak RSS is the largest resident set of the process or any process it waited for (Linux
-``wait4``), in MB.
+``wait4``, through the small launcher ``peak_rss.py``), in MB.
 """
 
 from __future__ import annotations
@@ -49,17 +49,17 @@ COMPUTE_STAGES = ("load", "histogram", "noise", "postprocess")
 
 def child(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> tuple[float, float, str]:
     """Run ``cmd``; (wall seconds, peak RSS in MB, stdout). Fails loudly on a non-zero exit."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.NamedTemporaryFile("r") as rss:
+        start = time.perf_counter()  # through the launcher (see peak_rss.py): its start-up is in the wall time
+        proc = subprocess.run([sys.executable, "-S", str(HERE / "peak_rss.py"), rss.name, *cmd], stdout=out,
+                              stderr=err, env=env, text=True, timeout=timeout)
         wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-4000:]}")
-        return wall, usage.ru_maxrss / 1024, out.read()
+        return wall, int(rss.read()) / 1024, out.read()
 
 
 def last_json(text: str) -> dict:  # type: ignore[type-arg]

@@ -3,6 +3,8 @@ counts; memory stays at one batch; every file's columns are checked."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -172,3 +174,30 @@ def test_a_bad_value_deep_in_the_stream_names_its_file_row(tmp_path, monkeypatch
     with pytest.raises(DataError, match=r"data\.csv: column SEX: 1 value\(s\) outside the declared domain, "
                                         r"e\.g\. '3' at data row 20001"):
         count_exact(national_spec(tmp_path, tmp_path / "data.csv", "csv"))
+
+
+@pytest.mark.parametrize("engine, field, words", [
+    ('engine: {kind: local, address: "tcp://h:8786"}', "engine.address", "an address is for kind: dask"),
+    ("engine: {kind: spark}", "engine.kind", "spark"),
+    ('engine: {kind: dask, address: "h:8786"}', "engine.address", "h:8786"),
+    ("engine: {address: \"tcp://h:8786\"}", "engine", "kind"),
+], ids=["local-with-address", "unknown-kind", "address-without-scheme", "no-kind"])
+def test_a_bad_engine_block_is_refused_with_its_field(cli, tmp_path, engine, field, words):
+    spec = national_spec(tmp_path, NATIONAL, "csv").source
+    spec.write_text(spec.read_text() + engine + "\n")
+    result = cli("validate", spec)
+    assert result.code == 2 and field in result.stderr and words in result.stderr, result.stderr
+
+
+def test_the_engine_is_not_part_of_the_plan(tmp_path):
+    """Where the data is counted changes nothing that is published or spent: the canonical
+    spec (published as spec.json) and the plan's fingerprint (what an approval covers) stay."""
+    from dprelease.spec import canonical, fingerprint
+
+    local = national_spec(tmp_path, NATIONAL, "csv")
+    spec = local.source
+    spec.write_text(spec.read_text() + 'engine: {kind: dask, address: "tcp://scheduler:8786"}\n')
+    dask = load_spec(spec)
+    assert dask.engine.kind == "dask" and local.engine.kind == "local"
+    assert canonical(dask) == canonical(local) and fingerprint(dask) == fingerprint(local)
+    assert "scheduler" not in json.dumps(canonical(dask))
