@@ -16,7 +16,8 @@ from dprelease.data import DataError, count_exact
 from dprelease.data import scan
 from dprelease.errors import UserError
 from dprelease.spec import Engine, load_spec
-from tests.test_run import ledger_state, run
+from dprelease.ledger import Ledger, resolve_location
+from tests.test_run import run
 from tests.test_stream import NATIONAL, assert_same_counts, national_spec, national_table
 
 distributed = pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
@@ -98,7 +99,7 @@ def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, 
     proc = run(spec, "--dask-address", "tcp://127.0.0.1:9", "--output-dir", tmp_path / "out", env=run_env)
     assert proc.returncode == 2, proc.stderr
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in proc.stderr and "Nothing was spent" in proc.stderr
-    assert ledger_state("d") is None  # nothing reserved
+    assert Ledger.open(resolve_location(), create=False) is None  # no ledger was even created
     assert not (tmp_path / "out" / "stream-test").exists()
 
 

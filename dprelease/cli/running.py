@@ -51,7 +51,10 @@ def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Pat
         say(f"warning: {spec_path}: {warning}")
     output_dir = output_dir.resolve()
     location = resolve_location(ledger_url, spec.ledger, spec.source.parent)
-    ledger = Ledger.open(location, create=True)
+    ledger = Ledger.open(location, create=False)
+    if ledger is None:  # a first run: refuse unreadable data before the ledger is even created
+        _refuse_bad_inputs(spec)
+        ledger = Ledger.open(location, create=True)
     assert ledger is not None
     say(ledger_line(location, True, created=ledger.created))
     try:
@@ -144,6 +147,14 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
                                    "published release. Nothing was spent.")
     if not plan.fits:
         raise OverBudgetError(over_budget_message(spec, plan))
+    _refuse_bad_inputs(spec)
+    _check_writable(output_dir)
+    _rehearse_postprocessing(spec, plan)
+    _check_prefect_server()
+
+
+def _refuse_bad_inputs(spec: Spec) -> None:
+    """The data path and the engine, checked without reading the data."""
     from dprelease.data.count import engine_problem
     from dprelease.data.load import source
 
@@ -159,9 +170,6 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
     problem = engine_problem(spec)
     if problem:
         raise UserError(f"{problem}. Nothing was spent.")
-    _check_writable(output_dir)
-    _rehearse_postprocessing(spec, plan)
-    _check_prefect_server()
 
 
 def _local_collections(spec: Spec, plan: Plan) -> tuple:  # type: ignore[type-arg]
