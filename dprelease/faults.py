@@ -2,7 +2,8 @@
 
 At the named stage the run writes the stage name to ``$DPRELEASE_FAULT_FLAG`` (if set) and
 then waits to be killed, so a test can SIGKILL it at a known point. Stages, in order:
-``reserved``, ``load``, ``histogram``, ``noise`` (noise drawn for the first table),
+``reserved``, ``load``, ``histogram`` (a batch counted), ``measure`` (before a table's noise),
+``noise`` (noise drawn for the first table), ``staging`` (the first table file staged),
 ``publish`` (outputs staged, ledger not yet committed), ``commit`` (ledger committed, outputs
 not yet moved into place).
 """

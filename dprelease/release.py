@@ -97,8 +97,8 @@ class ReleaseRun:
         table = next(t for t in self.spec.tables if t.name == name)
         for level, dims, _ in table.measured():
             table_plan = next(p for p in self.plan.tables if p.name == name and p.level == level)
-            self.stage = "histogram"
-            checkpoint("histogram")
+            self.stage = "measure"
+            checkpoint("measure")
             mode = table.measure.column if isinstance(table.measure, ModeMeasure) else None
             counts = self.counts.histograms.pop((name, level))
             self.stage = "noise"
@@ -137,6 +137,7 @@ class ReleaseRun:
                 table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
                 key = (table.name, level)
                 write_table(self.spec, table, dims, level, self.published_values[key], staging)
+                checkpoint("staging")  # the first table staged, the rest not yet
                 write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
         for level, totals in self.invariants.items():
             write_invariant(self.spec, level, totals, staging)

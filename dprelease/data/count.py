@@ -26,6 +26,7 @@ from dprelease.data.histogram import histogram, place_totals
 from dprelease.data.load import Encoded, columns_to_read, encode, encode_batch, source
 from dprelease.data.scan import DataError, Piece
 from dprelease.errors import UserError
+from dprelease.faults import checkpoint
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure
 
 Key = tuple[str, "str | None"]  # (table, geographic level)
@@ -85,6 +86,7 @@ def count_piece(spec: Spec, piece: Piece, timings: dict[str, float] | None = Non
         counted = time.perf_counter()
         counts = count_encoded(spec, data)
         total = counts if total is None else total.add(counts)
+        checkpoint("histogram")  # a batch counted (fault injection for the crash tests; inert otherwise)
         if timings is not None:
             now = time.perf_counter()
             timings["load"] = timings.get("load", 0.0) + counted - clock
