@@ -131,7 +131,7 @@ class ReleaseRun:
         start = time.perf_counter()
         staging = self.layout.staging
         discard_staging(self.layout)
-        staging.mkdir(parents=True, mode=0o755)
+        staging.mkdir(parents=True, mode=0o700)
         for table in self.spec.tables:
             for level, dims, _ in table.measured():
                 table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)

@@ -42,6 +42,18 @@ Say = Callable[[str], None]
 def run_release_command(spec_path: Path, ledger_url: str | None, output_dir: Path, *, say: Say,
                         out: Console, require_approval: bool = False, run_date: datetime | None = None,
                         dask_address: str | None = None) -> None:
+    """A release run. Every file and directory it creates (outputs, staging, internal record,
+    ledger) is owner-only: publishing a release to others is a deliberate copy."""
+    previous = os.umask(0o077)
+    try:
+        _run_release(spec_path, ledger_url, output_dir, say=say, out=out, require_approval=require_approval,
+                     run_date=run_date, dask_address=dask_address)
+    finally:
+        os.umask(previous)
+
+
+def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, say: Say, out: Console,
+                 require_approval: bool, run_date: datetime | None, dask_address: str | None) -> None:
     spec = load_spec(spec_path, run_date=run_date)
     if dask_address is not None:  # where the counting runs: not part of the plan (or its approval)
         spec = dataclasses.replace(spec, engine=Engine(kind="dask", address=dask_address))
@@ -142,9 +154,14 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
         raise AlreadyReleasedError(f"release {spec.release!r} of dataset {spec.dataset.name!r} is already "
                                    f"{existing.state} (run {existing.run_id}, {existing.created_at}); {where}. "
                                    "Nothing was spent.")
-    if (output_dir / spec.release).exists():
+    if os.path.lexists(output_dir / spec.release):  # a dangling symlink too: nothing is written through one
         raise AlreadyReleasedError(f"{output_dir / spec.release} already exists; refusing to overwrite a "
                                    "published release. Nothing was spent.")
+    for part in (".staging", "_internal"):  # where a run writes before (and beside) its release
+        if (output_dir / part).is_symlink() or ((output_dir / part).exists() and not (output_dir / part).is_dir()):
+            raise UserError(f"{output_dir / part} is a symbolic link or not a directory; dprelease writes its staged "
+                            "and internal files only into real directories under the output directory. Remove it. "
+                            "Nothing was spent.")
     if not plan.fits:
         raise OverBudgetError(over_budget_message(spec, plan))
     _refuse_bad_inputs(spec)

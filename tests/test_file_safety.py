@@ -1,0 +1,61 @@
+"""File safety: a run creates its outputs, staging, internal record and ledger owner-only; it
+never writes through a symbolic link planted in its output directory; names cannot leave the
+output directory (the hostile corpus refuses ../, absolute paths and NUL bytes); and no
+partial file ever appears under a published path (see also the crash matrix)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from tests.test_run import _spec, ledger_state, run
+
+DATASET = "nist-acs-national-2019"
+
+
+def modes(root):  # type: ignore[no-untyped-def]
+    """Every path under ``root`` (itself included) with its permission bits."""
+    paths = [root, *root.rglob("*")]
+    return {p: stat.S_IMODE(os.lstat(p).st_mode) for p in paths}
+
+
+def test_outputs_and_the_ledger_are_owner_only_whatever_the_umask(tmp_path, run_env, isolated_ledger):
+    previous = os.umask(0o022)  # a permissive umask in the calling shell
+    try:
+        spec, out = _spec(tmp_path, "owner-only"), tmp_path / "out"
+        proc = run(spec, "--output-dir", out, env=run_env)
+    finally:
+        os.umask(previous)
+    assert proc.returncode == 0, proc.stderr
+    written = {**modes(out / "owner-only"), **modes(out / "_internal")}
+    assert len(written) > 10
+    loose = {str(p): oct(m) for p, m in written.items() if m & 0o077}
+    assert not loose, loose  # no group or other bits anywhere
+    assert stat.S_IMODE(os.stat(isolated_ledger).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(isolated_ledger.parent).st_mode) == 0o700
+
+
+@pytest.mark.parametrize("planted", [".staging", "_internal", "release"])
+def test_a_symlink_in_the_output_directory_is_never_written_through(tmp_path, run_env, planted):
+    spec, out = _spec(tmp_path, "symlinked"), tmp_path / "out"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    out.mkdir()
+    (out / (planted if planted != "release" else "symlinked")).symlink_to(victim)
+    proc = run(spec, "--output-dir", out, env=run_env)
+    assert proc.returncode in (2, 4), proc.stderr
+    assert "Nothing was spent" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(victim.iterdir()) == []  # nothing written through the link
+    state = ledger_state(DATASET)
+    assert state is None or state.spent == 0
+
+
+def test_a_dangling_release_symlink_is_refused_not_replaced(tmp_path, run_env):
+    spec, out = _spec(tmp_path, "dangling"), tmp_path / "out"
+    out.mkdir()
+    (out / "dangling").symlink_to(tmp_path / "nowhere")
+    proc = run(spec, "--output-dir", out, env=run_env)
+    assert proc.returncode == 4 and "already exists" in proc.stderr, proc.stderr
+    assert (out / "dangling").is_symlink() and not (tmp_path / "nowhere").exists()
