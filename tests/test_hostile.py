@@ -293,7 +293,7 @@ def _mutations(draw_doc: dict) -> str:  # type: ignore[type-arg]
     return json.dumps(draw_doc, default=str)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(doc=st.dictionaries(KEYS, VALUES, max_size=8), base_edit=st.sampled_from(sorted(SPECS)))
 def test_fuzzed_specs_never_raise_anything_but_a_spec_error(workdir, doc, base_edit):
