@@ -18,7 +18,7 @@ from dprelease.errors import UserError
 from dprelease.spec import Engine, load_spec
 from dprelease.ledger import Ledger, resolve_location
 from tests.test_run import run
-from tests.test_stream import NATIONAL, assert_same_counts, national_spec, national_table
+from tests.test_stream import NATIONAL, assert_same_counts, national_spec, national_table, national_with
 
 distributed = pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
 
@@ -72,13 +72,7 @@ def test_the_cluster_counts_exactly_what_the_local_engine_counts(tmp_path, monke
 
 
 def test_a_data_error_on_a_worker_reaches_the_operator(tmp_path, cluster):
-    lines = NATIONAL.read_text().splitlines()
-    header = lines[0].split(",")
-    row = lines[101].split(",")
-    row[header.index("RAC1P")] = "12"
-    lines[101] = ",".join(row)
-    (tmp_path / "data.csv").write_text("\n".join(lines) + "\n")
-    spec = on_dask(national_spec(tmp_path, tmp_path / "data.csv", "csv"), cluster)
+    spec = on_dask(national_spec(tmp_path, national_with(tmp_path, 101, "RAC1P", "12"), "csv"), cluster)
     with pytest.raises(DataError, match=r"column RAC1P: 1 value\(s\) outside the declared domain, e\.g\. '12' at "
                                         r"data row 101"):
         count_exact(spec)

@@ -163,14 +163,20 @@ def test_an_empty_directory_is_an_error(tmp_path):
         count_exact(national_spec(tmp_path, tmp_path / "parts", "csv"))
 
 
-def test_a_bad_value_deep_in_the_stream_names_its_file_row(tmp_path, monkeypatch):
-    monkeypatch.setattr(scan, "BATCH_ROWS", 1000)
+def national_with(tmp_path, row: int, column: str, value: str):  # type: ignore[no-untyped-def]
+    """The national file with one value replaced (data row ``row``), as tmp_path/data.csv."""
     lines = NATIONAL.read_text().splitlines()
     header = lines[0].split(",")
-    row = lines[20_001].split(",")
-    row[header.index("SEX")] = "3"
-    lines[20_001] = ",".join(row)
+    cells = lines[row].split(",")
+    cells[header.index(column)] = value
+    lines[row] = ",".join(cells)
     (tmp_path / "data.csv").write_text("\n".join(lines) + "\n")
+    return tmp_path / "data.csv"
+
+
+def test_a_bad_value_deep_in_the_stream_names_its_file_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(scan, "BATCH_ROWS", 1000)
+    national_with(tmp_path, 20_001, "SEX", "3")
     with pytest.raises(DataError, match=r"data\.csv: column SEX: 1 value\(s\) outside the declared domain, "
                                         r"e\.g\. '3' at data row 20001"):
         count_exact(national_spec(tmp_path, tmp_path / "data.csv", "csv"))
