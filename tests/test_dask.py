@@ -112,3 +112,20 @@ def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, run_env):
     proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "stream-test-2" / "manifest.json").exists()
+
+
+def test_a_worker_failure_comes_back_by_type_only(monkeypatch, tmp_path):
+    """Any other failure on a worker is returned as a value naming its type (its message may
+    quote data, and a raised exception would be logged there); the driver raises without it."""
+    from dprelease.data import count as count_module
+
+    def boom(spec, piece):  # type: ignore[no-untyped-def]
+        raise MemoryError("secret value 12345")
+
+    monkeypatch.setattr(count_module, "count_piece", boom)
+    spec = national_spec(tmp_path, NATIONAL, "csv")
+    outcome = count_module.count_on_worker(scan.Piece(str(NATIONAL)), spec)
+    assert outcome[0] == "failure" and "MemoryError" in outcome[1] and "12345" not in outcome[1]
+    with pytest.raises(RuntimeError, match="a Dask worker failed: MemoryError") as raised:
+        count_module._unpack(outcome)
+    assert "12345" not in str(raised.value)

@@ -207,3 +207,23 @@ def test_the_engine_is_not_part_of_the_plan(tmp_path):
     assert dask.engine.kind == "dask" and local.engine.kind == "local"
     assert canonical(dask) == canonical(local) and fingerprint(dask) == fingerprint(local)
     assert "scheduler" not in json.dumps(canonical(dask))
+
+
+def test_hive_values_are_unescaped_and_the_default_partition_is_a_null(tmp_path):
+    """pyarrow (like Spark) writes G=a%20b, G=c%2Fd and G=__HIVE_DEFAULT_PARTITION__ for a
+    null: read back, the counts are those of the same rows in one flat file."""
+    values = ["a b", "c/d", None, "e", "a b", None, "c/d", "a b"]
+    table = pa.table({"G": pa.array(values, pa.string()), "AGE": pa.array([1, 2, 3, 4, 5, 6, 7, 8], pa.int64())})
+    pq.write_to_dataset(table, tmp_path / "hive", partition_cols=["G"])
+    assert any("%20" in p.name for p in (tmp_path / "hive").iterdir())  # really escaped on disk
+    pq.write_table(table, tmp_path / "flat.parquet")
+    counts = {}
+    for path in ("hive", "flat.parquet"):
+        (tmp_path / "spec.yaml").write_text(
+            f"release: hive\ndataset: {{name: h, path: {path}, format: parquet, lifetime_budget: {{epsilon: 1}}}}\n"
+            "privacy: {definition: pure, unit: row}\nbudget: {epsilon: 1}\n"
+            "columns: {G: {domain: ['a b', 'c/d', e], missing: unknown}, AGE: {range: [0, 9]}}\n"
+            "tables:\n  - {name: g, group_by: [G], epsilon: 0.5}\n  - {name: ga, group_by: [G, AGE], epsilon: 0.5}\n")
+        counts[path] = count_exact(load_spec(tmp_path / "spec.yaml"))
+    assert counts["hive"].histograms[("g", None)].tolist() == [3, 2, 1, 2]  # a b, c/d, e, missing
+    assert_same_counts(counts["hive"], counts["flat.parquet"])

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +28,9 @@ def main(data_dir: Path) -> None:
     from pyspark.sql import functions as F
     from tmlt.analytics import AddOneRow, BinningSpec, KeySet, PureDPBudget, QueryBuilder, Session
 
+    warehouse = tempfile.mkdtemp(prefix="tumult-warehouse-")  # Tumult's temporary tables: never in the repository
     spark = (SparkSession.builder.master("local[2]").config("spark.driver.memory", "8g")
+             .config("spark.sql.warehouse.dir", warehouse)
              .config("spark.sql.shuffle.partitions", "8").config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     start = time.perf_counter()
@@ -50,6 +54,7 @@ def main(data_dir: Path) -> None:
         released += len(result.toPandas())
     print(json.dumps({"anchor": "tumult-analytics", "compute": time.perf_counter() - start, "cells": released}))
     spark.stop()
+    shutil.rmtree(warehouse, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -284,7 +284,7 @@ def run(
         except ValueError:
             raise typer.BadParameter(f"{run_date!r} is not a date, e.g. 2027-03-01", param_hint="--run-date") from None
         when = when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
-    if dask_address is not None and not re.fullmatch(r"tcp://[^\s/]+:[0-9]{1,5}", dask_address):
+    if dask_address is not None and not re.fullmatch(r"(tcp|tls)://[^\s/]+:[0-9]{1,5}", dask_address):
         raise typer.BadParameter(f"{dask_address!r} is not a Dask scheduler address, e.g. tcp://scheduler:8786",
                                  param_hint="--dask-address")
     run_release_command(spec_path, ledger, output_dir, say=say, out=out, require_approval=require_approval,

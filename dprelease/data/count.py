@@ -152,7 +152,7 @@ def engine_problem(spec: Spec) -> str | None:
 def _unreachable(address: str, where: str) -> str | None:
     import socket
 
-    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
             return None
@@ -187,18 +187,24 @@ def _count_on_dask(spec: Spec) -> ExactCounts:
 
 
 def count_on_worker(piece: Piece, spec: Spec) -> tuple[str, Any]:
-    """On a worker: the piece's counts, or the message of a data error as a value (a raised
-    exception would be logged by the worker, and a data error may quote confidential values)."""
+    """On a worker: the piece's counts, or a failure as a value: a raised exception would be
+    logged by the worker, and its message may quote confidential values. A data error's message
+    goes to the operator's terminal (as on this machine); of any other failure only its type."""
     try:
         return "counts", (__version__, count_piece(spec, piece))
     except DataError as exc:
         return "data error", str(exc)
+    except Exception as exc:  # noqa: BLE001 - reported by type, never by message, on the driver
+        return "failure", f"{type(exc).__name__} while counting {piece.path}"
 
 
 def _unpack(outcome: tuple[str, Any]) -> ExactCounts:
     kind, value = outcome
     if kind == "data error":
         raise DataError(value)
+    if kind == "failure":
+        raise RuntimeError(f"a Dask worker failed: {value} (see the worker's environment; its message is not "
+                           "reported, as it may quote data)")
     version, counts = value
     if version != __version__:
         raise UserError(f"a Dask worker runs dprelease {version}, this process {__version__}: install the same "

@@ -19,10 +19,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from dprelease.errors import UserError, first_line
@@ -30,6 +30,9 @@ from dprelease.errors import UserError, first_line
 BATCH_ROWS = 1 << 20  # rows per batch: big enough that per-batch work is noise, small enough for memory
 CSV_BLOCK_BYTES = 32 << 20  # bytes of CSV text per batch (about a million rows of a dozen short columns)
 PIECE_ROWS = 1 << 22  # rows per piece when work is spread over a cluster (whole row groups)
+
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # how Hive, Spark and pyarrow write a null key
 
 
 class DataError(UserError):
@@ -41,7 +44,7 @@ class Piece:
     """A file, or some of a Parquet file's row groups; picklable (sent to Dask workers)."""
 
     path: str
-    partition: ds.Expression | None = None  # the Hive keys of its directory
+    keys: tuple[tuple[str, str | None], ...] = ()  # the Hive keys of its directories (None: a null)
     row_groups: tuple[int, ...] | None = None  # None: the whole file
     first_row: int = 0  # the file's row number of the piece's first row (for messages)
 
@@ -63,12 +66,8 @@ class Source:
             return [Piece(str(self.path))]
         pieces = []
         for file in sorted(p for p in self.path.rglob("*") if p.is_file() and not _hidden(p.relative_to(self.path))):
-            keys = [part.split("=", 1) for part in file.relative_to(self.path).parts[:-1] if "=" in part]
-            partition = None
-            for key, value in keys:
-                term = ds.field(key) == value
-                partition = term if partition is None else partition & term
-            pieces.append(Piece(str(file), partition))
+            keys = tuple(_hive_key(part) for part in file.relative_to(self.path).parts[:-1] if "=" in part)
+            pieces.append(Piece(str(file), keys))
         if not pieces:
             raise DataError(f"{self.path}: the directory holds no data file (names starting with '.' or '_' are "
                             "skipped)")
@@ -92,7 +91,7 @@ class Source:
                 groups.append(group)
                 group_rows += meta.row_group(group).num_rows
                 if group_rows >= rows or group == meta.num_row_groups - 1:
-                    out.append(Piece(piece.path, piece.partition, tuple(groups), start))
+                    out.append(Piece(piece.path, piece.keys, tuple(groups), start))
                     start += group_rows
                     groups, group_rows = [], 0
             if not meta.num_row_groups:
@@ -102,15 +101,15 @@ class Source:
     def batches(self, piece: Piece, names: list[str], text_columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(file row of the batch's first row, batch) for the needed columns of one piece; a
         Hive key is a column of text."""
-        keys = ds.get_partition_keys(piece.partition) if piece.partition is not None else {}
+        keys = dict(piece.keys)
         try:
             reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys))
             row = piece.first_row
             for block in reader:  # a CSV block may hold more than BATCH_ROWS rows
                 for start in range(0, block.num_rows, BATCH_ROWS):
                     batch = block.slice(start, BATCH_ROWS)
-                    for key in (n for n in names if n in keys):
-                        batch = batch.append_column(key, pa.array([str(keys[key])] * batch.num_rows, pa.string()))
+                    if keys:
+                        batch = _with_keys(batch, [n for n in names if n in keys], keys)
                     yield row, batch
                     row += batch.num_rows
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as exc:
@@ -137,6 +136,19 @@ class Source:
             convert_options=pa_csv.ConvertOptions(
                 include_columns=names, column_types={n: pa.string() for n in names},
                 null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=False))
+
+
+def _hive_key(part: str) -> tuple[str, str | None]:
+    """``KEY=value`` of a Hive directory: the value URL-unescaped (as pyarrow and Spark write
+    it), and the default-partition marker a null."""
+    key, value = part.split("=", 1)
+    return unquote(key), None if value == HIVE_NULL else unquote(value)
+
+
+def _with_keys(batch: pa.RecordBatch, names: list[str], keys: dict[str, str | None]) -> pa.RecordBatch:
+    """The batch with a text column per Hive key (the same value in every row)."""
+    columns = [*batch.columns, *(pa.array([keys[n]] * batch.num_rows, pa.string()) for n in names)]
+    return pa.RecordBatch.from_arrays(columns, names=[*batch.schema.names, *names])
 
 
 def _csv_header(path: Path, delimiter: str) -> list[str]:

@@ -120,7 +120,7 @@ def _uniform_below_const(m: int, n: int, rng) -> np.ndarray:  # type: ignore[no-
     """``n`` exact uniform integers in [0, m) for one m < 2^32: Lemire's multiply-shift, the
     lanes with low < 2^32 mod m rejected and drawn again (as :func:`_uniform_below_32`)."""
     threshold = np.uint64((_TWO32 - m) % m)  # 2^32 mod m
-    prod = rng.words((n + 1) // 2).view(np.uint32)[:n] * np.uint64(m)  # 32-bit words times m, in uint64
+    prod = words32(n, rng) * np.uint64(m)  # 32-bit words widened to uint64 first (numpy 1.x keeps uint32 × scalar in 32 bits)
     out = prod >> np.uint64(32)
     if threshold:
         bad = np.flatnonzero((prod & _MASK32) < threshold)
