@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from fractions import Fraction
@@ -277,10 +278,17 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write through a fresh temporary file (created exclusively, owner-only, under a random
+    name: never through a link planted beside it), then rename it over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def move_into_place(layout: Layout) -> None:

@@ -191,8 +191,7 @@ class ReleaseRun:
     def write_internal_record(self) -> Path:
         path = self.layout.internal / "run.json"
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_json(path, self.internal_record())
-        path.chmod(0o600)
+        write_json(path, self.internal_record())  # created 0600 (mkstemp), never through a link
         return path
 
 

@@ -29,9 +29,48 @@ def test_gaussian_hockey_stick_audit(name, rho):
     # the calibrated mechanism's exact δ at the probe never exceeds the ρ-zCDP guarantee there
     assert audits.exact_delta(planned, 1, probe) <= 0.02 + 1e-9
     assert float(zcdp_epsilon(rho, Fraction(1, 50))) >= probe
+    if "approximate" in name:  # the (ε, δ) the release promises: exact δ at ε = 1 within the δ of 1e-6
+        assert audits.exact_delta(planned, 1, 1.0) <= 1e-6
     for variant in audits.VARIANTS:
         bound, estimate, se = audits.gaussian_check(rho, variant)
         row = audits.Row(name, variant, bound, estimate, se, kind="δ")
         assert row.passes, row
         if row.correct:
             assert abs(estimate - bound) <= audits.SIGMAS * se, row
+
+
+AUDITED = """\
+release: audited
+dataset: {name: a, path: data.csv, lifetime_budget: {epsilon: 10}}
+privacy: {definition: pure, unit: row}
+budget: {epsilon: 3}
+columns:
+  G: {domain: [a, b]}
+  K: {domain: [x, y]}
+tables:
+  - {name: count, group_by: [G], epsilon: 0.5}
+  - {name: total, group_by: [G], measure: {sum: PINCP, bounds: [0, 200000], granularity: 1000}, epsilon: 0.5}
+  - {name: average, group_by: [G], measure: {mean: PINCP, bounds: [0, 200000], granularity: 1000}, epsilon: 1}
+  - {name: mode, group_by: [G], measure: {mode: K}, epsilon: 0.5}
+  - {name: capped, group_by: [G], epsilon: 0.5, mechanism: truncated_geometric, upper: 5}
+"""
+
+
+def test_the_audited_scales_are_the_planners(tmp_path):
+    """The audits draw with the scales the planner gives the same tables: a planner bug (a
+    wrong Δ or ε split) would change these and fail here."""
+    from dprelease.plan import plan_release
+    from dprelease.spec import load_spec
+
+    (tmp_path / "data.csv").write_text("G,K,PINCP\na,x,1\n")
+    (tmp_path / "spec.yaml").write_text(AUDITED)
+    plans = {p.name: p for p in plan_release(load_spec(tmp_path / "spec.yaml"), None).tables}
+    assert plans["count"].scale == 2 and plans["count"].sensitivity == 1  # laplace_counts: scale 2, Δ 1
+    total = plans["total"]
+    assert total.scale / total.granularity == 400 and total.sensitivity / total.granularity == 200  # laplace_sum
+    sum_part, count_part = plans["average"].parts
+    assert sum_part.scale / sum_part.granularity == 200 and count_part.scale == 2  # mean_pair
+    assert sum_part.sensitivity / sum_part.granularity == 100  # centred on 100000: the row moves it 100 units
+    assert plans["mode"].scale == 2 and plans["mode"].mechanism_epsilon == Fraction(1, 2)  # mode: Δu/ε, monotone
+    assert plans["capped"].scale == 2 and plans["capped"].upper == 5  # truncated: scale 2 on [0, 5]
+    assert sigma2_for(Fraction(1, 8), 1) == 4  # the zCDP audit's σ²

@@ -72,6 +72,7 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     try:
         state = ledger.state(spec.dataset.name)
         plan = plan_release(spec, state)
+        _refuse_links(spec, output_dir)
         if _recover_interrupted_publication(spec, plan, say, out):
             return
         _discard_stale_staging(spec, state, output_dir)
@@ -157,17 +158,22 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
     if os.path.lexists(output_dir / spec.release):  # a dangling symlink too: nothing is written through one
         raise AlreadyReleasedError(f"{output_dir / spec.release} already exists; refusing to overwrite a "
                                    "published release. Nothing was spent.")
-    for part in (".staging", "_internal"):  # where a run writes before (and beside) its release
-        if (output_dir / part).is_symlink() or ((output_dir / part).exists() and not (output_dir / part).is_dir()):
-            raise UserError(f"{output_dir / part} is a symbolic link or not a directory; dprelease writes its staged "
-                            "and internal files only into real directories under the output directory. Remove it. "
-                            "Nothing was spent.")
     if not plan.fits:
         raise OverBudgetError(over_budget_message(spec, plan))
     _refuse_bad_inputs(spec)
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
     _check_prefect_server()
+
+
+def _refuse_links(spec: Spec, output_dir: Path) -> None:
+    """The directories a run writes into below the output directory must be real directories:
+    nothing is ever written (or deleted) through a symbolic link planted there."""
+    for part in (output_dir / ".staging", output_dir / "_internal", output_dir / "_internal" / spec.release):
+        if part.is_symlink() or (part.exists() and not part.is_dir()):
+            raise UserError(f"{part} is a symbolic link or not a directory; dprelease writes its staged and internal "
+                            "files only into real directories under the output directory. Remove it. Nothing was "
+                            "spent.")
 
 
 def _refuse_bad_inputs(spec: Spec) -> None:

@@ -343,7 +343,8 @@ def _integers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         raise TypeError(f"a range column needs integers or text, not {arr.type}")
     try:
-        return np.asarray(pc.cast(arr, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)), None
+        if not pc.any(pc.match_substring(arr, "x", ignore_case=True)).as_py():  # Arrow would read "0x10" as 16
+            return np.asarray(pc.cast(arr, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass  # some value is not a plain integer: check each one strictly
     valid = pc.fill_null(pc.match_substring_regex(arr, _WHOLE), False)

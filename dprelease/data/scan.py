@@ -112,7 +112,8 @@ class Source:
                         batch = _with_keys(batch, [n for n in names if n in keys], keys)
                     yield row, batch
                     row += batch.num_rows
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError,
+                ValueError) as exc:
             raise DataError(f"{piece.path}: cannot read as {self.format}: {first_line(exc)}") from None
 
     def _reader(self, piece: Piece, names: list[str], text_columns: list[str],

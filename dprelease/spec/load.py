@@ -711,6 +711,9 @@ class _Checker:
             return None
         file = self.base / written
         try:
+            if file.exists() and not file.is_file():  # a directory, a device (/dev/zero) or a FIFO: never read
+                self.fail(path, f"domain file {written!r} is not a regular file")
+                return None
             if file.stat().st_size > _MAX_DOMAIN_FILE_BYTES:
                 self.fail(path, f"{written} is larger than 256 MiB")
                 return None
@@ -763,6 +766,9 @@ class _Checker:
         return out
 
     def bins(self, at: Path_, name: str, source: RangeColumn, edges: list[int]) -> Column | None:
+        if len(edges) < 2:
+            self.fail(at + ("bins",), f"bins need at least two edges (one bin), e.g. [{source.low}, {source.high + 1}]")
+            return None
         if any(b <= a for a, b in zip(edges, edges[1:])):
             self.fail(at + ("bins",), f"bins {edges} must increase strictly")
             return None

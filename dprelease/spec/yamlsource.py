@@ -83,8 +83,11 @@ def load_document(file: Path) -> Document:
     def fail(message: str, line: int = 0, col: int = 0) -> YamlProblem:
         return YamlProblem(Problem(file, line, col, "", message))
 
+    if file.exists() and not file.is_file():  # a directory, a device (/dev/zero) or a FIFO: never read
+        raise fail("not a regular file")
     try:
-        raw = file.read_bytes()[: MAX_BYTES + 1]
+        with open(file, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise fail("no such file") from None
     except OSError as exc:
