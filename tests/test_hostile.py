@@ -334,3 +334,40 @@ def _with_key(text: str | bytes, doc: dict) -> str | bytes:  # type: ignore[type
         return text
     key, value = next(iter(doc.items()))
     return text + f"\n{key}: {json.dumps(value, default=str)}\n"
+
+
+def _leaves(node, path=()):  # type: ignore[no-untyped-def]
+    """Every path to a value of a parsed spec (mappings and lists)."""
+    yield path
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, path + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _leaves(value, path + (i,))
+
+
+def _replaced(node, path, value):  # type: ignore[no-untyped-def]
+    if not path:
+        return value
+    copy = dict(node) if isinstance(node, dict) else list(node)
+    copy[path[0]] = _replaced(node[path[0]], path[1:], value)
+    return copy
+
+
+BASE_TREE = __import__("yaml").safe_load(BASE)
+BASE_PATHS = list(_leaves(BASE_TREE))
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(where=st.sampled_from(BASE_PATHS), value=VALUES)
+def test_one_value_of_a_valid_spec_replaced_never_raises_anything_but_a_spec_error(workdir, where, value):
+    """Mutations that get past the schema into the semantic checks: one value anywhere in the
+    valid base spec replaced by a random one (the way `bins: []` was found)."""
+    path = workdir / "mutant.yaml"
+    path.write_text(json.dumps(_replaced(BASE_TREE, where, value), default=str))
+    try:
+        load_spec(path)
+    except SpecError:
+        pass
