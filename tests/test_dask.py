@@ -25,6 +25,10 @@ distributed = pytest.importorskip("distributed", reason="the dask extra: pip ins
 
 @pytest.fixture(scope="module")
 def cluster():
+    import logging
+
+    # the scheduler's INFO chatter would reach handlers of streams pytest has already closed
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as local:
         yield local
