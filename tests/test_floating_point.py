@@ -7,21 +7,18 @@ probabilities on neighbouring inputs within the mechanism's own e^ε, or zero on
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from dprelease.data import encode, histogram
 from dprelease.measure import measure_counts, measure_mean
 from dprelease.postprocess import mean_values
 from dprelease.spec import load_spec
 from dprelease.plan import plan_release
 from tests.audits import tight
-from tests.conftest import ROOT
-from tests.test_means import write
+from tests.test_means import _neighbours, write
 
 N = 300_000
 
@@ -42,22 +39,15 @@ EVENTS = {  # about the representation of a published mean (NaN: published empty
 def mean_setup(tmp_path, definition: str):  # type: ignore[no-untyped-def]
     """A one-cell mean over [0, 2000] of granularity 1 (published to the hundredth: non-integers), and the exact
     (centred sum, count) parts of two neighbouring datasets: one row at the upper bound more."""
-    path = write(tmp_path, definition=definition)
-    text = (path.read_text().replace("group_by: [SEX, AGE_GROUP]", "group_by: []")
-            .replace("bounds: [0, 200000], granularity: 1000", "bounds: [0, 2000], granularity: 1"))
-    if definition == "approx":
-        text = text.replace("budget: {epsilon: 2}", "budget: {epsilon: 2, delta: 1e-6}").replace(
-            "lifetime_budget: {epsilon: 4}", "lifetime_budget: {epsilon: 4, delta: 1e-5}")
-    parts = []
-    for extra in ([], [("1", "30", "2000")]):
-        data = tmp_path / f"rows{len(extra)}.csv"
-        with data.open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["SEX", "AGEP", "PINCP"])
-            writer.writerows([("1", "30", "200"), ("1", "30", "800"), ("1", "30", "1500"), *extra])
-        path.write_text(text.replace(str(ROOT / "data" / "nist_acs" / "national2019.csv"), str(data)))
-        spec = load_spec(path)
-        parts.append(histogram(spec, spec.tables[0], encode(spec), ()))
+    def edit(text: str) -> str:
+        text = text.replace("bounds: [0, 200000], granularity: 1000", "bounds: [0, 2000], granularity: 1")
+        if definition == "approx":
+            text = text.replace("budget: {epsilon: 2}", "budget: {epsilon: 2, delta: 1e-6}").replace(
+                "lifetime_budget: {epsilon: 4}", "lifetime_budget: {epsilon: 4, delta: 1e-5}")
+        return text
+
+    parts = _neighbours(tmp_path, (200, 800, 1500), 2000, edit, definition)
+    spec = load_spec(tmp_path / "means.yaml")
     plan = plan_release(spec, None).tables[0]
     plan = dataclasses.replace(plan, cells=N, parts=tuple(dataclasses.replace(q, cells=N) for q in plan.parts))
     return spec.tables[0].measure, plan, parts

@@ -141,19 +141,20 @@ def test_the_mean_is_accurate_where_counts_are_large(tmp_path):
     assert means.std() == pytest.approx(predicted, rel=0.05)
 
 
-def _neighbours(tmp_path):
-    """Two datasets of one cell that differ by one row with the top value: exact parts of each,
-    computed by the release's own histogram step."""
-    rows = [("1", "30", str(v)) for v in (20_000, 80_000, 150_000)]
+def _neighbours(tmp_path, values=(20_000, 80_000, 150_000), top=200_000, edit=lambda text: text,
+                definition="pure"):
+    """Two datasets of one cell that differ by one row with the ``top`` value: exact parts of
+    each, computed by the release's own histogram step (the spec, one cell, through ``edit``)."""
+    rows = [("1", "30", str(v)) for v in values]
     out = []
-    for extra in ([], [("1", "30", "200000")]):
+    for extra in ([], [("1", "30", str(top))]):
         data_path = tmp_path / f"rows{len(extra)}.csv"
         with data_path.open("w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["SEX", "AGEP", "PINCP"])
             writer.writerows(rows + extra)
-        path = write(tmp_path, data=data_path)
-        path.write_text(path.read_text().replace("group_by: [SEX, AGE_GROUP]", "group_by: []"))
+        path = write(tmp_path, data=data_path, definition=definition)
+        path.write_text(edit(path.read_text().replace("group_by: [SEX, AGE_GROUP]", "group_by: []")))
         spec = load_spec(path)
         out.append(histogram(spec, spec.tables[0], encode(spec), ()))
     return out
