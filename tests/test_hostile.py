@@ -23,6 +23,7 @@ from dprelease.data import count_exact
 from dprelease.spec import load_spec
 from dprelease.data import DataError
 from dprelease.errors import SpecError
+from dprelease.ledger import Ledger, resolve_location
 from tests.test_run import ledger_state
 
 BASE = """\
@@ -371,3 +372,15 @@ def test_one_value_of_a_valid_spec_replaced_never_raises_anything_but_a_spec_err
         load_spec(path)
     except SpecError:
         pass
+
+
+def test_tables_too_large_for_memory_are_refused_before_anything_is_spent(cli, workdir, isolated_ledger):
+    """limits.max_cells raised past what the machine holds: refused (exit 2), not a MemoryError."""
+    text = BASE.replace("AGE: {range: [0, 99]}", "AGE: {range: [0, 99]}\n  BIG: {range: [0, 99999999999999]}")
+    text = text.replace("budget: {epsilon: 1}", "budget: {epsilon: 1}\nlimits: {max_cells: 1000000000000000}")
+    text = text.replace("group_by: [G], epsilon: 0.25}", "group_by: [BIG], epsilon: 0.25}")
+    (workdir / "spec.yaml").write_text(text)
+    result = cli("run", workdir / "spec.yaml", "--output-dir", workdir / "out")
+    assert result.code == 2 and "do not fit in this machine's memory" in result.stderr, result
+    state = Ledger.open(resolve_location(), create=False)
+    assert state is None or state.state("d") is None or state.state("d").spent == 0

@@ -233,10 +233,17 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
     cannot handle fails here, before any budget is reserved, not after the noise is drawn."""
     from dprelease.postprocess import postprocess_release
 
-    zeros = {(t.name, t.level): np.zeros((2, t.cells) if t.parts else t.cells, dtype=np.int64) for t in plan.tables}
     scales = {(t.name, t.level): t.scale for t in plan.tables}
     invariants = {level: np.zeros(1 if level == ROOT else spec.column(level).size, dtype=np.int64)
                   for level in spec.invariant_levels}
+    try:
+        zeros = {(t.name, t.level): np.zeros((2, t.cells) if t.parts else t.cells, dtype=np.int64)
+                 for t in plan.tables}
+    except MemoryError:
+        cells = sum(t.cells * (2 if t.parts else 1) for t in plan.tables)
+        raise UserError(f"{spec.source}: the release's tables ({cells:,} cells in all) do not fit in this machine's "
+                        "memory; publish fewer or coarser tables (limits.max_cells bounds a table's cells). "
+                        "Nothing was spent.") from None
     try:
         postprocess_release(spec, zeros, scales, invariants=invariants)
         from dprelease.mechanisms.local import estimate_local
