@@ -235,7 +235,7 @@ def tables(results: dict) -> list[str]:  # type: ignore[type-arg]
             lines.append(f"| OpenDP vector discrete Laplace ({s['opendp_n']:,} samples) | "
                          f"{s['opendp_per_s'] / 1e6:.3f} M | {s['ours_per_s'] / s['opendp_per_s']:.1f}× |")
             ratio = s["ours_per_s"] / s["opendp_per_s"]
-            targets.append(f"sampler ≥ 30× OpenDP's throughput: {ratio:.1f}× — {'met' if ratio >= 30 else 'NOT met'}")
+            targets.append(f"sampler ≥ 30× OpenDP's throughput: {ratio:.1f}× — {verdict(ratio >= 30)}")
         lines += [f"| numpy geometric difference (PCG64, floats: insecure, inexact; yardstick) | "
                   f"{s['numpy_per_s'] / 1e6:.2f} M | {s['ours_per_s'] / s['numpy_per_s']:.2f}× |", ""]
     if results.get("workload"):
@@ -254,7 +254,7 @@ def tables(results: dict) -> list[str]:  # type: ignore[type-arg]
             e = results["workload"]["10000000"]
             ratio = e["ours"]["compute"] / e["plain"]["compute"]
             targets.append(f"(load + histogram + noise + post-process) ≤ 1.5× the plain bincount at 10M rows: "
-                           f"{ratio:.2f}× — {'met' if ratio <= 1.5 else 'NOT met'}")
+                           f"{ratio:.2f}× — {verdict(ratio <= 1.5)}")
         lines.append("")
     b = results.get("big")
     if b:
@@ -264,7 +264,7 @@ def tables(results: dict) -> list[str]:  # type: ignore[type-arg]
                   f"| plain bincount (every column in memory) | {p['compute']:.1f} | {p['wall']:.1f} | {p['rss_mb']:.0f} |",
                   f"| ours (streamed; `dprelease run`) | {o['compute']:.1f} | {o['wall']:.1f} | {o['rss_mb']:.0f} |", ""]
         targets.append(f"a {b['rows'] // 10**6}M-row release completes with peak RSS under 4 GB: {o['rss_mb']:.0f} MB — "
-                       f"{'met' if o['rss_mb'] < 4096 else 'NOT met'}")
+                       f"{verdict(o['rss_mb'] < 4096)}")
     if results.get("e2e"):
         lines += ["### End to end: the same release (6 tables, ε = 0.5 each, every declared cell)", "",
                   "| rows | implementation | after start-up s (ours: every stage of the run record) | whole process s "
@@ -287,16 +287,20 @@ def tables(results: dict) -> list[str]:  # type: ignore[type-arg]
             slower = all(o["wall"] < r["wall"] for r in anchors.values())
             targets.append(f"whole process faster than every anchor at {int(rows):,} rows: ours {o['wall']:.1f} s vs "
                            + ", ".join(f"{n} {r['wall']:.1f} s" for n, r in anchors.items())
-                           + f" — {'met' if slower else 'NOT met'}")
+                           + f" — {verdict(slower)}")
             if rows == "10000000":
                 fastest = min(anchors.items(), key=lambda kv: kv[1]["compute"])
                 ratio = fastest[1]["compute"] / after_startup("ours", o)
                 targets.append(f"computation after start-up ≥ 10× faster than the fastest anchor's at 10M rows "
-                               f"({fastest[0]}): {ratio:.1f}× — {'met' if ratio >= 10 else 'NOT met'}")
+                               f"({fastest[0]}): {ratio:.1f}× — {verdict(ratio >= 10)}")
         lines.append("")
     if targets:
         lines += ["### Targets", "", *[f"- {t}" for t in targets], ""]
     return lines
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
 
 
 def after_startup(name: str, r: dict) -> float:  # type: ignore[type-arg]

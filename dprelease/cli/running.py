@@ -64,7 +64,8 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     output_dir = output_dir.resolve()
     location = resolve_location(ledger_url, spec.ledger, spec.source.parent)
     ledger = Ledger.open(location, create=False)
-    if ledger is None:  # a first run: refuse unreadable data before the ledger is even created
+    inputs_checked = ledger is None
+    if inputs_checked:  # a first run: refuse unreadable data before the ledger is even created
         _refuse_bad_inputs(spec)
         ledger = Ledger.open(location, create=True)
     assert ledger is not None
@@ -76,7 +77,7 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
         if _recover_interrupted_publication(spec, plan, say, out):
             return
         _discard_stale_staging(spec, state, output_dir)
-        _refuse_before_spending(spec, plan, output_dir)
+        _refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked)
         if require_approval:
             approval = ledger.approval(spec.dataset.base_name or spec.dataset.name, plan.fingerprint)  # every period
             if approval is None:
@@ -146,7 +147,7 @@ def _interrupt(signum, frame):  # type: ignore[no-untyped-def]
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
+def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_checked: bool = False) -> None:
     """Every refusal that needs no data: nothing is reserved, nothing spent."""
     existing = plan.existing_run
     if existing is not None:
@@ -160,7 +161,8 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path) -> None:
                                    "published release. Nothing was spent.")
     if not plan.fits:
         raise OverBudgetError(over_budget_message(spec, plan))
-    _refuse_bad_inputs(spec)
+    if not inputs_checked:  # a first run checked them before creating its ledger
+        _refuse_bad_inputs(spec)
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
     _check_prefect_server()
