@@ -22,11 +22,34 @@ import pyarrow as pa
 
 from dprelease import __version__
 from dprelease.accounting import fraction_text, zcdp_epsilon
+from dprelease.ledger import Approval, Evaluation
 from dprelease.plan import Plan, TablePlan
 from dprelease.plan.planner import LocalPlan
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
 MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """What a manifest states about the run beyond its plan: where its budget lives, who approved
+    the plan, and whether the data was evaluated in the open. Nothing data-dependent."""
+
+    ledger_id: str
+    ledger_location: str
+    ledger_chosen_by: str
+    approval: Approval | None = None
+    evaluations: tuple[Evaluation, ...] = ()
+
+    def manifest_part(self) -> dict[str, Any]:
+        return {
+            "ledger": {"id": self.ledger_id, "location": self.ledger_location, "chosen_by": self.ledger_chosen_by},
+            "approval": None if self.approval is None else {
+                "approved_by": self.approval.approved_by, "approved_at": self.approval.approved_at,
+                "plan_fingerprint": self.approval.spec_fingerprint},
+            "evaluated_in_the_open": [{"evaluated_at": e.evaluated_at, "evaluated_by": e.evaluated_by,
+                                       "trials": e.trials, "under_dataset": e.dataset} for e in self.evaluations],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +206,7 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
     return path
 
 
-def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, Any]:
+def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFacts | None = None) -> dict[str, Any]:
     """What was released, how, and what it cost; nothing data-dependent but the noisy outputs."""
     by_name = {t.name: t for t in spec.tables}
     return {
@@ -194,6 +217,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
         "created_at": created_at,
         "software": {"name": "dprelease", "version": __version__},
         "spec_fingerprint": plan.fingerprint,
+        **(facts.manifest_part() if facts is not None else {}),
         **({"release_template": spec.release_template, "run_date": spec.run_date.isoformat()}  # type: ignore[union-attr]
            if spec.release_template else {}),
         "spec": "spec.json",
@@ -275,6 +299,51 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
             for t in plan.tables
         ],
     }
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignRelease:
+    release: str
+    why: str  # "dataset 'x'" or "the same data (dataset 'x')"
+    ledger: str  # its ledger's id and location, as its manifest states them
+
+
+def foreign_releases(output_dir: Path, known_run_ids: set[str], dataset: str, digest: str) -> list[ForeignRelease]:
+    """Releases in ``output_dir`` whose run the ledger in use does not record (``known_run_ids``)
+    and that are of ``dataset`` (by name, periods included) or of the same data: their internal
+    record's keyed fingerprint, under their own ledger's key where this process can read it,
+    matches the plain ``digest``. Reads manifests and internal records, never data."""
+    from dprelease.ledger import keys, resolve_location
+
+    found = []
+    base = dataset.partition("/")[0]
+    for manifest_path in sorted(output_dir.glob("*/manifest.json")) if output_dir.is_dir() else []:
+        try:
+            record = json.loads(manifest_path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("run_id") in known_run_ids:
+            continue
+        ledger = record.get("ledger") or {}
+        shown = (f"{ledger.get('id')} at {ledger.get('location')}" if ledger.get("id")
+                 else "that wrote it (its manifest predates ledger ids)")
+        name = str(record.get("dataset", ""))
+        if name.partition("/")[0] == base:
+            found.append(ForeignRelease(manifest_path.parent.name, f"dataset {name!r}", shown))
+            continue
+        try:
+            internal = json.loads((output_dir / "_internal" / manifest_path.parent.name / "run.json").read_text("utf-8"))
+            theirs = str(internal.get("data_fingerprint") or "")
+            if theirs.startswith(keys.PREFIX) and ledger.get("id") and ledger.get("location"):
+                key = keys.read_key(keys.key_path(resolve_location(ledger["location"]), ledger["id"]))
+                same = key is not None and keys.keyed(key, digest) == theirs
+            else:
+                same = theirs == digest  # a record from before keyed fingerprints
+        except Exception:  # noqa: BLE001 - unreadable records or keys: nothing to compare
+            same = False
+        if same:
+            found.append(ForeignRelease(manifest_path.parent.name, f"the same data (as dataset {name!r})", shown))
+    return found
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from dprelease.mechanisms import check_scale
 from dprelease.plan import Plan
 from dprelease.publish import (
     Layout,
+    RunFacts,
     discard_staging,
     manifest,
     move_into_place,
@@ -50,7 +51,9 @@ class ReleaseRun:
     location: LedgerLocation
     layout: Layout
     caps: tuple[CapChange, ...] = ()
-    answers_fingerprint: str | None = None  # local tables: the file of answers the ledger recorded
+    data_digest: str | None = None  # plain SHA-256 of the data, taken before the reservation: memory only
+    check_data_again: bool = False  # local tables: the answers read must be the ones the ledger recorded
+    record: RunFacts | None = None  # what the manifest states about the run: ledger, approval, evaluations
     on_progress: Callable[[str, int, int], None] | None = None  # (what is done, step, steps): the terminal's bar
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGE_TIMINGS, 0.0))
@@ -59,7 +62,7 @@ class ReleaseRun:
     published: bool = False
     stage: str = "reserved"
     counts: ExactCounts | None = None  # exact (confidential); each histogram is dropped once measured
-    data_fingerprint: str | None = None
+    data_fingerprint: str | None = None  # keyed (the ledger's key): what the ledger and run.json hold
     noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
     invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
     published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)
@@ -82,10 +85,12 @@ class ReleaseRun:
         self.stage = "load"
         checkpoint("load")
         start = time.perf_counter()
-        self.data_fingerprint = file_fingerprint(self.spec.dataset.resolved_path)
-        if self.answers_fingerprint is not None and self.data_fingerprint != self.answers_fingerprint:
-            raise DataError(f"{self.spec.dataset.resolved_path} changed after the ledger recorded its local "
-                            "collections; run the release again")
+        if self.data_digest is None or self.check_data_again:  # else taken before the reservation
+            digest = file_fingerprint(self.spec.dataset.resolved_path)
+            if self.data_digest is not None and digest != self.data_digest:
+                raise DataError(f"{self.spec.dataset.resolved_path} changed after the ledger recorded its local "
+                                "collections; run the release again")
+            self.data_digest = digest
         self._timed("fingerprint", start)
         self.counts = count_exact(self.spec, timings=self.timings)  # timings: load (read + encode), histogram
         self.invariants = self.counts.invariants  # published exactly, as the spec declares
@@ -143,7 +148,7 @@ class ReleaseRun:
             write_invariant(self.spec, level, totals, staging)
         for p in self.plan.local:
             write_local_table(self.spec, p, self.local_counts[p.name], self.local_estimates[p.name], staging)
-        record = manifest(self.spec, self.plan, self.run_id, utc_now())
+        record = manifest(self.spec, self.plan, self.run_id, utc_now(), self.record)
         write_json(staging / "manifest.json", record)
         write_json(staging / "spec.json", canonical(self.spec))  # public: domains, tables, budgets
         self.report_md = budget_report_md(record, self.caps)
@@ -173,7 +178,8 @@ class ReleaseRun:
             "spec": str(self.spec.source.resolve()),
             "spec_fingerprint": self.plan.fingerprint,
             "data_file": str(self.spec.dataset.resolved_path.resolve()),
-            "data_fingerprint": self.data_fingerprint,
+            "data_fingerprint": self.data_fingerprint,  # keyed with the ledger's key: see ledger/keys.py
+            **({"ledger_id": self.record.ledger_id} if self.record else {}),
             "rows": {"read": data.rows_read, "dropped": data.rows_dropped, "over_contribution_bound": data.rows_over_bound,
                      "used": data.rows} if data else None,
             "ledger": self.location.shown,

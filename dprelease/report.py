@@ -30,6 +30,24 @@ def _both(text: str) -> str:
 _pct = percent_text
 
 
+def _record_lines(manifest: dict[str, Any]) -> list[str]:
+    """Where the budget lives, who approved the plan, and any evaluation of the data in the open."""
+    lines = []
+    if "ledger" in manifest:
+        ledger = manifest["ledger"]
+        lines.append(f"**Budget ledger:** `{ledger['id']}` at `{ledger['location']}` (chosen by {ledger['chosen_by']}).  ")
+    if "approval" in manifest:
+        a = manifest["approval"]
+        lines.append("**Approval:** none recorded for this plan." if a is None else
+                     f"**Approval:** plan `{a['plan_fingerprint']}` approved by {a['approved_by']} on "
+                     f"{a['approved_at'][:19]} UTC.")
+    for e in manifest.get("evaluated_in_the_open", []):
+        lines.append(f"**Warning: this data was evaluated in the open** (`dprelease evaluate`, NOT private: errors "
+                     f"against the exact data) on {e['evaluated_at'][:19]} UTC by {e['evaluated_by']} "
+                     f"({e['trials']} trials).  ")
+    return lines + [""] if lines else []
+
+
 def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -> str:
     total = Fraction(manifest["total_epsilon"])
     sym = "ρ" if manifest.get("budget_unit") == "rho" else "ε"
@@ -44,6 +62,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         f"dprelease {manifest['software']['version']}  ",
         f"Spec fingerprint `{manifest['spec_fingerprint']}`",
         "",
+        *_record_lines(manifest),
         *_invariants_warning(manifest),
         *([f"**Period:** {manifest['partition']['assumption']}.", ""] if "partition" in manifest else []),
         "## Guarantee",

@@ -87,6 +87,9 @@ def warnings(manifest: dict[str, Any], state: DatasetState | None) -> list[str]:
                            "still counts as spent; settle it with `dprelease ledger resolve`")
     if "partition" in manifest:
         out.append(f"period: {manifest['partition']['assumption']}")
+    for e in manifest.get("evaluated_in_the_open", []):
+        out.append(f"this data was evaluated in the open (NOT private) on {e['evaluated_at'][:19]} UTC by "
+                   f"{e['evaluated_by']}: its errors against the exact data were seen outside differential privacy")
     if "local_epsilon_per_respondent" in manifest:
         out.append(f"local collections: each respondent's ε is now "
                    f"{decimal_text(Fraction(manifest['local_epsilon_per_respondent']['after']))} (not capped)")
@@ -105,6 +108,7 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
                        "created_at": p.created_at} for p in burn_down(manifest, state)],
         "burn_down_source": "ledger" if state is not None else "manifest (this release only)",
         "warnings": warnings(manifest, state),
+        **{k: manifest[k] for k in ("ledger", "approval", "evaluated_in_the_open") if k in manifest},
         **({"partition": manifest["partition"]} if "partition" in manifest else {}),
     }
 

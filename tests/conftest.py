@@ -18,11 +18,16 @@ pytest_plugins = ["tests.postgres", "tests.prefect_server"]
 
 @pytest.fixture(autouse=True)
 def isolated_ledger(tmp_path_factory, monkeypatch):
-    """Point the default ledger at a fresh directory and clear $DPRELEASE_LEDGER."""
+    """Every test's ledger is a fresh one: $DPRELEASE_LEDGER (a pinned location, where a run may
+    create a ledger) names it, and the per-user default and the keys of database ledgers point at
+    fresh directories too. Tests of the default location or of a spec's ``ledger:`` unset it."""
     home = tmp_path_factory.mktemp("xdg")
     monkeypatch.setenv("XDG_DATA_HOME", str(home))
-    monkeypatch.delenv("DPRELEASE_LEDGER", raising=False)
-    return home / "dprelease" / "ledger.sqlite"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    monkeypatch.delenv("DPRELEASE_LEDGER_KEY", raising=False)
+    path = home / "dprelease" / "ledger.sqlite"
+    monkeypatch.setenv("DPRELEASE_LEDGER", str(path))
+    return path
 
 
 class Result:

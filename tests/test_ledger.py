@@ -111,7 +111,7 @@ def test_amounts_are_stored_as_exact_text(url):
     reserve(ledger, charges=[("t", Fraction(1, 3))])
     with ledger.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT epsilon FROM charges")).scalar_one() == "1/3"
-        assert conn.execute(sa.text("SELECT value FROM dprelease_meta")).scalar_one() == "3"
+        assert conn.execute(sa.text("SELECT value FROM dprelease_meta WHERE key = 'schema_version'")).scalar_one() == "4"
     ledger.close()
 
 
@@ -154,6 +154,7 @@ def test_racing_runs_for_the_last_of_a_budget_exactly_one_wins(url):
 
 
 def test_location_precedence(tmp_path, monkeypatch):
+    monkeypatch.delenv("DPRELEASE_LEDGER")  # set for every test by conftest
     spec_dir = tmp_path / "specs"
     assert resolve_location().source == "default"
     assert resolve_location().sqlite_path == default_path()
@@ -171,8 +172,9 @@ def test_default_follows_xdg_data_home(tmp_path, monkeypatch):
     assert default_path() == tmp_path / "home" / ".local" / "share" / "dprelease" / "ledger.sqlite"
 
 
-def test_the_working_directory_never_means_a_fresh_budget(tmp_path, cli_process):
+def test_the_working_directory_never_means_a_fresh_budget(tmp_path, cli_process, monkeypatch):
     """The same spec planned from two directories sees the same spend."""
+    monkeypatch.delenv("DPRELEASE_LEDGER")  # the spec's ledger: decides
     spec = write_spec(tmp_path, (SPECS / "good" / "three_tables.yaml").read_text()
                       .replace("budget: {epsilon: 1}", "budget: {epsilon: 1}\nledger: ledger.sqlite"))
     ledger = Ledger.open(resolve_location(None, "ledger.sqlite", tmp_path), create=True)
@@ -182,7 +184,7 @@ def test_the_working_directory_never_means_a_fresh_budget(tmp_path, cli_process)
         cwd.mkdir(exist_ok=True)
         result = cli_process("plan", spec, "--json", cwd=cwd)
         assert json.loads(result.stdout)["lifetime"]["spent"] == "3", cwd
-        assert f"ledger: sqlite:///{tmp_path / 'ledger.sqlite'} [spec ledger:]" in result.stderr
+        assert f": sqlite:///{tmp_path / 'ledger.sqlite'} (chosen by the spec's ledger: key)" in result.stderr
 
 
 def test_relative_locations_that_would_depend_on_the_cwd_are_refused(tmp_path, monkeypatch):
@@ -262,5 +264,6 @@ def test_processes_creating_one_new_ledger_at_once_all_succeed(url):
             assert pool.starmap(_open_fresh, [(url, barrier)] * 4) == ["ok"] * 4
     ledger = open_ledger(url)
     with ledger.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT COUNT(*) FROM dprelease_meta")).scalar_one() == 1
+        assert conn.execute(sa.text("SELECT COUNT(*) FROM dprelease_meta WHERE key = 'schema_version'")).scalar_one() == 1
+        assert conn.execute(sa.text("SELECT COUNT(*) FROM dprelease_meta WHERE key = 'ledger_id'")).scalar_one() == 1
     ledger.close()

@@ -88,7 +88,7 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     assert "puma_by_sex" in report and "remaining" in report
     internal = json.loads((out / "_internal" / spec.release / "run.json").read_text())
     assert internal["rows"]["read"] == 27253
-    assert internal["data_fingerprint"].startswith("sha256:")
+    assert internal["data_fingerprint"].startswith("hmac-sha256:")  # keyed: see dprelease/ledger/keys.py
     assert set(internal["timings"]) >= {"load", "histogram", "noise", "postprocess", "publish", "total"}
     assert internal["prefect_flow_run_id"]
     # nothing data-dependent in what is published: no row count, no data hash, no timings
@@ -160,7 +160,7 @@ def test_four_racing_runs_for_one_budget_publish_exactly_once(tmp_path, run_env)
     for round_ in range(3):
         dataset_home = tmp_path / f"round{round_}"
         dataset_home.mkdir()
-        env = {**run_env, "XDG_DATA_HOME": str(dataset_home / "xdg")}
+        env = {**run_env, "DPRELEASE_LEDGER": str(dataset_home / "xdg" / "dprelease" / "ledger.sqlite")}
         specs = [_spec(dataset_home, f"race-{round_}-{i}", epsilon="0.25", lifetime="1") for i in range(4)]
         for path in specs:  # 0.25 + 0.25 + 0.2 + 0.05: each release costs 3/4 of the lifetime 1
             path.write_text(path.read_text().replace("epsilon: 0.3\n", "epsilon: 0.05\n"))

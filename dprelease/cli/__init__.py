@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import sys
 import traceback
@@ -170,15 +171,17 @@ def plan(
     spec = load_spec(spec_path)
     if confidence is not None:
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
-    location = resolve_location(ledger, spec.ledger, spec.source.parent)
+    location = resolve_location(ledger, spec.ledger, spec.source.resolve().parent)
     opened = Ledger.open(location, create=False)
-    say(_ledger_line(location, opened is not None))
+    say(_ledger_line(location, opened))
+    ledger_id = opened.id if opened else None
     try:
         state = opened.state(spec.dataset.name) if opened else None
+        evaluations = tuple(opened.evaluations_of(spec.dataset.name)) if opened else ()
     finally:
         if opened:
             opened.close()
-    the_plan = plan_release(spec, state)
+    the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
     for warning in large_delta_warnings(spec):
         say(f"warning: {spec_path}: {warning}")
     if target_moe is not None:
@@ -187,9 +190,9 @@ def plan(
     from dprelease.cli.render import plan_json, print_plan
 
     if as_json:
-        print(json.dumps(plan_json(the_plan, location, opened is not None), indent=2))
+        print(json.dumps(plan_json(the_plan, location, opened is not None, ledger_id), indent=2))
     else:
-        print_plan(out, the_plan, str(spec_path), spec.dataset.partition_note)
+        print_plan(out, the_plan, str(spec_path), spec.dataset.partition_note, _ledger_line(location, opened))
     if the_plan.existing_run is not None:
         raise typer.Exit(ExitCode.ALREADY_RELEASED)
     if not the_plan.fits:
@@ -199,6 +202,9 @@ def plan(
             say("plan exceeds the " + over_budget_message(spec, the_plan).split(", over the ", 1)[1].split(". The data")[0])
         raise typer.Exit(ExitCode.OVER_BUDGET)
     if approve:
+        if opened is None and not location.pinned:
+            raise UserError(f"no ledger exists at the per-user default {location.shown}, and an approval would start "
+                            "one there; pin the dataset's ledger in the spec (`ledger: PATH`) or pass --ledger")
         approver = Ledger.open(location, create=True)
         assert approver is not None
         try:
@@ -241,10 +247,10 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
     out.print(f"  total: ε = {both(total)} (release budget {both(spec.budget_epsilon)})", markup=False)
 
 
-def _ledger_line(location: LedgerLocation, exists: bool, created: bool = False) -> str:
+def _ledger_line(location: LedgerLocation, opened: Ledger | None, created: bool = False) -> str:
     from dprelease.cli.render import ledger_line
 
-    return ledger_line(location, exists, created)
+    return ledger_line(location, opened is not None, created, opened.id if opened is not None else None)
 
 
 # ---------------------------------------------------------------- run
@@ -344,7 +350,7 @@ def schedule(
     if spec.release_template is None:
         say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
             "scheduled run can publish; later runs are refused as already released")
-    location = resolve_location(ledger, spec.ledger, spec.source.parent)  # where each run will look
+    location = resolve_location(ledger, spec.ledger, spec.source.resolve().parent)  # where each run will look
     from dprelease.orchestrate import scheduled_release
     from prefect.client.schemas.schedules import CronSchedule
 
@@ -384,9 +390,10 @@ def report(
     if fmt not in ("html", "md", "json"):
         raise typer.BadParameter("use html, md or json", param_hint="--format")
     manifest = reporting.read_manifest(release_dir)
-    location = resolve_location(ledger)
+    recorded = (manifest.get("ledger") or {}).get("location")  # where the release's budget lives
+    location = resolve_location(ledger or (None if os.environ.get("DPRELEASE_LEDGER") else recorded))
     opened = Ledger.open(location, create=False)
-    say(_ledger_line(location, opened is not None))
+    say(_ledger_line(location, opened))
     try:
         state = opened.state(manifest["dataset"]) if opened else None
     finally:
@@ -455,35 +462,60 @@ def evaluate(
 ) -> None:
     """NOT PRIVATE: simulate releases on test data and compare clamp with consistent post-processing.
 
-    Reads the data and reports errors against it, so its output is confidential. Refuses a
-    dataset that has releases in the ledger; writes no ledger entry and publishes nothing.
+    Reads the data and reports errors against it, so its output is confidential. Refuses data
+    released under any dataset name in the ledger (and a dataset name with releases); records
+    the evaluation in the ledger (who, when, which data; nothing spent) and publishes nothing.
     """
     from dprelease.evaluate import NOT_PRIVATE, evaluate as run_evaluation, report_md
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)
-    location = resolve_location(ledger, spec.ledger, spec.source.parent)
+    location = resolve_location(ledger, spec.ledger, spec.source.resolve().parent)
     opened = Ledger.open(location, create=False)
-    say(_ledger_line(location, opened is not None))
-    if opened is not None:
-        try:
-            state = opened.state(spec.dataset.name)
-        finally:
-            opened.close()
-        if state is not None and state.runs:
-            raise UserError(f"dataset {spec.dataset.name!r} has {len(state.runs)} release(s) in the ledger at "
-                            f"{location.shown}: data under protection is not evaluated in the open. Evaluate a "
-                            "copy under another dataset name, or test data.")
+    if opened is None and not location.pinned:
+        raise UserError(f"{spec.source}: an evaluation is recorded in the dataset's ledger, and none exists at the "
+                        f"per-user default {location.shown}; pin it in the spec (`ledger: PATH`) or pass --ledger")
     if not spec.dataset.resolved_path.is_file():
         raise UserError(f"{spec.source}: dataset.path {spec.dataset.path!r} is not a file")
-    say(f"{NOT_PRIVATE}: {trials} simulated releases of {spec.release}")
+    opened = opened or Ledger.open(location, create=True)
+    assert opened is not None
+    say(_ledger_line(location, opened, created=opened.created))
+    try:
+        from dprelease.data import file_fingerprint
+
+        fingerprint = opened.fingerprint(file_fingerprint(spec.dataset.resolved_path))
+        state = opened.state(spec.dataset.name)
+        released = sorted({(d, r) for d, r in opened.runs_with_data(fingerprint)}
+                          | {(spec.dataset.name, r.release) for r in (state.runs if state else ())})
+        if released:
+            dataset, release = released[0]
+            raise UserError(f"dataset {dataset!r} (release {release!r}) was released from this data or under this "
+                            f"name in the ledger at {location.shown}: data under protection is not evaluated in the "
+                            "open. Evaluate test data.")
+        opened.record_evaluation(dataset=spec.dataset.name, data_fingerprint=fingerprint, trials=trials,
+                                 spec_path=str(spec.source.resolve()))
+    finally:
+        opened.close()
+    say(f"{NOT_PRIVATE}: {trials} simulated releases of {spec.release}; recorded in the ledger as an evaluation in "
+        "the open (a later release of this data will say so)")
     command = " ".join(["dprelease evaluate", str(spec_path), "--trials", str(trials)])
     text = report_md(spec, run_evaluation(spec, trials), trials, command)
     print(text)
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-        say(f"report written to {output} (not for publication)")
+        _write_private(output, text)
+        say(f"report written to {output} (owner-only; not for publication)")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a new or replaced owner-only file (it describes the exact data)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 # ---------------------------------------------------------------- ledger
@@ -505,20 +537,22 @@ def ledger_show(
 
     location = resolve_location(ledger)
     opened = Ledger.open(location, create=False)
-    say(_ledger_line(location, opened is not None))
-    states = []
+    say(_ledger_line(location, opened))
+    ledger_id = opened.id if opened is not None else None
+    states, undeclared = [], {}
     if opened is not None:
         try:
             names = [dataset] if dataset else opened.datasets()
             states = [s for s in (opened.state(n) for n in names) if s is not None]
+            undeclared = {n: r for n, r in opened.undeclared().items() if not dataset or n == dataset}
         finally:
             opened.close()
-    if dataset and not states:
+    if dataset and not states and not undeclared:
         raise UserError(f"dataset {dataset!r} is not in the ledger at {location.shown}")
     if as_json:
-        print(json.dumps(ledger_json(states, location, opened is not None), indent=2))
+        print(json.dumps(ledger_json(states, location, opened is not None, ledger_id, undeclared), indent=2))
     else:
-        print_ledger(out, states)
+        print_ledger(out, states, undeclared)
 
 
 @ledger_app.command("set-budget")
@@ -563,7 +597,7 @@ def ledger_set_budget(
     if opened is None:
         raise UserError(f"there is no ledger at {location.shown} yet; to start one with dataset {dataset!r}, "
                         "add --create")
-    say(_ledger_line(location, True, created=opened.created))
+    say(_ledger_line(location, opened, created=opened.created))
     try:
         before = opened.state(dataset)
         if before is None and not create:
@@ -585,6 +619,39 @@ def ledger_set_budget(
                   f"{fraction_text(state.delta_spent)}, remaining {fraction_text(state.delta_remaining)}", markup=False)
     if state.remaining < 0:
         say("warning: the new cap is below what is already spent; no further release can run")
+
+
+def _existing_ledger(url: str | None) -> Ledger:
+    """The ledger at ``url`` (or the usual location), which must exist; its line said."""
+    location = resolve_location(url)
+    opened = Ledger.open(location, create=False)
+    if opened is None:
+        raise UserError(f"there is no ledger at {location.shown}")
+    say(_ledger_line(location, opened))
+    return opened
+
+
+@ledger_app.command("require-approval")
+@handled
+def ledger_require_approval(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(metavar="DATASET")],
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why; kept in the ledger and shown in listings.")],
+    off: Annotated[bool, typer.Option("--off", help="Lift the requirement (recorded too).")] = False,
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """Require (or, with --off, stop requiring) an approved plan for every run of DATASET and its
+    periods, scheduled runs included: a recorded decision, shown in `dprelease ledger`."""
+    if not reason.strip():
+        raise typer.BadParameter("say why", param_hint="--reason")
+    opened = _existing_ledger(ledger or ctx.obj)
+    try:
+        policy = opened.set_policy(dataset, "approval", "optional" if off else "required", reason=reason, by=by)
+    finally:
+        opened.close()
+    out.print(f"approval {policy.value} for every run of {policy.dataset} (set by {policy.set_by}: {policy.reason})",
+              markup=False)
 
 
 @ledger_app.command("resolve")
@@ -609,11 +676,7 @@ def ledger_resolve(
         raise typer.BadParameter("choose one of --void, --commit, --fail", param_hint="--void/--commit/--fail")
     if not reason.strip():
         raise typer.BadParameter("say why", param_hint="--reason")
-    location = resolve_location(ledger or ctx.obj)
-    opened = Ledger.open(location, create=False)
-    if opened is None:
-        raise UserError(f"there is no ledger at {location.shown}")
-    say(_ledger_line(location, True))
+    opened = _existing_ledger(ledger or ctx.obj)
     try:
         outcome = resolve_run(opened, run_id, "void" if void else "commit" if commit else "fail", reason, by)
     finally:

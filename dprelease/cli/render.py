@@ -30,15 +30,24 @@ def _terms_shown(terms: str) -> str:
     return TERMS_SHOWN.get(base, base) + (f"; one person = one {unit}" if unit else "")
 
 
-def ledger_line(location: LedgerLocation, exists: bool, created: bool = False) -> str:
-    state = " — created now" if created else ("" if exists else " — none yet; the first run creates it")
-    return f"ledger: {location.shown} [{location.source}]{state}"
+def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, ledger_id: str | None = None) -> str:
+    """Where the budget lives: location, how it was chosen, the ledger's id, and whether it exists."""
+    if created:
+        state = " — created now"
+    elif exists:
+        state = ""
+    elif location.pinned:
+        state = " — none yet; the first run creates it"
+    else:
+        state = " — none yet; a run will not create one here (pin `ledger:` in the spec)"
+    ident = f" id {ledger_id}" if ledger_id else ""
+    return f"ledger{ident}: {location.shown} (chosen by {location.how_chosen}){state}"
 
 
 # ---------------------------------------------------------------- plan
 
 
-def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict[str, Any]:
+def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_id: str | None = None) -> dict[str, Any]:
     return {
         "release": plan.release,
         "dataset": plan.dataset,
@@ -73,7 +82,9 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
         "neighbouring": plan.neighbouring,
         "invariants": {"levels": list(plan.invariants), "protected_by_differential_privacy": False}
         if plan.invariants else None,
-        "ledger": {"url": location.shown, "source": location.source, "exists": ledger_exists},
+        "ledger": _where(location, ledger_exists, ledger_id),
+        "evaluated_in_the_open": [{"evaluated_at": e.evaluated_at, "evaluated_by": e.evaluated_by, "trials": e.trials}
+                                  for e in plan.evaluations],
         "local_tables": [{"name": p.name, "column": p.column, "protocol": p.protocol, "categories": p.categories,
                           "epsilon_local": p.epsilon_shown, "epsilon_local_bound": fraction_text(p.collection.epsilon),
                           "collection": p.collection.collection, "memoised": p.collection.memoised,
@@ -92,7 +103,8 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool) -> dict
     }
 
 
-def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str | None = None) -> None:
+def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str | None = None,
+               ledger_where: str | None = None) -> None:
     conf = pct(plan.confidence)
     table = Table(title=f"Plan for release {plan.release} ({spec_path})", title_justify="left")
     gaussian = {t.mechanism == "discrete_gaussian" for t in plan.tables}
@@ -186,15 +198,45 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
                       f"→ {both(after)} (collections of the same people compose)", markup=False, highlight=False)
     if partition_note:
         console.print(f"Period: {partition_note}.", markup=False, highlight=False)
+    for e in plan.evaluations:
+        console.print(f"NOTE: data of dataset {plan.dataset} was evaluated in the open (NOT private: errors against "
+                      f"the exact data) on {e.evaluated_at[:19]} UTC by {e.evaluated_by} ({e.trials} trials); a release "
+                      "of it says so in its manifest and report.", markup=False, highlight=False)
+    if ledger_where:
+        console.print(f"Budget lives in: {ledger_where}", markup=False, highlight=False)
     console.print(f"Plan fingerprint: {plan.fingerprint}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- ledger
 
 
-def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bool) -> dict[str, Any]:
+def _print_records(console: Console, policies: Any, evaluations: Any) -> None:
+    for p in policies:
+        console.print(f"  policy: {p.policy} {p.value}, set {p.set_at[:19]} by {p.set_by}: {p.reason}",
+                      markup=False, highlight=False)
+    for e in evaluations:
+        console.print(f"  evaluated in the open (NOT private) {e.evaluated_at[:19]} by {e.evaluated_by} "
+                      f"({e.trials} trials)", markup=False, highlight=False)
+
+
+def _where(location: LedgerLocation, exists: bool, ledger_id: str | None) -> dict[str, Any]:
+    return {"url": location.shown, "source": location.source, "chosen_by": location.how_chosen, "exists": exists,
+            "id": ledger_id}
+
+
+def _records(policies: Any, evaluations: Any) -> dict[str, Any]:
+    return {"evaluated_in_the_open": [{"evaluated_at": e.evaluated_at, "evaluated_by": e.evaluated_by,
+                                       "trials": e.trials} for e in evaluations],
+            "policies": [{"policy": p.policy, "value": p.value, "reason": p.reason, "by": p.set_by, "at": p.set_at}
+                         for p in policies]}
+
+
+def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bool,
+                ledger_id: str | None = None, undeclared: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ledger's contents for review. Data fingerprints are never shown (even keyed)."""
     return {
-        "ledger": {"url": location.shown, "source": location.source, "exists": exists},
+        "ledger": _where(location, exists, ledger_id),
+        "without_releases": [{"name": n, **_records(p, e)} for n, (p, e) in (undeclared or {}).items()],
         "datasets": [
             {
                 "name": s.name,
@@ -210,6 +252,7 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                                        "epsilon": fraction_text(r.epsilon), "charged": fraction_text(r.charged),
                                        "memoised": r.memoised, "run_id": r.run_id, "recorded_at": r.recorded_at,
                                        "recorded_by": r.recorded_by} for r in s.local],
+                **_records(s.policies, s.evaluations),
                 "budget_changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by,
                                     "at": c.set_at} for c in s.caps],
                 "releases": [
@@ -218,7 +261,10 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                      "unfinished": r.unfinished, "state_at": r.state_at, "reason": r.reason,
                      "output_dir": r.output_dir,
                      "created_at": r.created_at, "created_by": r.created_by, "run_id": r.run_id,
-                     "spec_fingerprint": r.spec_fingerprint, "data_fingerprint": r.data_fingerprint,
+                     "spec_fingerprint": r.spec_fingerprint,
+                     "approval": None if r.approved_by is None else {"approved_by": r.approved_by,
+                                                                     "approved_at": r.approved_at,
+                                                                     "plan_fingerprint": r.spec_fingerprint},
                      "tables": [{"name": n, "epsilon": fraction_text(e)} for n, e in r.charges]}
                     for r in s.runs
                 ],
@@ -228,9 +274,12 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
     }
 
 
-def print_ledger(console: Console, states: list[DatasetState]) -> None:
+def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[str, Any] | None = None) -> None:
+    for name, (policies, evaluations) in (undeclared or {}).items():
+        console.print(f"\nDataset {name} (no release yet)", markup=False, highlight=False)
+        _print_records(console, policies, evaluations)
     if not states:
-        console.print("No datasets in this ledger yet.")
+        console.print("No datasets with releases in this ledger yet.")
         return
     for s in states:
         symbol = "ρ" if s.definition.startswith("zcdp") else "ε"
@@ -249,6 +298,7 @@ def print_ledger(console: Console, states: list[DatasetState]) -> None:
                           + "; ".join(f"{r.collection}/{r.question} ({r.protocol}, ε ≤ {fraction_text(r.epsilon)}, "
                                       f"charged {fraction_text(r.charged)}{', memoised' if r.memoised else ''})"
                                       for r in s.local), markup=False, highlight=False)
+        _print_records(console, s.policies, s.evaluations)
         if s.data_versions > 1:
             console.print(f"  releases read {s.data_versions} versions of the data file: the same people, one "
                           "budget", markup=False, highlight=False)

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from typing import Callable
@@ -28,11 +29,19 @@ from rich.console import Console
 from dprelease.accounting import fraction_text
 from dprelease.cli.render import both, ledger_line
 from dprelease.data import DataError
-from dprelease.errors import AlreadyReleasedError, ExitCode, NotApprovedError, OverBudgetError, UserError
+from dprelease.errors import (
+    AlreadyReleasedError,
+    ExitCode,
+    LedgerError,
+    NotApprovedError,
+    OverBudgetError,
+    UserError,
+)
 from dprelease.faults import checkpoint
-from dprelease.ledger import DatasetState, Ledger, resolve_location
+from dprelease.data import file_fingerprint
+from dprelease.ledger import Approval, DatasetState, Ledger, LedgerLocation, resolve_location
 from dprelease.plan import Plan, plan_release
-from dprelease.publish import Layout, discard_staging, move_into_place, staged_runs
+from dprelease.publish import Layout, RunFacts, discard_staging, move_into_place, staged_runs
 from dprelease.release import ReleaseRun
 from dprelease.spec import ROOT, Engine, Spec, load_spec
 
@@ -62,14 +71,15 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     for warning in large_delta_warnings(spec):
         say(f"warning: {spec_path}: {warning}")
     output_dir = output_dir.resolve()
-    location = resolve_location(ledger_url, spec.ledger, spec.source.parent)
+    location = resolve_location(ledger_url, spec.ledger, spec.source.resolve().parent)
     ledger = Ledger.open(location, create=False)
     inputs_checked = ledger is None
     if inputs_checked:  # a first run: refuse unreadable data before the ledger is even created
+        _refuse_unpinned_new_ledger(spec, location)
         _refuse_bad_inputs(spec)
         ledger = Ledger.open(location, create=True)
     assert ledger is not None
-    say(ledger_line(location, True, created=ledger.created))
+    say(ledger_line(location, True, created=ledger.created, ledger_id=ledger.id))
     try:
         state = ledger.state(spec.dataset.name)
         plan = plan_release(spec, state)
@@ -78,22 +88,23 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
             return
         _discard_stale_staging(spec, state, output_dir)
         _refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked)
-        if require_approval:
-            approval = ledger.approval(spec.dataset.base_name or spec.dataset.name, plan.fingerprint)  # every period
-            if approval is None:
-                raise NotApprovedError(f"{spec.source}: this plan ({plan.fingerprint}) of release {spec.release} is not "
-                                       "approved; review it with `dprelease plan SPEC` and approve it with `dprelease "
-                                       "plan SPEC --approve --by NAME`. Nothing was spent.")
-            say(f"plan approved by {approval.approved_by} ({approval.approved_at[:19]} UTC)")
-        local = _local_collections(spec, plan)
+        approval = _approval(spec, plan, ledger, require_approval, say)
+        started = time.perf_counter()
+        digest = file_fingerprint(spec.dataset.resolved_path)  # plain: in this process's memory only
+        fingerprint_seconds = time.perf_counter() - started
+        fingerprint = ledger.fingerprint(digest)
+        refuse_foreign_outputs(spec, output_dir, ledger, digest)
+        local = _local_collections(plan, fingerprint)
+        evaluations = ledger.evaluations_of(spec.dataset.name, fingerprint)
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
                                  charges=[(t.key, t.charge, t.delta) for t in plan.tables],
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                                  lifetime_delta_from_spec=spec.dataset.lifetime_delta,
-                                 local=local,
+                                 local=local, data_fingerprint=fingerprint, approval=approval,
                                  spec_path=str(spec.source.resolve()), output_dir=str(output_dir),
                                  definition=plan.terms)
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
+        ledger_id = ledger.id
     finally:
         ledger.close()
     # what the manifest states about the lifetime budget comes from the reserving transaction
@@ -106,7 +117,11 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     say(f"reserved {charged} for {spec.release} (run {granted.run_id})")
     run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
                      layout=Layout(output_dir, spec.release, granted.run_id), caps=caps,
-                     answers_fingerprint=local[0].answers if local else None)
+                     data_digest=digest, data_fingerprint=fingerprint, check_data_again=bool(local),
+                     record=RunFacts(ledger_id=ledger_id, ledger_location=location.shown,
+                                     ledger_chosen_by=location.how_chosen, approval=approval,
+                                     evaluations=tuple(evaluations)))
+    run.timings["fingerprint"] = fingerprint_seconds
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite kill settles the reservation too
     progress = _terminal_progress(run)
     try:
@@ -197,15 +212,57 @@ def _refuse_bad_inputs(spec: Spec) -> None:
         raise UserError(f"{problem}. Nothing was spent.")
 
 
-def _local_collections(spec: Spec, plan: Plan) -> tuple:  # type: ignore[type-arg]
-    """What the ledger records of the local tables, with the fingerprint of the answers' file (so
-    that new answers under an old collection name are refused rather than recorded as free)."""
-    if not plan.local:
-        return ()
-    from dprelease.data import file_fingerprint
+def _local_collections(plan: Plan, fingerprint: str) -> tuple:  # type: ignore[type-arg]
+    """What the ledger records of the local tables, with the (keyed) fingerprint of the answers'
+    file (so that new answers under an old collection name are refused rather than recorded as
+    free)."""
+    return tuple(dataclasses.replace(p.collection, answers=fingerprint) for p in plan.local)
 
-    answers = file_fingerprint(spec.dataset.resolved_path)
-    return tuple(dataclasses.replace(p.collection, answers=answers) for p in plan.local)
+
+def _refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:
+    """A lifetime budget never starts silently in a per-user default ledger: another user, a CI
+    account or a container (another HOME) would start the same data from a fresh budget."""
+    if location.pinned:
+        return
+    raise LedgerError(
+        f"{spec.source}: no ledger exists at the per-user default {location.shown}, and the spec does not say where "
+        f"the lifetime budget of dataset {spec.dataset.name!r} lives. A run never starts a budget there: another user "
+        "or machine would start the same data from a fresh budget. Pin it in the spec with `ledger: PATH` (relative "
+        "to the spec file, e.g. ledger: ../ledgers/ledger.sqlite, or a database URL such as "
+        "postgresql://host/ledger) — or pass --ledger / set $DPRELEASE_LEDGER to the one ledger of this dataset. "
+        "Nothing was spent.")
+
+
+def _approval(spec: Spec, plan: Plan, ledger: Ledger, required_by_flag: bool, say: Say) -> Approval | None:
+    """The approval of this exact plan, if any; refused (exit 5) when the flag, the spec's
+    ``approval: required`` or the dataset's recorded policy requires one and there is none."""
+    approval = ledger.approval(spec.dataset.base_name or spec.dataset.name, plan.fingerprint)  # every period
+    policy = next((p for p in reversed(ledger.policies(spec.dataset.name)) if p.policy == "approval"), None)
+    policy = policy if policy is not None and policy.value == "required" else None  # a dataset new to it too
+    why = ("--require-approval" if required_by_flag else f"the spec ({spec.source.name}: approval: required)"
+           if spec.approval_required else f"the ledger's policy for {policy.dataset} (set {policy.set_at[:10]} by "
+           f"{policy.set_by}: {policy.reason})" if policy is not None else None)
+    if approval is None and why is not None:
+        raise NotApprovedError(f"{spec.source}: this plan ({plan.fingerprint}) of release {spec.release} is not "
+                               f"approved, and {why} requires approval; review it with `dprelease plan SPEC` and "
+                               "approve it with `dprelease plan SPEC --approve --by NAME`. Nothing was spent.")
+    if approval is not None:
+        say(f"plan approved by {approval.approved_by} ({approval.approved_at[:19]} UTC)")
+    return approval
+
+
+def refuse_foreign_outputs(spec: Spec, output_dir: Path, ledger: Ledger, digest: str) -> None:
+    """Refuse to publish beside releases of this dataset (by name, or of the same data) that the
+    ledger in use does not record: they were spent from another ledger's budget, and a fresh
+    ledger here would restart it. Nothing is reserved."""
+    from dprelease.publish import foreign_releases
+
+    known = ledger.run_ids()
+    for found in foreign_releases(output_dir, known, spec.dataset.name, digest):
+        raise LedgerError(
+            f"{output_dir} holds release {found.release!r} of {found.why}, which the ledger in use ({ledger.id} at "
+            f"{ledger.location.shown}) does not record: it was spent from the ledger {found.ledger}. One dataset has "
+            f"one ledger: run with that ledger (--ledger, or `ledger:` in the spec). Nothing was spent.")
 
 
 def over_budget_message(spec: Spec, plan: Plan) -> str:

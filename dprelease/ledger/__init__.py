@@ -5,9 +5,11 @@ from dprelease.ledger.store import (
     Approval,
     CapChange,
     DatasetState,
+    Evaluation,
     Ledger,
     LocalCollection,
     LocalRecord,
+    Policy,
     Reservation,
     RunRecord,
     check_lifetime_matches,
@@ -16,6 +18,6 @@ from dprelease.ledger.store import (
 )
 
 __all__ = [
-    "ENV", "Approval", "CapChange", "DatasetState", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
+    "ENV", "Approval", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
     "check_lifetime_matches", "local_charge", "default_path", "over_lifetime_message", "resolve_location",
 ]

@@ -3,7 +3,12 @@
 Precedence: ``--ledger URL`` > ``$DPRELEASE_LEDGER`` > the spec's ``ledger:`` key (a path
 relative to the spec file) > ``$XDG_DATA_HOME/dprelease/ledger.sqlite`` (by default
 ``~/.local/share/dprelease/ledger.sqlite``; a relative ``XDG_DATA_HOME`` is ignored, as the
-XDG spec says). ``--ledger`` and ``$DPRELEASE_LEDGER`` must be absolute paths or URLs:
+XDG spec says). A relative ``ledger:`` resolves against the spec file's real path (a symbolic
+link to a spec finds the spec's ledger, not one beside the link).
+
+The per-user default is a fallback for reading, never a place where a lifetime budget starts
+silently: a run that would have to create the ledger there is refused (see :attr:`pinned`),
+since another user, account or container would start the same data from a fresh budget. ``--ledger`` and ``$DPRELEASE_LEDGER`` must be absolute paths or URLs:
 resolving them against the working directory could silently mean a fresh budget.
 """
 
@@ -25,6 +30,17 @@ ENV = "DPRELEASE_LEDGER"
 class LedgerLocation:
     url: URL
     source: str  # "--ledger", "$DPRELEASE_LEDGER", "spec ledger:", or "default"
+
+    @property
+    def pinned(self) -> bool:
+        """Chosen by the spec, a flag or the environment: a place where a ledger may be created."""
+        return self.source != "default"
+
+    @property
+    def how_chosen(self) -> str:
+        return {"--ledger": "the --ledger option", f"${ENV}": f"the ${ENV} environment variable",
+                "spec ledger:": "the spec's ledger: key",
+                "default": "the per-user default (not pinned by the spec)"}.get(self.source, self.source)
 
     @property
     def shown(self) -> str:

@@ -31,9 +31,11 @@ from sqlalchemy.engine import Connection, Engine
 
 from dprelease.accounting import fraction_text, parse_exact
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
+from dprelease.ledger import keys
 from dprelease.ledger.location import LedgerLocation
 
-SCHEMA_VERSION = 3  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals
+SCHEMA_VERSION = 4  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
+# 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval
 LIVE_STATES = ("reserved", "committed", "failed")  # states whose charges count as spent
 
 metadata = sa.MetaData()
@@ -62,6 +64,9 @@ runs_t = sa.Table("runs", metadata,
                   sa.Column("output_dir", sa.Text),
                   sa.Column("created_at", sa.String(40), nullable=False),
                   sa.Column("created_by", sa.String(200), nullable=False),
+                  sa.Column("data_fingerprint", sa.String(80)),  # keyed (keys.py), from the reservation on
+                  sa.Column("approved_by", sa.String(200)),  # the approval the run was reserved under, if any
+                  sa.Column("approved_at", sa.String(40)),
                   sa.Index("ix_runs_dataset_release", "dataset", "release"))
 charges_t = sa.Table("charges", metadata,
                      sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -92,6 +97,22 @@ approvals_t = sa.Table("approvals", metadata,
                        sa.Column("approved_by", sa.String(200), nullable=False),
                        sa.Column("approved_at", sa.String(40), nullable=False),
                        sa.Index("ix_approvals_fingerprint", "dataset", "spec_fingerprint"))
+evaluations_t = sa.Table("evaluations", metadata,  # `dprelease evaluate`: data read in the open (nothing spent)
+                         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                         sa.Column("dataset", sa.String(100), nullable=False),
+                         sa.Column("data_fingerprint", sa.String(80), nullable=False),  # keyed
+                         sa.Column("spec_path", sa.Text),
+                         sa.Column("trials", sa.Integer, nullable=False),
+                         sa.Column("evaluated_at", sa.String(40), nullable=False),
+                         sa.Column("evaluated_by", sa.String(200), nullable=False))
+policies_t = sa.Table("policies", metadata,  # append-only: the latest row of a (dataset, policy) holds
+                      sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                      sa.Column("dataset", sa.String(100), nullable=False),
+                      sa.Column("policy", sa.String(40), nullable=False),  # "approval"
+                      sa.Column("value", sa.String(40), nullable=False),  # "required" | "optional"
+                      sa.Column("reason", sa.Text, nullable=False),
+                      sa.Column("set_by", sa.String(200), nullable=False),
+                      sa.Column("set_at", sa.String(40), nullable=False))
 events_t = sa.Table("run_events", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
@@ -137,6 +158,8 @@ class RunRecord:
     state_at: str | None = None  # when the current state was reached
     reason: str | None = None  # of the latest state change, if one was given
     delta: Fraction = Fraction(0)  # the sum of its charges' δ (approx terms)
+    approved_by: str | None = None  # the approval of its plan recorded at its reservation
+    approved_at: str | None = None
 
     @property
     def unfinished(self) -> bool:
@@ -218,6 +241,30 @@ class Approval:
 
 
 @dataclass(frozen=True, slots=True)
+class Evaluation:
+    """A `dprelease evaluate` of a dataset's data: read in the open (NOT private), nothing spent."""
+
+    dataset: str
+    data_fingerprint: str  # keyed
+    evaluated_at: str
+    evaluated_by: str
+    trials: int
+    spec_path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A recorded decision about a dataset (``approval: required``), with who and why."""
+
+    dataset: str
+    policy: str
+    value: str
+    reason: str
+    set_by: str
+    set_at: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """A granted reservation and the lifetime state it was checked against (in its transaction)."""
 
@@ -239,6 +286,15 @@ class DatasetState:
     delta_budget: Fraction | None = None  # approx terms: the lifetime δ
     delta_spent: Fraction = Fraction(0)
     local: tuple[LocalRecord, ...] = ()  # collections under local DP, in order
+    evaluations: tuple[Evaluation, ...] = ()  # evaluations recorded under this dataset's name
+    policies: tuple[Policy, ...] = ()  # every recorded decision, in order
+
+    @property
+    def approval_required(self) -> Policy | None:
+        """The latest approval policy of the dataset (or of its whole family, for a period), if
+        it requires approval."""
+        latest = next((p for p in reversed(self.policies) if p.policy == "approval"), None)
+        return latest if latest is not None and latest.value == "required" else None
 
     @property
     def local_epsilon(self) -> Fraction:
@@ -269,6 +325,8 @@ class Ledger:
         self.location = location
         self.engine = engine
         self.created = created  # True when this call created the database
+        self._id: str | None = None
+        self._key: bytes | None = None
 
     # -- opening
 
@@ -276,22 +334,30 @@ class Ledger:
     def open(cls, location: LedgerLocation, *, create: bool) -> Ledger | None:
         """Open the ledger; with ``create=False`` return None where none exists yet.
 
-        Never adds ledger tables to a database that already holds other tables.
+        A location holds a ledger or nothing: a SQLite ledger is built in a temporary file and
+        linked into place whole, so an existing file that is empty, truncated or holds no
+        ledger is refused (never taken for a fresh ledger). Never adds ledger tables to a
+        database that already holds other tables.
         """
         path = location.sqlite_path
         created = False
-        try:
-            if path is not None and not path.exists():
-                if not create:
-                    return None
-                _create_private_file(path)
-                created = True
-        except OSError as exc:
-            raise LedgerError(f"cannot create the ledger at {location.shown}: {exc.strerror or exc}") from None
+        if path is not None and not path.exists():
+            if not create:
+                return None
+            created = _create_sqlite_ledger(location)
+        elif path is not None:
+            _refuse_non_ledger_file(path, location)
         engine = _engine(location)
         try:
             if sa.inspect(engine).has_table("dprelease_meta"):
                 cls._check_version(engine, location)
+            elif path is not None:
+                others = sa.inspect(engine).get_table_names()
+                raise LedgerError(f"{location.shown} is a database with other tables ({', '.join(others[:5])}) and no "
+                                  "dprelease ledger; refusing to add one there" if others else
+                                  f"{location.shown} is an empty database, not a dprelease ledger; it is never taken "
+                                  "for a fresh ledger (restore the ledger from a backup, or remove the file if no "
+                                  "release ever used it). Nothing was spent.")
             elif not create:
                 engine.dispose()
                 return None
@@ -321,7 +387,13 @@ class Ledger:
                     raise LedgerError(f"{location.shown} is a database with other tables ({', '.join(others[:5])}) "
                                       "and no dprelease ledger; refusing to add one there")
                 metadata.create_all(conn)
-                conn.execute(meta_t.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+                ledger_id = uuid.uuid4().hex
+                key = _key_for_new_ledger(location, ledger_id)
+                conn.execute(meta_t.insert(), [
+                    {"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                    {"key": "ledger_id", "value": ledger_id},
+                    {"key": "created_at", "value": now()},
+                    {"key": "key_check", "value": keys.check_value(key, ledger_id)}])
         return True
 
     @staticmethod
@@ -329,12 +401,38 @@ class Ledger:
         with engine.connect() as conn:
             row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
         version = int(row[0]) if row else 0
-        if version in (1, 2):
-            _migrate(engine)
+        if version in (1, 2, 3):
+            _migrate(engine, location)
             version = SCHEMA_VERSION
         if version != SCHEMA_VERSION:
             raise LedgerError(f"the ledger at {location.shown} has schema version {version}; this dprelease "
                               f"reads version {SCHEMA_VERSION}. Use the dprelease that wrote it.")
+
+    # -- identity
+
+    def _meta(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == key)).first()
+        return None if row is None else row[0]
+
+    @property
+    def id(self) -> str:
+        """The random id this ledger was given when it was created (or migrated to schema 4)."""
+        if self._id is None:
+            self._id = self._meta("ledger_id")
+            if self._id is None:
+                raise LedgerError(f"the ledger at {self.location.shown} has no id; the ledger is damaged")
+        return self._id
+
+    @property
+    def key_path(self):  # type: ignore[no-untyped-def]
+        return keys.key_path(self.location, self.id)
+
+    def fingerprint(self, plain: str) -> str:
+        """The keyed fingerprint (see :mod:`dprelease.ledger.keys`) of a plain ``sha256:`` one."""
+        if self._key is None:
+            self._key = _read_checked_key(self.location, self.id, self._meta("key_check"))
+        return keys.keyed(self._key, plain)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -399,7 +497,68 @@ class Ledger:
                                                      spec_path=spec_path, approved_by=by, approved_at=at))
         return Approval(dataset, release, spec_fingerprint, by, at, spec_path)
 
+    def runs_with_data(self, data_fingerprint: str) -> list[tuple[str, str]]:
+        """(dataset, release) of every run, in any state but voided, that read this (keyed) data."""
+        with self.engine.connect() as conn:
+            return _runs_with_data(conn, data_fingerprint)
+
+    def evaluations_of(self, dataset: str, data_fingerprint: str | None = None) -> list[Evaluation]:
+        """Evaluations recorded under ``dataset``'s name or of the same (keyed) data."""
+        base = dataset.partition("/")[0]
+        with self.engine.connect() as conn:
+            where = evaluations_t.c.dataset == base
+            if data_fingerprint is not None:
+                where = sa.or_(where, evaluations_t.c.data_fingerprint == data_fingerprint)
+            rows = conn.execute(sa.select(evaluations_t).where(where).order_by(evaluations_t.c.id)).all()
+        return [Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
+                for e in rows]
+
+    def undeclared(self) -> dict[str, tuple[tuple[Policy, ...], tuple[Evaluation, ...]]]:
+        """Policies and evaluations recorded under names that have no lifetime budget yet."""
+        with self.engine.connect() as conn:
+            known = {r[0] for r in conn.execute(sa.select(datasets_t.c.name))}
+            names = {r[0] for r in conn.execute(sa.select(policies_t.c.dataset))} | \
+                {r[0] for r in conn.execute(sa.select(evaluations_t.c.dataset))}
+        out = {}
+        for name in sorted(names - known):
+            evaluations = tuple(self.evaluations_of(name))
+            out[name] = (self.policies(name), tuple(e for e in evaluations if e.dataset == name))
+        return out
+
+    def run_ids(self) -> set[str]:
+        with self.engine.connect() as conn:
+            return {r[0] for r in conn.execute(sa.select(runs_t.c.run_id))}
+
     # -- writing
+
+    def record_evaluation(self, *, dataset: str, data_fingerprint: str, trials: int, spec_path: str | None = None,
+                          by: str | None = None) -> Evaluation:
+        """Record that ``dataset``'s data was evaluated in the open (nothing spent; append-only)."""
+        at, by = now(), by or current_user()
+        with self._write() as conn:
+            conn.execute(evaluations_t.insert().values(dataset=dataset.partition("/")[0],
+                                                       data_fingerprint=data_fingerprint, spec_path=spec_path,
+                                                       trials=trials, evaluated_at=at, evaluated_by=by))
+        return Evaluation(dataset, data_fingerprint, at, by, trials, spec_path)
+
+    def set_policy(self, dataset: str, policy: str, value: str, *, reason: str, by: str | None = None) -> Policy:
+        """Record a decision about ``dataset`` (and its periods): ``approval`` ``required`` or
+        ``optional``. Append-only; the latest holds."""
+        if (policy, value) not in (("approval", "required"), ("approval", "optional")):
+            raise LedgerError(f"unknown policy {policy}={value}")
+        if not reason.strip():
+            raise LedgerError("say why: --reason TEXT")
+        at, by = now(), by or current_user()
+        base = dataset.partition("/")[0]
+        with self._write() as conn:
+            conn.execute(policies_t.insert().values(dataset=base, policy=policy, value=value, reason=reason,
+                                                    set_by=by, set_at=at))
+        return Policy(base, policy, value, reason, by, at)
+
+    def policies(self, dataset: str) -> tuple[Policy, ...]:
+        with self.engine.connect() as conn:
+            return _policies(conn, dataset.partition("/")[0])
+
 
     def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
                    definition: str = "pure", delta: Fraction | None = None) -> DatasetState:
@@ -437,13 +596,16 @@ class Ledger:
                 spec_path: str | None = None, output_dir: str | None = None,
                 definition: str = "pure", by: str | None = None,
                 lifetime_delta_from_spec: Fraction | None = None,
-                local: tuple[LocalCollection, ...] = ()) -> Reservation:
+                local: tuple[LocalCollection, ...] = (), data_fingerprint: str | None = None,
+                approval: Approval | None = None) -> Reservation:
         """Reserve ``charges`` — (measurement, ε or ρ[, δ]) — for ``release`` atomically.
 
         Refuses (nothing written) when the release already has a live run
         (:class:`AlreadyReleasedError`) or the lifetime budget cannot cover the charges, in ε
         and, under approx terms, in δ (:class:`OverBudgetError`). A dataset seen for the first
-        time is created with the spec's lifetime budget.
+        time is created with the spec's lifetime budget. ``data_fingerprint`` (keyed) is refused
+        when a live run of another dataset read the same data: one set of people, one lifetime
+        budget, whatever the dataset is called. ``approval``: the one the run was checked against.
         """
         by = by or current_user()
         full = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in charges]  # type: ignore[misc]
@@ -457,6 +619,14 @@ class Ledger:
             if "/" in dataset:
                 _lock_dataset(conn, dataset)
             _check_partition_family(conn, dataset)
+            if data_fingerprint is not None:
+                other = _other_dataset_with(conn, dataset, data_fingerprint)
+                if other is not None:
+                    raise LedgerError(
+                        f"this data was already released as dataset {other!r} in this ledger (id {self.id}); the "
+                        f"same people have one lifetime budget, whatever the dataset is called. Release it as "
+                        f"dataset.name: {other.partition('/')[0]} (its budget is `dprelease ledger --dataset "
+                        f"{other}`). Nothing was spent.")
             state = _state(conn, dataset)
             if state is None:
                 if lifetime_from_spec is None:
@@ -488,7 +658,10 @@ class Ledger:
             at = now()
             conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
                                                 spec_fingerprint=spec_fingerprint, spec_path=spec_path,
-                                                output_dir=output_dir, created_at=at, created_by=by))
+                                                output_dir=output_dir, created_at=at, created_by=by,
+                                                data_fingerprint=data_fingerprint,
+                                                approved_by=approval.approved_by if approval else None,
+                                                approved_at=approval.approved_at if approval else None))
             if full:  # a release of local tables only charges no central budget
                 conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e),
                                                    "delta": None if d is None else fraction_text(d)}
@@ -571,41 +744,134 @@ def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bo
 # ---------------------------------------------------------------- internals
 
 
-def _migrate(engine: Engine) -> None:
-    """Schema 1 or 2 → 3, in one locked transaction; nothing recorded changes, and a second
+def _migrate(engine: Engine, location: LedgerLocation) -> None:
+    """Schema 1, 2 or 3 → 4, in one locked transaction; nothing recorded changes, and a second
     process finds it done. 1 → 2: the (NULL) δ columns of caps and charges, a wider terms column.
     2 → 3: the tables of plan approvals and of local collections, or, where a pre-release 2
     had the latter, its answers fingerprint (NULL: such a collection counts as having unknown
-    answers)."""
+    answers). 3 → 4: the ledger gets its id and fingerprint key; every plain data and answers
+    fingerprint is replaced by its keyed form (the same function later runs compute, so
+    nothing is lost); the tables of evaluations and policies; a run's data and approval."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
             row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
-            if row is None or row[0] not in ("1", "2"):
+            if row is None or row[0] not in ("1", "2", "3"):
                 return
             if row[0] == "1":
                 conn.execute(sa.text("ALTER TABLE budget_caps ADD COLUMN delta VARCHAR(200)"))
                 conn.execute(sa.text("ALTER TABLE charges ADD COLUMN delta VARCHAR(200)"))
                 if conn.dialect.name == "postgresql":
                     conn.execute(sa.text("ALTER TABLE datasets ALTER COLUMN definition TYPE VARCHAR(200)"))
-            if not sa.inspect(conn).has_table("approvals"):
-                approvals_t.create(conn)
-            if not sa.inspect(conn).has_table("local_collections"):
-                local_t.create(conn)
-            elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
-                conn.execute(sa.text("ALTER TABLE local_collections ADD COLUMN answers VARCHAR(80)"))
+            if row[0] in ("1", "2"):
+                if not sa.inspect(conn).has_table("approvals"):
+                    approvals_t.create(conn)
+                if not sa.inspect(conn).has_table("local_collections"):
+                    local_t.create(conn)
+                elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
+                    conn.execute(sa.text("ALTER TABLE local_collections ADD COLUMN answers VARCHAR(80)"))
+            _migrate_to_4(conn, location)
             conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
 
 
-def _create_private_file(path: Path) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+def _migrate_to_4(conn: Connection, location: LedgerLocation) -> None:
+    """Idempotent: a pre-release ledger may have some of schema 4's parts already."""
+    inspector = sa.inspect(conn)
+    present = {c["name"] for c in inspector.get_columns("runs")}
+    for column, kind in (("data_fingerprint", "VARCHAR(80)"), ("approved_by", "VARCHAR(200)"),
+                         ("approved_at", "VARCHAR(40)")):
+        if column not in present:
+            conn.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
+    for table in (evaluations_t, policies_t):
+        if not inspector.has_table(table.name):
+            table.create(conn)
+    meta = dict(conn.execute(sa.select(meta_t.c.key, meta_t.c.value)).all())
+    ledger_id = meta.get("ledger_id") or uuid.uuid4().hex
+    key = _key_for_new_ledger(location, ledger_id)
+    if "ledger_id" not in meta:
+        conn.execute(meta_t.insert().values(key="ledger_id", value=ledger_id))
+    if "key_check" not in meta:
+        conn.execute(meta_t.insert().values(key="key_check", value=keys.check_value(key, ledger_id)))
+    for table, column in ((events_t, events_t.c.data_fingerprint), (local_t, local_t.c.answers),
+                          (runs_t, runs_t.c.data_fingerprint)):
+        for row_key, plain in conn.execute(sa.select(table.primary_key.columns.values()[0], column)
+                                           .where(column.startswith("sha256:"))).all():
+            pk = table.primary_key.columns.values()[0]
+            conn.execute(table.update().where(pk == row_key).values({column.name: keys.keyed(key, plain)}))
+
+
+def _key_for_new_ledger(location: LedgerLocation, ledger_id: str) -> bytes:
+    """The key a new (or newly migrated) ledger records: the one already at its key path (a
+    team's shared key, or another process's that won a creation race), else a new one."""
+    path = keys.key_path(location, ledger_id)
+    return keys.read_key(path) or keys.create_key(path)
+
+
+def _read_checked_key(location: LedgerLocation, ledger_id: str, check: str | None) -> bytes:
+    path = keys.key_path(location, ledger_id)
+    key = keys.read_key(path)
+    if key is None:
+        raise LedgerError(f"the fingerprint key of ledger {ledger_id} ({location.shown}) is not at {path}, so this "
+                          "run cannot recognise its data. Copy the key file from where the ledger was created to "
+                          f"{path} (owner-only), or set ${keys.KEY_ENV} to its path. Nothing was spent.")
+    if check is None or keys.keys_differ(keys.check_value(key, ledger_id), check):
+        raise LedgerError(f"{path} is not the fingerprint key of ledger {ledger_id} ({location.shown}); with another "
+                          "key the same data would not be recognised. Use the key created with this ledger. "
+                          "Nothing was spent.")
+    return key
+
+
+def _create_sqlite_ledger(location: LedgerLocation) -> bool:
+    """Build a new SQLite ledger in a temporary file and link it into place whole (False: another
+    process's ledger got there first). The location never holds a half-made ledger."""
+    path = location.sqlite_path
+    assert path is not None
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:  # another process created it first: fine
-        return
-    os.close(fd)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
+        os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        raise LedgerError(f"cannot create the ledger at {location.shown}: {exc.strerror or exc}") from None
+    try:
+        engine = _engine(LedgerLocation(location.url.set(database=str(temporary)), location.source))
+        try:
+            Ledger._create_schema(engine, location)  # the key belongs to the real location
+        finally:
+            engine.dispose()
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise LedgerError(f"cannot create the ledger at {location.shown}: {exc.strerror or exc}") from None
+        return True
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _refuse_non_ledger_file(path: Path, location: LedgerLocation) -> None:
+    """An existing file at a SQLite ledger's location must be a SQLite database: an empty or
+    foreign file is refused, never taken for a fresh ledger (that would restart the budget)."""
+    try:
+        if not path.is_file():
+            raise LedgerError(f"{path} is not a file; a SQLite ledger location holds a ledger or nothing")
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise LedgerError(f"cannot read the ledger at {location.shown}: {exc.strerror or exc}") from None
+    if not head:
+        raise LedgerError(f"the ledger file {path} is empty (0 bytes): a truncated file or a failed copy, not a "
+                          "ledger. It is never taken for a fresh ledger, which would restart the lifetime budget: "
+                          "restore the ledger from a backup (if no release ever used this location, remove the "
+                          "file). Nothing was spent.")
+    if head != SQLITE_HEADER:
+        raise LedgerError(f"cannot open the ledger at {location.shown}: not a SQLite database, so not a dprelease "
+                          "ledger; restore the ledger from a backup or point to another location. Nothing was spent.")
 
 
 def _engine(location: LedgerLocation) -> Engine:
@@ -691,17 +957,46 @@ def _state(conn: Connection, dataset: str) -> DatasetState | None:
         charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in rows)
         run_delta = sum((parse_exact(c.delta) for c in rows if c.delta is not None), Fraction(0))
         events = _events(conn, run.run_id)
-        data = next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
+        data = run.data_fingerprint or next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
         runs.append(RunRecord(run.run_id, run.release, events[-1].state, sum((e for _, e in charges), Fraction(0)),
                               charges, run.spec_fingerprint, data, run.created_at, run.created_by,
-                              run.output_dir, events[-1].at, events[-1].reason, run_delta))
+                              run.output_dir, events[-1].at, events[-1].reason, run_delta, run.approved_by,
+                              run.approved_at))
     spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
     delta_spent = sum((r.delta for r in runs if r.state in LIVE_STATES), Fraction(0))
     local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon), parse_exact(r.charged),
                               bool(r.memoised), r.run_id, r.recorded_at, r.recorded_by, r.answers)
                   for r in conn.execute(sa.select(local_t).where(local_t.c.dataset == dataset).order_by(local_t.c.id)))
+    base = dataset.partition("/")[0]  # a period shares its dataset's evaluations and policies
+    evaluations = tuple(Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
+                        for e in conn.execute(sa.select(evaluations_t).where(evaluations_t.c.dataset == base)
+                                              .order_by(evaluations_t.c.id)))
     return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
-                        delta_spent, local)
+                        delta_spent, local, evaluations, _policies(conn, base))
+
+
+def _policies(conn: Connection, base: str) -> tuple[Policy, ...]:
+    return tuple(Policy(p.dataset, p.policy, p.value, p.reason, p.set_by, p.set_at)
+                 for p in conn.execute(sa.select(policies_t).where(policies_t.c.dataset == base)
+                                       .order_by(policies_t.c.id)))
+
+
+def _runs_with_data(conn: Connection, data_fingerprint: str) -> list[tuple[str, str]]:
+    """(dataset, release) of every run, in any state but voided, that read this (keyed) data:
+    recorded at its reservation (schema 4) or, before that, at its commit or failure."""
+    voided = sa.select(events_t.c.run_id).where(events_t.c.state == "voided")
+    rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
+        runs_t.c.data_fingerprint == data_fingerprint, runs_t.c.run_id.not_in(voided))).all()
+    rows += conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).join(
+        events_t, events_t.c.run_id == runs_t.c.run_id).where(
+        events_t.c.data_fingerprint == data_fingerprint, events_t.c.state.in_(("committed", "failed")))).all()
+    return sorted({(r[0], r[1]) for r in rows})
+
+
+def _other_dataset_with(conn: Connection, dataset: str, data_fingerprint: str) -> str | None:
+    """A dataset (not ``dataset`` or one of its periods) with a live run that read this data."""
+    base = dataset.partition("/")[0]
+    return next((d for d, _ in _runs_with_data(conn, data_fingerprint) if d.partition("/")[0] != base), None)
 
 
 def _is_approx(terms: str) -> bool:

@@ -32,6 +32,7 @@ from dprelease.errors import LedgerError, UserError
 from dprelease.ledger.store import (
     CapChange,
     DatasetState,
+    Evaluation,
     LocalCollection,
     LocalRecord,
     RunRecord,
@@ -135,6 +136,7 @@ class Plan:
     lifetime_delta_spent: Fraction = Fraction(0)
     local: tuple[LocalPlan, ...] = ()
     local_spent: Fraction = Fraction(0)  # each respondent's ε over the collections recorded before
+    evaluations: tuple[Evaluation, ...] = ()  # the dataset's data read in the open (`dprelease evaluate`)
 
     @property
     def approx(self) -> bool:
@@ -204,6 +206,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         delta=spec.delta, total_delta=compose_sequential(t.delta for t in tables) if approx else None,  # type: ignore[misc]
         lifetime_delta_budget=delta_budget if approx else None, lifetime_delta_spent=delta_spent,
         local=local_plans(spec, state), local_spent=state.local_epsilon if state else Fraction(0),
+        evaluations=state.evaluations if state else (),
     )
 
 
@@ -337,16 +340,9 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
     (1 for counts), with scale (sensitivity/granularity)/ε. In a zcdp release (``epsilon`` is
     then ρ) it runs at the largest ε with ε²/2 ≤ ρ and is charged ε²/2. ``to_rho``: a pure
     release charged ε²/2 to a zCDP ledger."""
-    pure_epsilon = zcdp_to_pure(epsilon) if spec.definition == "zcdp" else None
+    pure_epsilon = _pure_epsilon(spec, name, epsilon, Fraction(sensitivity, granularity))
     run_at = epsilon if pure_epsilon is None else pure_epsilon
     scale = Fraction(sensitivity) / run_at
-    try:
-        check_scale(scale / granularity)
-    except ValueError:
-        raise UserError(  # exit 2, before anything is spent
-            f"{spec.source}: table {name}: ε = {epsilon} has too many digits for the exact sampler (the noise "
-            "scale Δ/ε must be a fraction with parts below 2^40); round ε to at most 12 significant digits"
-        ) from None
     # the truncated geometric's error is never larger than its noise when the true count is in
     # [0, upper] (clamping moves towards it), so the discrete Laplace margin bounds it too
     units = scale / granularity
@@ -355,6 +351,27 @@ def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str
                      moe95=granularity * margin_of_error(units, CONFIDENCE_95), level=level, upper=upper,
                      granularity=granularity, pure_epsilon=pure_epsilon,
                      charge=pure_to_zcdp(run_at) if to_rho or pure_epsilon is not None else epsilon)
+
+
+def _pure_epsilon(spec: Spec, name: str, epsilon: Fraction, numerator: Fraction) -> Fraction | None:
+    """The ε a pure mechanism runs at in a zcdp release (None otherwise), checked against the exact
+    sampler, whose scale ``numerator``/ε (Δ/ε in noise units, or a temperature) must be a fraction
+    with parts below 2^40 — checked here so that a run never fails on it after reserving. Under
+    zcdp the largest ε with ε²/2 ≤ ρ is rounded down to 12 significant digits, or fewer where
+    the scale would not fit (rounding ε down only lowers the privacy loss). Raises UserError
+    (exit 2) where no rounding helps: a pure spec's ε with too many digits."""
+    candidates = [zcdp_to_pure(epsilon, digits) for digits in range(12, 3, -1)] if spec.definition == "zcdp" \
+        else [epsilon]
+    for run_at in candidates:
+        try:
+            check_scale(numerator / run_at)
+        except ValueError:
+            continue
+        return run_at if spec.definition == "zcdp" else None
+    raise UserError(  # exit 2, before anything is spent
+        f"{spec.source}: table {name}: {spec.symbol} = {fraction_text(epsilon)} has too many digits for the exact "
+        "sampler (the noise scale must be a fraction with parts below 2^40); round it to at most 12 significant "
+        "digits")
 
 
 def _plan_gaussian(spec: Spec, table: Table, budget: Fraction, cells: int, level: str | None,
@@ -407,7 +424,7 @@ def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: s
     bounded = "-bounded" in terms
     monotone = table.measure.q is None and not bounded  # quantile utilities are never monotone
     du = table.measure.utility_sensitivity(bounded, spec.max_rows)
-    pure_epsilon = zcdp_to_pure(epsilon) if spec.definition == "zcdp" else None
+    pure_epsilon = _pure_epsilon(spec, table.name, epsilon, Fraction(du * (1 if monotone else 2)))
     run_at = epsilon if pure_epsilon is None else pure_epsilon
     return TablePlan(name=table.name, epsilon=epsilon, mechanism="permute_and_flip", sensitivity=du,
                      scale=Fraction(du * (1 if monotone else 2)) / run_at, cells=cells, moe=0, moe95=0, level=level,

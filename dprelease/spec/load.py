@@ -313,7 +313,8 @@ class _Checker:
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants,
                     local_tables=tuple(self.local), release_template=release_template,
-                    run_date=self.run_date if release_template else None, engine=engine)
+                    run_date=self.run_date if release_template else None, engine=engine,
+                    approval_required=self.get(("approval",), str, "optional") == "required")
 
     def engine(self) -> Engine:
         kind = self.get(("engine", "kind"), str, "local")

@@ -395,6 +395,7 @@ class Spec:
     release_template: str | None = None  # e.g. "acs-monthly-{run_date:%Y-%m}"; release is it resolved
     run_date: datetime | None = None  # what the template was resolved with (UTC)
     engine: Engine = Engine()
+    approval_required: bool = False  # approval: required (not in the fingerprint: it changes nothing released)
 
     @property
     def invariant_levels(self) -> tuple[str, ...]:

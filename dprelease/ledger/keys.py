@@ -1,0 +1,101 @@
+"""The ledger's fingerprint key: data fingerprints are keyed, never plain hashes.
+
+A plain SHA-256 of the data file is a deterministic function of the data: an adversary who
+knows every row but one (the adversary differential privacy is defined against) hashes each
+candidate for the last row and recovers it. So the ledger stores only
+``HMAC-SHA256(key, plain fingerprint)``, with a 256-bit key from the OS CSPRNG that is never
+stored in the ledger: it lives in a file of its own, owner-only, readable by those who may
+read the data (they compute fingerprints), beside a SQLite ledger (``<ledger>.key``) or, for
+a database URL, at ``$DPRELEASE_LEDGER_KEY`` or ``~/.config/dprelease/keys/<ledger id>.key``.
+
+The ledger records a check value (an HMAC of a constant under the key, which says nothing of
+any data) so that a wrong or missing key is refused instead of silently producing fingerprints
+that match nothing: two keys would mean the same data no longer looks the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+from dprelease.errors import LedgerError
+from dprelease.ledger.location import LedgerLocation
+
+KEY_ENV = "DPRELEASE_LEDGER_KEY"
+PREFIX = "hmac-sha256:"
+_CHECK = b"dprelease ledger fingerprint key check:"
+
+
+def key_path(location: LedgerLocation, ledger_id: str) -> Path:
+    """Where the key of the ledger at ``location`` (with id ``ledger_id``) lives."""
+    if os.environ.get(KEY_ENV):
+        path = Path(os.environ[KEY_ENV]).expanduser()
+        if not path.is_absolute():
+            raise LedgerError(f"${KEY_ENV} must be an absolute path, not {str(path)!r}")
+        return path
+    if location.sqlite_path is not None:
+        return location.sqlite_path.with_name(location.sqlite_path.name + ".key")
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
+    return base / "dprelease" / "keys" / f"{ledger_id}.key"
+
+
+def check_value(key: bytes, ledger_id: str) -> str:
+    """What the ledger stores to recognise its key: an HMAC of a constant (no data in it)."""
+    return hmac.new(key, _CHECK + ledger_id.encode(), hashlib.sha256).hexdigest()
+
+
+def keyed(key: bytes, plain: str) -> str:
+    """The keyed fingerprint of a plain one (``sha256:...``): what the ledger may hold."""
+    if plain.startswith(PREFIX):
+        raise ValueError("already keyed")
+    return PREFIX + hmac.new(key, plain.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def read_key(path: Path) -> bytes | None:
+    """The key at ``path``, or None where there is none. A file that is not a key is refused."""
+    try:
+        text = path.read_text("ascii").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LedgerError(f"cannot read the ledger's fingerprint key at {path}: {exc}") from None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise LedgerError(f"{path} is not a dprelease fingerprint key (64 hexadecimal digits)")
+    return key
+
+
+def create_key(path: Path) -> bytes:
+    """A new key, written owner-only and linked into place whole (never half-written); where
+    another process won the race, its key."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key = secrets.token_bytes(32)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.new")
+    try:
+        fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(key.hex() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            existing = read_key(path)
+            assert existing is not None
+            return existing
+    except OSError as exc:
+        raise LedgerError(f"cannot create the ledger's fingerprint key at {path}: {exc.strerror or exc}") from None
+    finally:
+        temporary.unlink(missing_ok=True)
+    return key
+
+
+def keys_differ(a: str, b: str) -> bool:
+    return not hmac.compare_digest(a, b)

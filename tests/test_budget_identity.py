@@ -1,0 +1,368 @@
+"""One lifetime budget per dataset, wherever a run starts (issue 18).
+
+A ledger has an identity and proves it is the dataset's one place: a run never starts a budget
+in a per-user default ledger, never publishes beside releases of its data that another ledger
+spent, never starts a second budget for the same data under a new name; data fingerprints are
+keyed (the ledger never holds or prints an invertible hash of the data); evaluations and
+approvals are on the record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import stat
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from dprelease.data import file_fingerprint
+from dprelease.errors import LedgerError
+from dprelease.ledger import Ledger, resolve_location
+from dprelease.ledger import keys
+from tests.conftest import ROOT
+from tests.test_run import child_env, run
+
+DATA = ROOT / "data" / "nist_acs" / "national2019.csv"
+
+
+def demo_copy(directory: Path, *, ledger: str | None = "../ledgers/ledger.sqlite", release: str = "acs-demo-2019",
+              dataset: str = "nist-acs-national-2019", extra: str = "") -> Path:
+    """The shipped demo spec in ``directory/configs``, its data and domains by absolute path."""
+    text = (ROOT / "configs" / "acs_demo.yaml").read_text()
+    text = text.replace("ledger: ../ledgers/nist-acs.sqlite\n", "" if ledger is None else f"ledger: {ledger}\n")
+    text = text.replace("path: ../data/nist_acs/national2019.csv", f"path: {DATA}")
+    text = text.replace("domain_file: domains/puma.txt", f"domain_file: {ROOT / 'configs' / 'domains' / 'puma.txt'}")
+    text = text.replace("release: acs-demo-2019", f"release: {release}")
+    text = text.replace("  name: nist-acs-national-2019 ", f"  name: {dataset} ")
+    assert f"path: {DATA}" in text and (ledger is not None) == ("ledger:" in text)
+    (directory / "configs").mkdir(parents=True, exist_ok=True)
+    path = directory / "configs" / f"{release}-{dataset}.yaml"
+    path.write_text(text + extra)
+    return path
+
+
+def ledger_runs(path: Path) -> list[tuple[str, str, str]]:
+    """(dataset, release, state) of every run in the ledger at ``path`` ([] if there is none)."""
+    opened = Ledger.open(resolve_location(str(path)), create=False)
+    if opened is None:
+        return []
+    try:
+        return [(name, r.release, r.state) for name in opened.datasets() for r in opened.state(name).runs]
+    finally:
+        opened.close()
+
+
+def home_env(run_env: dict, home: Path) -> dict:
+    """Another user: another HOME, and nothing else that would point at a ledger."""
+    return {**run_env, "HOME": str(home), "XDG_DATA_HOME": None, "XDG_CONFIG_HOME": None, "DPRELEASE_LEDGER": None}
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, run_env_module):
+    """The demo, pinned to a project ledger, approved by a named reviewer and published once."""
+    root = tmp_path_factory.mktemp("project")
+    spec = demo_copy(root)
+    out = root / "outputs"
+    env = home_env(run_env_module, root / "home-1")
+    approve = run_cli(["plan", spec, "--approve", "--by", "Ada Reviewer"], env)
+    assert approve.returncode == 0, approve.stderr
+    proc = run(spec, "--output-dir", out, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return {"root": root, "spec": spec, "out": out, "ledger": root / "ledgers" / "ledger.sqlite", "env": env,
+            "run_env": run_env_module, "stderr": proc.stderr}
+
+
+def run_cli(args: list, env: dict, cwd: Path = ROOT):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "dprelease", *[str(a) for a in args]], cwd=cwd, env=child_env(env),
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_the_run_says_where_the_budget_lives(published):
+    ledger = Ledger.open(resolve_location(str(published["ledger"])), create=False)
+    ledger_id = ledger.id
+    ledger.close()
+    assert f"ledger id {ledger_id}: sqlite:///{published['ledger']} (chosen by the spec's ledger: key)" \
+        in published["stderr"]
+    manifest = json.loads((published["out"] / "acs-demo-2019" / "manifest.json").read_text())
+    assert manifest["ledger"] == {"id": ledger_id, "location": f"sqlite:///{published['ledger']}",
+                                  "chosen_by": "the spec's ledger: key"}
+    internal = json.loads((published["out"] / "_internal" / "acs-demo-2019" / "run.json").read_text())
+    assert internal["ledger_id"] == ledger_id and internal["data_fingerprint"].startswith("hmac-sha256:")
+    plan = run_cli(["plan", published["spec"]], published["env"])
+    assert f"Budget lives in: ledger id {ledger_id}" in plan.stdout
+    listing = run_cli(["ledger", "--ledger", published["ledger"], "--json"], published["env"])
+    assert json.loads(listing.stdout)["ledger"]["id"] == ledger_id
+
+
+def test_a_second_home_is_refused_and_reserves_nothing(published):
+    """The same spec run by another user (another HOME) into the same output directory."""
+    env = home_env(published["run_env"], published["root"] / "home-2")
+    again = run(published["spec"], "--output-dir", published["out"], env=env)
+    assert again.returncode == 4, again.stderr  # the same pinned ledger: already released
+    # the spec without its ledger: pin: the per-user default is never where a budget starts
+    unpinned = demo_copy(published["root"] / "h2", ledger=None, release="acs-demo-2019-b")
+    refused = run(unpinned, "--output-dir", published["out"], env=env)
+    assert refused.returncode == 2 and "Pin it in the spec with `ledger: PATH`" in refused.stderr, refused.stderr
+    assert not (published["root"] / "home-2" / ".local" / "share" / "dprelease" / "ledger.sqlite").exists()
+    # ... and a fresh ledger of its own over the same outputs: refused, naming the first ledger
+    fresh = published["root"] / "home-2" / "mine.sqlite"
+    refused = run(unpinned, "--output-dir", published["out"], "--ledger", fresh, env=env)
+    first = Ledger.open(resolve_location(str(published["ledger"])), create=False)
+    first_id = first.id
+    first.close()
+    assert refused.returncode == 2, refused.stderr
+    assert "holds release 'acs-demo-2019' of dataset 'nist-acs-national-2019'" in refused.stderr
+    assert f"spent from the ledger {first_id} at sqlite:///{published['ledger']}" in refused.stderr
+    assert ledger_runs(fresh) == []
+    assert ledger_runs(published["ledger"]) == [("nist-acs-national-2019", "acs-demo-2019", "committed")]
+
+
+def test_the_same_data_under_another_name_in_another_ledger_is_refused(published):
+    renamed = demo_copy(published["root"] / "h3", ledger=None, release="other-1", dataset="other-name")
+    fresh = published["root"] / "h3" / "fresh.sqlite"
+    refused = run(renamed, "--output-dir", published["out"], "--ledger", fresh, env=published["env"])
+    assert refused.returncode == 2, refused.stderr
+    assert "holds release 'acs-demo-2019' of the same data (as dataset 'nist-acs-national-2019')" in refused.stderr
+    assert ledger_runs(fresh) == []
+
+
+def test_a_renamed_dataset_over_the_same_file_is_refused(published):
+    renamed = demo_copy(published["root"], release="acs-renamed-1", dataset="acs-renamed")
+    refused = run(renamed, "--output-dir", published["root"] / "elsewhere", env=published["env"])
+    assert refused.returncode == 2, refused.stderr
+    assert "this data was already released as dataset 'nist-acs-national-2019'" in refused.stderr
+    assert "new dataset name" not in refused.stderr  # never advise a way around the budget
+    assert ledger_runs(published["ledger"]) == [("nist-acs-national-2019", "acs-demo-2019", "committed")]
+    # evaluate's guard: the same data under a new name is not evaluated in the open either
+    evaluated = run_cli(["evaluate", renamed, "--trials", "1"], published["env"])
+    assert evaluated.returncode == 2 and "was released from this data" in evaluated.stderr, evaluated.stderr
+
+
+def test_the_approval_is_on_the_record_in_every_format(published):
+    release = published["out"] / "acs-demo-2019"
+    manifest = json.loads((release / "manifest.json").read_text())
+    approval = manifest["approval"]
+    assert approval["approved_by"] == "Ada Reviewer"
+    assert approval["plan_fingerprint"] == manifest["spec_fingerprint"]
+    md = (release / "budget_report.md").read_text()
+    assert f"plan `{manifest['spec_fingerprint']}` approved by Ada Reviewer on {approval['approved_at'][:19]}" in md
+    as_json = run_cli(["report", release, "--format", "json"], published["env"])
+    assert json.loads(as_json.stdout)["approval"] == approval
+    html = run_cli(["report", release, "--format", "html", "--output", published["root"] / "r.html"], published["env"])
+    assert html.returncode == 0, html.stderr
+    assert "approved by Ada Reviewer" in (published["root"] / "r.html").read_text()
+    listing = json.loads(run_cli(["ledger", "--ledger", published["ledger"], "--json"], published["env"]).stdout)
+    run_row = listing["datasets"][0]["releases"][0]
+    assert run_row["approval"] == {"approved_by": "Ada Reviewer", "approved_at": approval["approved_at"],
+                                   "plan_fingerprint": manifest["spec_fingerprint"]}
+
+
+def test_approval_required_by_the_spec_or_the_ledger(tmp_path, run_env):
+    spec = demo_copy(tmp_path, extra="approval: required\n")
+    env = home_env(run_env, tmp_path / "home")
+    refused = run(spec, "--output-dir", tmp_path / "out", env=env)
+    assert refused.returncode == 5 and "approval: required" in refused.stderr, refused.stderr
+    ledger = tmp_path / "ledgers" / "ledger.sqlite"
+    assert ledger_runs(ledger) == []
+    # a recorded ledger policy requires it for a spec that says nothing
+    plain = demo_copy(tmp_path, release="acs-demo-b")
+    policy = run_cli(["ledger", "require-approval", "nist-acs-national-2019", "--ledger", ledger, "--reason",
+                      "the board reviews every release"], env)
+    assert policy.returncode == 0, policy.stderr
+    refused = run(plain, "--output-dir", tmp_path / "out", env=env)
+    assert refused.returncode == 5 and "the board reviews every release" in refused.stderr, refused.stderr
+    assert ledger_runs(ledger) == []
+    listing = run_cli(["ledger", "--ledger", ledger], env)
+    assert "policy: approval required" in listing.stdout
+
+
+def tiny_release(directory: Path, rows: list[tuple[int, int]], *, release: str = "tiny-1", extra: str = "") -> Path:
+    (directory / "tiny.csv").write_text("SEX,AGEP\n" + "".join(f"{s},{a}\n" for s, a in rows))
+    spec = directory / "tiny.yaml"
+    spec.write_text(f"""release: {release}
+ledger: ledger.sqlite
+dataset: {{name: tiny, path: tiny.csv, lifetime_budget: {{epsilon: 3}}}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+columns:
+  SEX: {{domain: [1, 2]}}
+  AGEP: {{range: [0, 99]}}
+tables:
+  - name: by_sex
+    group_by: [SEX]
+    epsilon: 1
+{extra}""")
+    return spec
+
+
+def candidate_file(known: bytes, sex: int, age: int) -> bytes:
+    return known + f"{sex},{age}\n".encode()
+
+
+def adversary(known: bytes, outputs: list[bytes]) -> list[tuple[int, int]]:
+    """Knowing every row but the last, hash each candidate for it and look for the hash in
+    everything the ledger and the release show: the candidates found."""
+    found = []
+    for sex in (1, 2):
+        for age in range(100):
+            digest = hashlib.sha256(candidate_file(known, sex, age)).hexdigest()
+            if any(digest.encode() in out or digest.upper().encode() in out for out in outputs):
+                found.append((sex, age))
+    return found
+
+
+def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, monkeypatch):
+    """All rows but one known (200 of 201): the ledger's listing, its database file, the manifest,
+    the reports and the internal run record do not identify the last row among its 200
+    candidates; the same search finds it at once where a plain hash is shown (the control)."""
+    monkeypatch.delenv("DPRELEASE_LEDGER")
+    known_rows = [(1 + i % 2, (7 * i) % 100) for i in range(200)]
+    secret = (2, 42)
+    spec = tiny_release(tmp_path, known_rows + [secret])
+    known = (tmp_path / "tiny.csv").read_bytes()[: -len(b"2,42\n")]
+    out = tmp_path / "out"
+    proc = run(spec, "--output-dir", out, env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    env = {**run_env}
+    outputs = [run_cli(["ledger", "--ledger", tmp_path / "ledger.sqlite"], env).stdout.encode(),
+               run_cli(["ledger", "--ledger", tmp_path / "ledger.sqlite", "--json"], env).stdout.encode(),
+               run_cli(["plan", spec, "--json"], env).stdout.encode(),
+               run_cli(["report", out / "tiny-1", "--format", "json"], env).stdout.encode(),
+               (tmp_path / "ledger.sqlite").read_bytes(),
+               proc.stdout.encode() + proc.stderr.encode()]
+    outputs += [p.read_bytes() for p in (out / "tiny-1").rglob("*") if p.is_file()]
+    outputs += [p.read_bytes() for p in (out / "_internal").rglob("*") if p.is_file()]
+    assert b"tiny" in outputs[1] and b"by_sex" in outputs[1]  # the listing is about this release
+    found = adversary(known, outputs)
+    print(f"adversary: 200 candidates for the last row hashed, {len(found)} found in {len(outputs)} outputs")
+    assert found == []
+    plain = file_fingerprint(tmp_path / "tiny.csv")
+    assert adversary(known, [plain.encode()]) == [secret]  # the control: a plain hash gives it away
+    # the ledger holds the keyed form, which only the key's holders can compute
+    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=False)
+    try:
+        assert ledger.state("tiny").runs[0].data_fingerprint == ledger.fingerprint(plain)
+        key_file = ledger.key_path
+    finally:
+        ledger.close()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert key_file.read_text().strip().encode() not in (tmp_path / "ledger.sqlite").read_bytes()
+
+
+def test_plain_fingerprints_are_keyed_when_an_old_ledger_migrates(tmp_path):
+    path = tmp_path / "old.sqlite"
+    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    plain = file_fingerprint(DATA)
+    granted = ledger.reserve(dataset="d", release="r1", charges=[("t", Fraction(1))], spec_fingerprint="sha256:spec",
+                             lifetime_from_spec=Fraction(4))
+    ledger.commit(granted.run_id, data_fingerprint=plain)
+    ledger.close()
+    keys_file = path.with_name("old.sqlite.key")
+    keys_file.unlink()
+    with sqlite3.connect(path) as conn:  # back to schema 3: no id, no key, plain fingerprints
+        conn.execute("DELETE FROM dprelease_meta WHERE key != 'schema_version'")
+        conn.execute("UPDATE dprelease_meta SET value = '3'")
+        for column in ("data_fingerprint", "approved_by", "approved_at"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute("DROP TABLE evaluations")
+        conn.execute("DROP TABLE policies")
+    assert plain.removeprefix("sha256:").encode() in path.read_bytes()
+    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    try:
+        assert ledger.state("d").runs[0].data_fingerprint == ledger.fingerprint(plain)
+        assert len(ledger.id) == 32
+    finally:
+        ledger.close()
+    with sqlite3.connect(path) as conn:
+        dump = "\n".join(conn.iterdump())
+    assert plain.removeprefix("sha256:") not in dump and "hmac-sha256:" in dump
+    assert stat.S_IMODE(keys_file.stat().st_mode) == 0o600
+
+
+def test_a_wrong_or_missing_key_is_refused(tmp_path):
+    path = tmp_path / "l.sqlite"
+    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    ledger.close()
+    key = path.with_name("l.sqlite.key")
+    key.write_text(os.urandom(32).hex() + "\n")
+    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    with pytest.raises(LedgerError, match="is not the fingerprint key of ledger"):
+        ledger.fingerprint("sha256:00")
+    key.unlink()
+    with pytest.raises(LedgerError, match="is not at"):
+        Ledger.open(resolve_location(str(path)), create=False).fingerprint("sha256:00")
+    ledger.close()
+
+
+def test_an_empty_ledger_file_is_refused(tmp_path, cli):
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    ledger.set_budget("d", Fraction(1), reason="test")
+    ledger.close()
+    path.write_bytes(b"")  # a truncated file, a failed copy
+    with pytest.raises(LedgerError, match=r"is empty \(0 bytes\)"):
+        Ledger.open(resolve_location(str(path)), create=True)
+    result = cli("ledger", "--ledger", path)
+    assert result.code == 2 and "never taken for a fresh ledger" in result.stderr
+    assert path.read_bytes() == b""
+
+
+def test_a_symlinked_spec_finds_the_spec_s_ledger(tmp_path, cli, monkeypatch):
+    monkeypatch.delenv("DPRELEASE_LEDGER")
+    real = tiny_release(tmp_path, [(1, 1)])
+    links = tmp_path / "elsewhere"
+    links.mkdir()
+    (links / "tiny.yaml").symlink_to(real)
+    result = cli("plan", links / "tiny.yaml", "--json")
+    assert json.loads(result.stdout)["ledger"]["url"] == f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+
+
+def test_evaluations_are_recorded_and_reported(tmp_path, run_env, monkeypatch):
+    monkeypatch.delenv("DPRELEASE_LEDGER")
+    spec = tiny_release(tmp_path, [(1 + i % 2, i % 100) for i in range(300)])
+    report = tmp_path / "eval.md"
+    evaluated = run_cli(["evaluate", spec, "--trials", "2", "--output", report], run_env)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert stat.S_IMODE(report.stat().st_mode) == 0o600
+    plan = run_cli(["plan", spec], run_env)
+    assert "was evaluated in the open" in plan.stdout, plan.stdout
+    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "out" / "tiny-1" / "manifest.json").read_text())
+    assert [e["trials"] for e in manifest["evaluated_in_the_open"]] == [2]
+    assert "this data was evaluated in the open" in (tmp_path / "out" / "tiny-1" / "budget_report.md").read_text()
+    again = run_cli(["evaluate", spec, "--trials", "1"], run_env)
+    assert again.returncode == 2 and "not evaluated in the open" in again.stderr
+
+
+def test_a_zcdp_quantile_that_plans_also_runs(tmp_path, run_env, monkeypatch):
+    """ρ = 1/3: the pure ε the permute-and-flip runs at is rounded down (fewer digits) until the
+    exact sampler takes its temperature, at plan time; the run then publishes."""
+    monkeypatch.delenv("DPRELEASE_LEDGER")
+    spec = tiny_release(tmp_path, [(1 + i % 2, i % 100) for i in range(300)])
+    spec.write_text(spec.read_text().replace("definition: pure, unit: row", "definition: zcdp, unit: row, delta: 1e-6")
+                    .replace("epsilon: 3", "rho: 3").replace("budget: {epsilon: 1}", "budget: {rho: 1/3}")
+                    .replace("    epsilon: 1\n", "    measure: {quantile: AGEP, q: 0.5}\n    rho: 1/3\n"))
+    plan = run_cli(["plan", spec, "--json"], run_env)
+    assert plan.returncode == 0, plan.stderr
+    table = json.loads(plan.stdout)["tables"][0]
+    pure = Fraction(table["mechanism_epsilon"])
+    assert pure * pure / 2 <= Fraction(1, 3) and pure > Fraction(816, 1000)
+    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_keys_are_created_whole_and_owner_only(tmp_path):
+    path = tmp_path / "k" / "a.key"
+    key = keys.create_key(path)
+    assert keys.read_key(path) == key and keys.create_key(path) == key  # the second finds the first's
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not [p for p in path.parent.iterdir() if p.name != "a.key"]
