@@ -262,7 +262,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
-             **({"structural": structural_record(spec, by_name[t.name], t)} if t.structural else {}),
+             **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
@@ -293,17 +293,13 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str) -> dict[str, 
     }
 
 
-def structural_record(spec: Spec, table: Table, plan: TablePlan) -> dict[str, Any]:
+def structural_record(table: Table, plan: TablePlan) -> dict[str, Any]:
     """The manifest's account of a measurement's structural cells: every one, as its categories."""
-    from dprelease.plan.structural import cell_labels, describe
-
-    dims = next(d for level, d, _ in table.measured() if level == plan.level)
-    mask = plan.structural_mask()
     return {"published": "omitted" if table.structural_zeros == "omit" else "exact 0, marked structural",
             "why": "no row can be in these cells: the table's where and the spec's rules exclude them (a function "
-                   "of the spec alone); they are not measured, add no noise and have no margin of error",
-            "summary": describe(spec, dims, mask), "dimensions": list(dims),
-            "cells": cell_labels(spec, dims, np.asarray(plan.structural))}
+                   "of the spec alone); they are not measured, get no noise and have no margin of error",
+            "summary": list(plan.structural_summary),
+            "cells": [list(c) for c in plan.structural_labels]}
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -47,7 +47,7 @@ from dprelease.ledger.store import (
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
 from dprelease.mechanisms.gaussian import gaussian_margin, sigma2_for, zcdp_rho
 from dprelease.mechanisms.sampling import check_scale
-from dprelease.plan.structural import measurement_masks
+from dprelease.plan.structural import cell_labels, describe, measurement_masks
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table, fingerprint
 
 CONFIDENCE_95 = Fraction(95, 100)
@@ -72,6 +72,8 @@ class TablePlan:
     pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
     parts: tuple[TablePlan, ...] = ()  # a mean: its (sum, count) measurements; the rest describes the sum
     structural: tuple[int, ...] = ()  # structural cells (indices into the full cross product): not measured, exact 0
+    structural_summary: tuple[str, ...] = ()  # the structural cells in words ("AGE_GROUP = 0-17")
+    structural_labels: tuple[tuple[str, ...], ...] = ()  # each structural cell as its published categories
 
     @property
     def measured_cells(self) -> int:
@@ -259,19 +261,22 @@ def measurement_plans(spec: Spec, terms: str | None = None, sensitivity: int | N
     if terms is None or sensitivity is None:
         terms, sensitivity, _ = ledger_terms(spec, None)
     masks = measurement_masks(spec)
-    return tuple(_with_structural(_plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, sensitivity, to_rho),
-                                  masks[(t.name, level)])
+    return tuple(_with_structural(spec, _plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, sensitivity,
+                                                  to_rho), dims, masks[(t.name, level)])
                  for t in spec.tables for level, dims, eps in t.measured())
 
 
-def _with_structural(plan: TablePlan, mask: Any) -> TablePlan:
-    """The plan with its structural cells (and its parts', for a mean: the same cells)."""
+def _with_structural(spec: Spec, plan: TablePlan, dims: tuple[str, ...], mask: Any) -> TablePlan:
+    """The plan with its structural cells (and its parts', for a mean: the same cells). The
+    sensitivity, scale, ε and margins stay the full histogram's: see the module docstring."""
     from dataclasses import replace
 
     if mask is None:
         return plan
     cells = tuple(int(i) for i in mask.nonzero()[0])
-    return replace(plan, structural=cells, parts=tuple(replace(p, structural=cells) for p in plan.parts))
+    return replace(plan, structural=cells, parts=tuple(replace(p, structural=cells) for p in plan.parts),
+                   structural_summary=tuple(describe(spec, dims, mask)),
+                   structural_labels=tuple(map(tuple, cell_labels(spec, dims, mask.nonzero()[0]))))
 
 
 def _plan_one(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: str, sensitivity: int,
