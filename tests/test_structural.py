@@ -349,6 +349,25 @@ def test_an_altered_structural_list_is_refused(demo_releases, tmp_path):
     assert proc.returncode == 2 and "structural cells" in proc.stderr, proc.stderr
 
 
+def test_a_release_from_before_structural_zeros_is_post_processed_as_published(demo_releases, tmp_path):
+    """Its manifest lists no structural cells: every cell was measured, and stays so."""
+    import shutil
+
+    copy = tmp_path / "old"
+    shutil.copytree(demo_releases[2], copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for entry in manifest["tables"]:
+        for key in ("structural_cells", "measured_cells", "structural"):
+            entry.pop(key, None)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    proc = subprocess.run([sys.executable, "-m", "dprelease", "postprocess", str(copy), "--method", "none"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [version] = (copy / "postprocessed").iterdir()
+    assert list(next(csv.DictReader((version / "tables" / "adults_by_puma_age_group.csv").open()))) == [
+        "PUMA", "AGE_GROUP", "count"]
+
+
 def test_structural_zeros_omit_leaves_the_cells_out(tmp_path):
     from dprelease.publish import write_table
 

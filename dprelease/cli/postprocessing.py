@@ -89,13 +89,18 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
 def _structural(release_dir: Path, spec, manifest: dict) -> dict[tuple[str, str | None], np.ndarray | None]:  # type: ignore[no-untyped-def,type-arg]
     """The release's structural cells: those its manifest lists, which must be the ones the saved
     spec implies (the planner's function of the spec); otherwise the directory was altered or
-    written by a version that reasoned differently, and nothing is guessed."""
+    written by a version that reasoned differently, and nothing is guessed. A release published
+    before structural zeros existed (no ``structural_cells`` in its manifest) measured every cell,
+    and is post-processed so."""
     from dprelease.plan.structural import cell_labels, measurement_masks
 
     masks = measurement_masks(spec)
     dims = {(t.name, level): d for t in spec.tables for level, d, _ in t.measured()}
     for entry in manifest["tables"]:
         key = (entry["name"], entry.get("level"))
+        if "structural_cells" not in entry:  # published before structural zeros: every cell was measured
+            masks[key] = None
+            continue
         mask = masks.get(key)
         expected = [] if mask is None else cell_labels(spec, dims[key], np.flatnonzero(mask))
         listed = entry.get("structural", {}).get("cells", []) if entry.get("structural_cells") else []
