@@ -381,3 +381,11 @@ def test_structural_zeros_omit_leaves_the_cells_out(tmp_path):
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 40 and list(rows[0]) == ["PUMA", "AGE_GROUP", "count"]
     assert {r["AGE_GROUP"] for r in rows} == {"18-64", "65+"}
+
+
+def test_planning_and_post_processing_never_import_the_data_readers_or_the_cli():
+    proc = subprocess.run([sys.executable, "-c", "import sys, dprelease.plan, dprelease.plan.structural, "
+                           "dprelease.postprocess; bad = sorted(m for m in sys.modules if m.startswith(('dprelease.data', "
+                           "'dprelease.cli', 'prefect'))); assert not bad, bad"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
