@@ -1,4 +1,11 @@
-"""Measurement: the only step that spends privacy budget (and the only one that draws noise)."""
+"""Measurement: the only step that spends privacy budget (and the only one that draws noise).
+
+Structural zeros (``TablePlan.structural``, a function of the spec alone: see
+:mod:`dprelease.plan.structural`) are not measured: no noise is drawn for them and they are
+returned as exact zeros (a mode's as −1: no category). They are 0 on every dataset the spec
+allows, so they carry no information; the measured cells' noise, sensitivity and ε are those
+of the full histogram.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +39,38 @@ def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndar
         raise TypeError("counts must be int64")
     if counts.size != table.cells:
         raise ValueError(f"table {table.name}: {counts.size} cells, the plan says {table.cells}")
+    keep = measured_mask(table)
+    if keep is None:
+        return _noisy(counts, table, rng)
+    check_structural(counts, table)
+    out = np.zeros(counts.size, dtype=np.int64)  # structural cells: exact zeros, no noise drawn
+    out[keep] = _noisy(np.ascontiguousarray(counts[keep]), table, rng)
+    return out
+
+
+def measured_mask(table: TablePlan) -> np.ndarray | None:
+    """Cells that get noise (None: every cell): all but the plan's structural cells."""
+    if not table.structural:
+        return None
+    keep = np.ones(table.cells, dtype=bool)
+    keep[np.asarray(table.structural, dtype=np.int64)] = False
+    return keep
+
+
+def check_structural(counts: np.ndarray, table: TablePlan) -> None:
+    """Every structural cell holds nothing (over its last dimension too: a mode's categories, a
+    mean's parts). Structural cells are derived from the spec and the data was checked against
+    its rules, so a failure here is a bug, reported before any noise is drawn."""
+    if not table.structural:
+        return
+    cells = np.asarray(table.structural, dtype=np.int64)
+    view = counts.reshape(-1, table.cells) if counts.ndim == 2 else counts.reshape(table.cells, -1).T
+    if view[:, cells].any():
+        raise AssertionError(f"bug: a structural cell of {table.key} holds rows; please report it (nothing is "
+                             "published)")
+
+
+def _noisy(counts: np.ndarray, table: TablePlan, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
     match table.mechanism:
         case "discrete_laplace":  # in units of the granularity (1 for counts); published in value units
             g = table.granularity
@@ -56,7 +95,7 @@ def measure_mean(parts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndarray
     :func:`measure_counts` states), so the pair is the table's ε (ρ; ε and δ) by sequential
     composition; any mean computed from them is post-processing.
     """
-    if parts.shape != (2, table.cells):
+    if parts.shape != (2, table.cells):  # the parts' plans carry the structural cells: exact zeros
         raise ValueError(f"table {table.name}: a mean needs (sum, count) histograms of {table.cells} cells")
     sum_plan, count_plan = table.parts
     return np.stack([measure_counts(np.ascontiguousarray(parts[0]), sum_plan, rng=rng),
@@ -76,8 +115,16 @@ def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fract
     each cell's choice is (r/K)·ε-DP in the r ≤ K rows a person has there, the cells' choices
     are independent, so the losses add up to at most ε whatever the split of a person's rows.
     Exact Bernoulli(exp(−x)) flips from the OS CSPRNG (``rng``: test-only seam).
+    Structural cells (no possible row) are not measured: −1, no category.
     """
     utilities = counts.reshape(table.cells, categories)
+    keep = measured_mask(table)
+    if keep is not None:
+        check_structural(counts, table)
+        out = np.full(table.cells, -1, dtype=np.int64)
+        out[keep] = measure_mode(np.ascontiguousarray(utilities[keep]).reshape(-1),
+                                 _measured_only(table), categories, q, rng=rng)
+        return out
     if q is not None:  # quantile: −|b·#{x < o} − a·n| per candidate o (declared order)
         below = np.cumsum(utilities, axis=1) - utilities
         n = utilities.sum(axis=1, keepdims=True)
@@ -85,3 +132,9 @@ def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fract
     epsilon = table.mechanism_epsilon  # ε itself, or in a zcdp release the ε with ε²/2 ≤ ρ
     monotone = table.scale == Fraction(table.sensitivity) / epsilon
     return permute_and_flip(utilities, epsilon, table.sensitivity, monotone=monotone, rng=rng)
+
+
+def _measured_only(table: TablePlan) -> TablePlan:
+    from dataclasses import replace
+
+    return replace(table, cells=table.measured_cells, structural=())

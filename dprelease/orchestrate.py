@@ -188,7 +188,7 @@ def budget_rows(run: ReleaseRun) -> list[dict[str, str | int | None]]:
     plan = run.plan
     return [{"table": t.name, "level": t.level, plan.symbol: fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "noise scale": fraction_text(t.shown_scale), "cells": t.cells,
-             "moe95": t.moe95} for t in plan.tables]
+             "structural cells": len(t.structural), "moe95": t.moe95} for t in plan.tables]
 
 
 def run_release(run: ReleaseRun) -> None:

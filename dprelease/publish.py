@@ -102,30 +102,38 @@ def value_column(table: Table) -> str:
 
 
 def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | None, values: np.ndarray,
-                directory: Path) -> Path:
+                directory: Path, structural: np.ndarray | None = None) -> Path:
     """The level's geography column (if any), the group_by columns with their labels, then ``count``
-    (or ``sum``, or ``mode``: the chosen category's label)."""
+    (or ``sum``, or ``mode``: the chosen category's label; or ``mean`` and ``count``).
+
+    ``structural`` (the plan's structural cells, a function of the spec): with ``structural_zeros:
+    publish`` (the default) they are published as exact zeros (an empty mode or mean) and a last
+    column ``structural`` (true/false) marks them, in tables that have any; with ``omit`` they are
+    left out."""
+    from pyarrow import csv
+
     path = directory / table_path(table, level)
+    columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
     if isinstance(table.measure, ModeMeasure):
-        from pyarrow import csv
-
-        columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
         labels = spec.column(table.measure.column).categories
-        columns[value_column(table)] = pa.DictionaryArray.from_arrays(pa.array(values, pa.int32()),
-                                                         pa.array(labels, pa.string())).dictionary_decode()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
-        return path
-    if isinstance(table.measure, MeanMeasure):  # (mean, count): an empty mean where the noisy count is < 1
-        from pyarrow import csv
-
-        columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
+        codes = np.asarray(values, dtype=np.int64)
+        chosen = pa.array(codes.clip(0), pa.int32(), mask=codes < 0)  # −1: no category (a structural cell)
+        columns[value_column(table)] = pa.DictionaryArray.from_arrays(
+            chosen, pa.array(labels, pa.string())).dictionary_decode()
+    elif isinstance(table.measure, MeanMeasure):  # (mean, count): an empty mean where the noisy count is < 1
         columns["mean"] = pa.array(values[0], pa.float64(), from_pandas=True)  # NaN → empty
         columns["count"] = pa.array(values[1].astype(np.int64), pa.int64())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
-        return path
-    return _write_counts(spec, dims, values, path, value_column(table))
+    else:
+        columns[value_column(table)] = pa.array(values, pa.int64())
+    arrow = pa.table(columns)
+    if structural is not None and structural.any():
+        if table.structural_zeros == "omit":
+            arrow = arrow.filter(pa.array(~structural))
+        else:
+            arrow = arrow.append_column("structural", pa.array(structural, pa.bool_()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    csv.write_csv(arrow, path, csv.WriteOptions(quoting_style="needed"))
+    return path
 
 
 def write_local_table(spec: Spec, plan: LocalPlan, counts: np.ndarray, estimates: tuple[Any, Any],
@@ -182,15 +190,21 @@ def _write_counts(spec: Spec, dims: tuple[str, ...], values: np.ndarray, path: P
 
 def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: TablePlan, noisy: np.ndarray,
                       directory: Path) -> Path:
-    """``measurements/...parquet``: the raw noisy counts, so post-processing can be re-run."""
+    """``measurements/...parquet``: the raw noisy counts, so post-processing can be re-run. A table
+    with structural cells has a last column ``structural``: those cells were not measured (no
+    noise) and hold their exact value, 0 (a mode's is null: no category)."""
     import pyarrow.parquet as pq
 
     columns = dict(cell_columns(spec, dims))
     if isinstance(table.measure, MeanMeasure):  # the centred sum (value units) and the count
         columns["noisy_sum"] = pa.array(noisy[0], pa.int64())
         columns["noisy_count"] = pa.array(noisy[1], pa.int64())
+    elif isinstance(table.measure, ModeMeasure):
+        columns["noisy_" + value_column(table)] = pa.array(noisy, pa.int64(), mask=np.asarray(noisy) < 0)
     else:
         columns["noisy_" + value_column(table)] = pa.array(noisy, pa.int64())
+    if plan.structural:
+        columns["structural"] = pa.array(plan.structural_mask(), pa.bool_())
     metadata = {"dprelease": json.dumps({"table": table.name, "level": plan.level,
                                          **({"centre": table.measure.centre,
                                              "note": "noisy_sum adds up value − centre"}
@@ -271,6 +285,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
+             "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
+             **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
@@ -299,6 +315,15 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
             for t in plan.tables
         ],
     }
+
+
+def structural_record(table: Table, plan: TablePlan) -> dict[str, Any]:
+    """The manifest's account of a measurement's structural cells: every one, as its categories."""
+    return {"published": "omitted" if table.structural_zeros == "omit" else "exact 0, marked structural",
+            "why": "no row can be in these cells: the table's where and the spec's rules exclude them (a function "
+                   "of the spec alone); they are not measured, get no noise and have no margin of error",
+            "summary": list(plan.structural_summary),
+            "cells": [list(c) for c in plan.structural_labels]}
 
 
 @dataclass(frozen=True, slots=True)

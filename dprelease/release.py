@@ -16,9 +16,9 @@ from dprelease import __version__
 from dprelease.data import DataError, ExactCounts, count_exact, file_fingerprint
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
-from dprelease.measure import measure_counts, measure_mean, measure_mode
+from dprelease.measure import check_structural, measure_counts, measure_mean, measure_mode
 from dprelease.mechanisms.local import Estimate, estimate_local
-from dprelease.postprocess import postprocess_release
+from dprelease.postprocess import postprocess_release, structural_masks
 from dprelease.mechanisms import check_scale
 from dprelease.plan import Plan
 from dprelease.publish import (
@@ -110,6 +110,7 @@ class ReleaseRun:
             for part in table_plan.parts or (table_plan,):
                 if part.mechanism != "discrete_gaussian":  # σ² was checked when planned
                     check_scale(part.scale / part.granularity)  # a refusal here must come before the budget counts as used
+            check_structural(counts, table_plan)  # structural cells are empty (a bug otherwise): before any noise
             self.noise_drawn = True  # from here on the budget is spent, whatever happens next
             start = time.perf_counter()
             self.noisy[(name, level)] = (measure_mode(counts, table_plan, self.spec.column(mode).size,
@@ -125,7 +126,8 @@ class ReleaseRun:
         self.stage = "postprocess"
         start = time.perf_counter()
         scales = {(p.name, p.level): p.scale for p in self.plan.tables}
-        self.published_values = postprocess_release(self.spec, self.noisy, scales, invariants=self.invariants)
+        self.published_values = postprocess_release(self.spec, self.noisy, scales, invariants=self.invariants,
+                                                    structural=structural_masks(self.plan))
         for p in self.plan.local:  # estimates from the randomized answers: post-processing
             self.local_estimates[p.name] = estimate_local(self.local_counts[p.name], p.keep_probability)
         self._timed("postprocess", start)
@@ -141,7 +143,8 @@ class ReleaseRun:
             for level, dims, _ in table.measured():
                 table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
                 key = (table.name, level)
-                write_table(self.spec, table, dims, level, self.published_values[key], staging)
+                write_table(self.spec, table, dims, level, self.published_values[key], staging,
+                            table_plan.structural_mask())
                 checkpoint("staging")  # the first table staged, the rest not yet
                 write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
         for level, totals in self.invariants.items():

@@ -87,7 +87,8 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
             mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
             lines.append(f"| {name} | {_both(t['epsilon'])} |{' ' + t.get('delta', '0') + ' |' if approx else ''} "
                          f"{share} | {mechanism} | {t['sensitivity']} | "
-                         f"{_both(t['scale'])} | {t['cells']:,} | {t['moe']} | {t['post_process']} |")
+                         f"{_both(t['scale'])} | {_cells(t)} | {t['moe']} | {t['post_process']} |")
+    lines += _structural_section(manifest)
     lines += [
         "",
         f"## Lifetime budget of {manifest['dataset']} ({life_sym})",
@@ -240,3 +241,25 @@ def _invariants_warning(manifest: dict[str, Any]) -> list[str]:
         "count every row (no `where`) add up exactly to these totals.",
         "",
     ]
+
+
+def _cells(t: dict[str, Any]) -> str:
+    """Cells of a measurement: measured + structural (exact zeros, not measured) when it has any."""
+    n = t.get("structural_cells", 0)
+    return f"{t['measured_cells']:,} + {n:,} structural" if n else f"{t['cells']:,}"
+
+
+def _structural_section(manifest: dict[str, Any]) -> list[str]:
+    tables = [t for t in manifest["tables"] if t.get("structural_cells")]
+    if not tables:
+        return []
+    lines = ["", "## Structural zeros", "",
+             "Cells no row can be in, by the table's own definition (its `where` and the spec's declared rules, "
+             "which the data was checked against before anything was spent): a function of the spec alone. They "
+             "are not measured, get no noise and are published as exact zeros (marked `structural`), or left out "
+             "where the spec says so; the ε, noise scale and ±MoE above are those of the measured cells.", ""]
+    for t in tables:
+        name = t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}"
+        lines.append(f"- `{name}`: {t['structural_cells']:,} of {t['cells']:,} cells ("
+                     f"{'; '.join(t['structural']['summary'])}), {t['structural']['published']}")
+    return lines

@@ -102,7 +102,8 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
         "budget_unit": manifest.get("budget_unit", "epsilon"), "total": manifest["total_epsilon"],
         "release_budget": manifest["release_budget"],
         "tables": [{"name": t["name"], "level": t.get("level"), "epsilon": t["epsilon"], "mechanism": t["mechanism"],
-                    "moe95": t.get("moe95")} for t in manifest["tables"]],
+                    "moe95": t.get("moe95"), "structural_cells": t.get("structural_cells", 0)}
+                   for t in manifest["tables"]],
         "lifetime": manifest["lifetime"],
         "burn_down": [{"release": p.release, "state": p.state, "spent_after": fraction_text(p.spent_after),
                        "created_at": p.created_at} for p in burn_down(manifest, state)],

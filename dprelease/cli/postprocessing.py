@@ -44,7 +44,7 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
         names = (["noisy_count"] if measure == "count" else ["noisy_sum", "noisy_count"] if "mean" in measure
                  else ["noisy_" + next(k for k in ("sum", "mode", "quantile") if k in measure)])
         read = pq.read_table(release_dir / entry["measurements"], columns=names)
-        columns = [np.asarray(c.to_numpy(), dtype=np.int64) for c in read.columns]
+        columns = [np.asarray(c.fill_null(-1).to_numpy(), dtype=np.int64) for c in read.columns]  # null: no mode
         noisy[key] = columns[0] if len(columns) == 1 else np.stack(columns)
         if noisy[key].shape[-1] != entry["cells"]:
             raise UserError(f"{entry['measurements']}: {noisy[key].shape[-1]} cells, the manifest says {entry['cells']}")
@@ -63,7 +63,8 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
         check_invariants(spec, invariants) if invariants else None
     except ValueError as exc:
         raise UserError(f"{release_dir}/invariants: {exc}; the release directory has been altered") from None
-    published = postprocess_release(spec, noisy, scales, method, invariants=invariants)
+    structural = _structural(release_dir, spec, manifest)
+    published = postprocess_release(spec, noisy, scales, method, invariants=invariants, structural=structural)
     versions = release_dir / "postprocessed"
     number = 1 + max((int(p.name.split("-")[0]) for p in versions.glob("*-*") if p.name.split("-")[0].isdigit()),
                      default=0)
@@ -74,7 +75,8 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     staging.mkdir(parents=True)
     for table in spec.tables:
         for level, dims, _ in table.measured():
-            write_table(spec, table, dims, level, published[(table.name, level)], staging)
+            write_table(spec, table, dims, level, published[(table.name, level)], staging,
+                        structural[(table.name, level)])
     write_json(staging / "postprocess.json", {
         "release": spec.release, "method": method or "as specified per table", "created_at": utc_now(),
         "from": "measurements/ (the release's raw noisy values)", "budget_spent": "0",
@@ -82,3 +84,28 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     sync_tree(staging)
     os.rename(staging, final)
     return final
+
+
+def _structural(release_dir: Path, spec, manifest: dict) -> dict[tuple[str, str | None], np.ndarray | None]:  # type: ignore[no-untyped-def,type-arg]
+    """The release's structural cells: those its manifest lists, which must be the ones the saved
+    spec implies (the planner's function of the spec); otherwise the directory was altered or
+    written by a version that reasoned differently, and nothing is guessed. A release published
+    before structural zeros existed (no ``structural_cells`` in its manifest) measured every cell,
+    and is post-processed so."""
+    from dprelease.plan.structural import cell_labels, measurement_masks
+
+    masks = measurement_masks(spec)
+    dims = {(t.name, level): d for t in spec.tables for level, d, _ in t.measured()}
+    for entry in manifest["tables"]:
+        key = (entry["name"], entry.get("level"))
+        if "structural_cells" not in entry:  # published before structural zeros: every cell was measured
+            masks[key] = None
+            continue
+        mask = masks.get(key)
+        expected = [] if mask is None else cell_labels(spec, dims[key], np.flatnonzero(mask))
+        listed = entry.get("structural", {}).get("cells", []) if entry.get("structural_cells") else []
+        if listed != expected:
+            raise UserError(f"{release_dir}/manifest.json lists {len(listed)} structural cells for {entry['name']}, its "
+                            f"spec implies {len(expected)}; the release directory has been altered (or was written by "
+                            "another version of dprelease)")
+    return masks

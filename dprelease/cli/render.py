@@ -93,6 +93,9 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
+             "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
+             "structural": {"summary": list(t.structural_summary), "cells": [list(c) for c in t.structural_labels]}
+             if t.structural else None,
              "moe95": t.moe95, "moe": t.moe, "delta": None if t.delta is None else fraction_text(t.delta),
              "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None,
              **({"parts": [{"part": label, "epsilon": fraction_text(p.epsilon), "sensitivity": p.shown_sensitivity,
@@ -128,7 +131,8 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
         mechanism = t.mechanism if t.pure_epsilon is None else f"{t.mechanism} at ε = {fraction_text(t.pure_epsilon)}"
         table.add_row(key, both(t.epsilon), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
                       str(t.shown_sensitivity), both(t.shown_scale),
-                      f"{t.cells:,}", "—" if t.mechanism == "permute_and_flip" else str(t.moe))
+                      f"{t.measured_cells:,} + {len(t.structural):,} structural" if t.structural else f"{t.cells:,}",
+                      "—" if t.mechanism == "permute_and_flip" else str(t.moe))
     if plan.tables:
         console.print(table)
     else:
@@ -140,6 +144,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
                       "bounds, empty where the noisy count is below 1.", markup=False, highlight=False)
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
                   "noise distribution (before clamping).", markup=False, highlight=False)
+    print_structural(console, plan)
     mark = "fits" if plan.fits_release else f"OVER by {both(plan.total_epsilon - plan.release_budget)}"
     console.print(f"Release budget:  total {plan.symbol} = {both(plan.total_epsilon)} of {both(plan.release_budget)} — "
                   f"{mark}", markup=False, highlight=False)
@@ -205,6 +210,22 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
     if ledger_where:
         console.print(f"Budget lives in: {ledger_where}", markup=False, highlight=False)
     console.print(f"Plan fingerprint: {plan.fingerprint}", markup=False, highlight=False)
+
+
+def print_structural(console: Console, plan: Plan, limit: int = 40) -> None:
+    """Each measurement's structural cells: impossible by the table's own definition (its where
+    and the spec's rules), so not measured and published as exact zeros (no noise, no MoE)."""
+    tables = [t for t in plan.tables if t.structural]
+    if not tables:
+        return
+    console.print("Structural zeros (impossible by the table's where and the spec's rules; not measured, published "
+                  "as exact 0, no noise and no MoE):", markup=False, highlight=False)
+    for t in tables:
+        console.print(f"  {t.key}: {len(t.structural):,} of {t.cells:,} cells — {'; '.join(t.structural_summary)}",
+                      markup=False, highlight=False)
+        shown = [" × ".join(c) for c in t.structural_labels[:limit]]
+        more = f", … (+{len(t.structural) - limit:,}; all in --json)" if len(t.structural) > limit else ""
+        console.print(f"    {', '.join(shown)}{more}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- ledger

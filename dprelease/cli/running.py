@@ -29,6 +29,7 @@ from rich.console import Console
 from dprelease.accounting import fraction_text
 from dprelease.cli.render import both, ledger_line
 from dprelease.data import DataError
+from dprelease.data.rules import check_rules
 from dprelease.errors import (
     AlreadyReleasedError,
     ExitCode,
@@ -181,6 +182,7 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
     _check_prefect_server()
+    check_rules(spec)  # the data against the spec's declared rules (structural zeros rely on them); no rules: no pass
 
 
 def _refuse_links(spec: Spec, output_dir: Path) -> None:

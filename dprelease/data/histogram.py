@@ -100,7 +100,8 @@ def _exact_sums(units: np.ndarray, index: np.ndarray, cells: int, column: str, g
 
 
 def where_mask(spec: Spec, conditions: tuple[Condition, ...], data: Encoded) -> np.ndarray | None:
-    """Rows that satisfy every condition; a missing value never satisfies one."""
+    """Rows that satisfy every condition; a missing value never satisfies one (but a rule's
+    ``missing``)."""
     if not conditions:
         return None
     mask = np.ones(data.rows, dtype=bool)
@@ -114,6 +115,10 @@ def _matches(spec: Spec, condition: Condition, code: np.ndarray) -> np.ndarray:
     present = code != column.size - 1 if column.missing is not None else np.ones(code.size, dtype=bool)
     operand = [_code_of(column, v) for v in condition.operand]
     match condition.op:
+        case "missing":  # rules only: the value is missing
+            return ~present
+        case "present":  # rules only: the value is not missing
+            return present
         case "eq":
             hit = code == operand[0]
         case "ne":

@@ -18,13 +18,19 @@ Privacy contract of the plan (pure ε-DP, one row per person):
   (:func:`~dprelease.accounting.approx_to_zcdp`); a pure ε-DP mechanism in a zcdp release (a
   mode, the truncated geometric, ``mechanism: discrete_laplace``) runs at the largest ε with
   ε²/2 ≤ its ρ, and in an approx release at its ε with δ = 0;
-* the release must fit its own budget and the dataset's remaining lifetime budget.
+* the release must fit its own budget and the dataset's remaining lifetime budget;
+* structural zeros (:mod:`dprelease.plan.structural`): cells the table's own definition (its
+  ``where`` and the spec's declared rules) makes impossible are 0 on every allowed dataset, so
+  they are not measured (no noise, no margin of error) and published as exact zeros. They are a
+  function of the spec alone; sensitivity, scale, ε and margins of the measured cells are those
+  of the full histogram (a row that changes a measured cell changes it by the same amount).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 from fractions import Fraction
 
 from dprelease.accounting import approx_to_zcdp, fraction_text, compose_sequential, pure_to_zcdp, zcdp_to_pure
@@ -42,6 +48,7 @@ from dprelease.ledger.store import (
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
 from dprelease.mechanisms.gaussian import gaussian_margin, sigma2_for, zcdp_rho
 from dprelease.mechanisms.sampling import check_scale
+from dprelease.plan.structural import cell_labels, describe, measurement_masks
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table, fingerprint
 
 CONFIDENCE_95 = Fraction(95, 100)
@@ -65,6 +72,24 @@ class TablePlan:
     delta: Fraction | None = None  # approx: the measurement's δ (0 for a pure mechanism)
     pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
     parts: tuple[TablePlan, ...] = ()  # a mean: its (sum, count) measurements; the rest describes the sum
+    structural: tuple[int, ...] = ()  # structural cells (indices into the full cross product): not measured, exact 0
+    structural_summary: tuple[str, ...] = ()  # the structural cells in words ("AGE_GROUP = 0-17")
+    structural_labels: tuple[tuple[str, ...], ...] = ()  # each structural cell as its published categories
+
+    @property
+    def measured_cells(self) -> int:
+        """Cells that get noise: all ``cells`` but the structural ones."""
+        return self.cells - len(self.structural)
+
+    def structural_mask(self) -> Any:
+        """The structural cells as a boolean numpy mask over all ``cells`` (None: none)."""
+        if not self.structural:
+            return None
+        import numpy as np
+
+        mask = np.zeros(self.cells, dtype=bool)
+        mask[np.asarray(self.structural, dtype=np.int64)] = True
+        return mask
 
     @property
     def mechanism_epsilon(self) -> Fraction:
@@ -238,8 +263,23 @@ def measurement_plans(spec: Spec, terms: str | None = None, sensitivity: int | N
     ledger ``terms``: those of a dataset new to the ledger (what ``evaluate`` simulates)."""
     if terms is None or sensitivity is None:
         terms, sensitivity, _ = ledger_terms(spec, None)
-    return tuple(_plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, sensitivity, to_rho)
+    masks = measurement_masks(spec)
+    return tuple(_with_structural(spec, _plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, sensitivity,
+                                                  to_rho), dims, masks[(t.name, level)])
                  for t in spec.tables for level, dims, eps in t.measured())
+
+
+def _with_structural(spec: Spec, plan: TablePlan, dims: tuple[str, ...], mask: Any) -> TablePlan:
+    """The plan with its structural cells (and its parts', for a mean: the same cells). The
+    sensitivity, scale, ε and margins stay the full histogram's: see the module docstring."""
+    from dataclasses import replace
+
+    if mask is None:
+        return plan
+    cells = tuple(int(i) for i in mask.nonzero()[0])
+    return replace(plan, structural=cells, parts=tuple(replace(p, structural=cells) for p in plan.parts),
+                   structural_summary=tuple(describe(spec, dims, mask)),
+                   structural_labels=tuple(map(tuple, cell_labels(spec, dims, mask.nonzero()[0]))))
 
 
 def _plan_one(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: str, sensitivity: int,

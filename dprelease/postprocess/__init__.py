@@ -2,6 +2,9 @@
 
 ``clamp`` (max(0, x) per cell), ``none``, and ``consistent`` (census-style: non-negative
 integer tables that agree across geographic levels and across the tables of a group).
+
+Structural zeros (cells the spec makes impossible, :mod:`dprelease.plan.structural`) stay exact
+zeros under every method (a mode's stay −1, a mean's empty): they are known, not estimated.
 """
 
 from __future__ import annotations
@@ -10,10 +13,18 @@ from fractions import Fraction
 
 import numpy as np
 
+from dprelease.plan import Plan
+from dprelease.plan.structural import measurement_masks
 from dprelease.postprocess.consistent import consistent_group
-from dprelease.spec import MeanMeasure, Spec, Table
+from dprelease.spec import MeanMeasure, ModeMeasure, Spec, Table
 
 Key = tuple[str, str | None]  # (table, level); level None for a plain table
+Masks = dict[Key, "np.ndarray | None"]
+
+
+def structural_masks(plan: Plan) -> Masks:
+    """Per measurement, the plan's structural cells as a boolean mask (None: none)."""
+    return {(t.name, t.level): t.structural_mask() for t in plan.tables}
 
 
 def clamp_or_none(noisy: np.ndarray, method: str) -> np.ndarray:
@@ -56,7 +67,8 @@ def groups(spec: Spec) -> list[list[Table]]:
 
 def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[Key, Fraction],
                         method: str | None = None,
-                        invariants: dict[str, np.ndarray] | None = None) -> dict[Key, np.ndarray]:
+                        invariants: dict[str, np.ndarray] | None = None,
+                        structural: Masks | None = None) -> dict[Key, np.ndarray]:
     """The published values of every measurement. ``method`` overrides the spec's choices for
     the count tables with unbiased noise (discrete Laplace); sums and truncated-geometric tables
     keep their own (consistent post-processing is for counts; a truncated output is clamped).
@@ -64,7 +76,12 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
     ``invariants`` (exact place totals per level, published outside DP) bind consistent
     post-processing of every group whose tables count all rows (no ``where``): each place's
     total is then its invariant. Clamped tables are not adjusted (clamping is per cell).
+
+    ``structural``: the plan's structural cells (:func:`structural_masks`); by default the same
+    function of the spec the planner uses. They are published as exact zeros (no category for
+    a mode, an empty mean over a zero count).
     """
+    structural = measurement_masks(spec) if structural is None else structural
     published: dict[Key, np.ndarray] = {}
     for t in spec.tables:
         if isinstance(t.measure, MeanMeasure):
@@ -82,8 +99,24 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
         consistent = [[t] for t in spec.tables if t.post_process != "consistent" and overridable(t)] + groups(spec)
     for group in consistent:
         binding = invariants if invariants and not any(t.where for t in group) else None
-        published.update(consistent_group(spec, group, noisy, scales, binding))
+        published.update(consistent_group(spec, group, noisy, scales, binding, structural))
+    for t in spec.tables:
+        for level, _, _ in t.measured():
+            mask = structural.get((t.name, level))
+            if mask is not None:
+                _exact_zeros(published[(t.name, level)], mask, t)
     return published
+
+
+def _exact_zeros(values: np.ndarray, mask: np.ndarray, table: Table) -> None:
+    """In place: structural cells hold their known value (0; no category for a mode; a mean
+    empty over a count of 0). Every method already gives them that; this states it once."""
+    if isinstance(table.measure, MeanMeasure):
+        values[0, mask], values[1, mask] = np.nan, 0
+    elif isinstance(table.measure, ModeMeasure):
+        values[mask] = -1
+    else:
+        values[mask] = 0
 
 
 def check_invariants(spec: Spec, invariants: dict[str, np.ndarray]) -> None:

@@ -94,8 +94,16 @@ def group_levels(spec: Spec, table: Table) -> list[Level]:
 
 def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str | None], np.ndarray],
                      scales: dict[tuple[str, str | None], Fraction],
-                     invariants: dict[str, np.ndarray] | None = None) -> dict[tuple[str, str | None], np.ndarray]:
+                     invariants: dict[str, np.ndarray] | None = None,
+                     structural: dict[tuple[str, str | None], np.ndarray | None] | None = None
+                     ) -> dict[tuple[str, str | None], np.ndarray]:
     """Published (non-negative, integer, consistent) values for every measurement of the group.
+
+    ``structural``: per measurement, its structural cells (:mod:`dprelease.plan.structural`; the
+    same cells of the non-geographic dimensions in every place and level). They are known zeros:
+    every detail cell that falls in a structural cell of any table of the group is removed from
+    the estimate, so structural cells are published as exact zeros and the rest stays
+    consistent (their noisy values, which are zeros not drawn, are never read).
 
     ``invariants``: exact place totals per level (the root's as ``ROOT``), published outside
     DP; the caller passes them only for a group whose tables count every row (no ``where``).
@@ -108,7 +116,14 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
     sizes = [spec.column(c).size for c in dims]
     marginals = {t.name: marginal_matrix(sizes, [dims.index(c) for c in t.group_by]) for t in tables}
     levels = group_levels(spec, tables[0])
-    own = [_wls(tables, level, noisy, variances, marginals, math.prod(sizes)) for level in levels]
+    keep = _unstructural_detail(tables, marginals, structural or {}, levels[0].name)
+    if keep is not None:  # structural cells are known zeros: the detail cells behind them are no variables
+        if not keep.any():
+            return {(t.name, level.name): np.zeros(level.units * marginals[t.name].shape[0], dtype=np.int64)
+                    for level in levels for t in tables}
+        marginals = {name: a[:, keep] for name, a in marginals.items()}
+    d = math.prod(sizes) if keep is None else int(keep.sum())
+    own = [_wls(tables, level, noisy, variances, marginals, d) for level in levels]
     variance = [1 / sum(1 / variances[(t.name, level.name)] for t in tables) for level in levels]
     combined, weights = _bottom_up(levels, own, variance)
     ms = [marginals[t.name] for t in tables]
@@ -129,6 +144,19 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
         for t in tables:
             out[(t.name, level.name)] = np.asarray(marginals[t.name] @ detail.T).T.astype(np.int64).reshape(-1)
     return out
+
+
+def _unstructural_detail(tables: list[Table], marginals: dict, structural: dict,  # type: ignore[type-arg]
+                         first_level: str | None) -> np.ndarray | None:
+    """Detail cells outside every table's structural cells (None: no table has any)."""
+    keep = None
+    for t in tables:
+        mask = structural.get((t.name, first_level))  # the root (or only) level: the group_by cells alone
+        if mask is None or not mask.any():
+            continue
+        hit = np.asarray(marginals[t.name].T @ mask.astype(np.float64)).ravel() > 0
+        keep = ~hit if keep is None else keep & ~hit
+    return keep
 
 
 def _patterns(levels: list[Level], combined: list[np.ndarray], marginals: list) -> list[np.ndarray]:  # type: ignore[type-arg]

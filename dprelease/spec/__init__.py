@@ -15,6 +15,7 @@ from dprelease.spec.model import (
     ROOT,
     RangeColumn,
     RollupColumn,
+    Rule,
     Spec,
     SumMeasure,
     Table,
@@ -22,5 +23,5 @@ from dprelease.spec.model import (
 
 __all__ = [
     "BinnedColumn", "CategoricalColumn", "Column", "Condition", "LocalTable", "MeanMeasure", "ModeMeasure", "Dataset", "Engine", "ROOT", "RangeColumn",
-    "RollupColumn", "Spec", "SumMeasure", "Table", "canonical", "fingerprint", "load_spec", "schema",
+    "RollupColumn", "Rule", "Spec", "SumMeasure", "Table", "canonical", "fingerprint", "load_spec", "schema",
 ]

@@ -26,6 +26,7 @@ from dprelease.spec.model import (
     ModeMeasure,
     RangeColumn,
     RollupColumn,
+    Rule,
     Spec,
     SumMeasure,
     Table,
@@ -73,6 +74,7 @@ def canonical(spec: Spec) -> dict[str, Any]:
                 **({"measure": {t.measure.kind: t.measure.column,
                                 **({"q": fraction_text(t.measure.q)} if t.measure.q is not None else {})}}
                    if isinstance(t.measure, ModeMeasure) else {}),
+                **({"structural_zeros": t.structural_zeros} if t.structural_zeros != "publish" else {}),
             }
             for t in spec.tables
         ],
@@ -87,7 +89,18 @@ def canonical(spec: Spec) -> dict[str, Any]:
                                for t in spec.local_tables]
     if spec.invariants:  # only when declared: specs without keep their fingerprints
         out["invariants"] = {"totals": list(spec.invariants)}
+    if spec.rules:  # only when declared: specs without keep their fingerprints
+        out["rules"] = [{"name": r.name, "description": r.description, "if": _conditions(r.if_),
+                         "then": _conditions(r.then), "both_ways": r.both_ways} for r in spec.rules]
     return out
+
+
+def _conditions(conditions: tuple[Condition, ...]) -> list[list[Any]]:
+    return [[c.column, c.op, list(c.operand)] for c in conditions]
+
+
+def _conditions_from(items: list[list[Any]]) -> tuple[Condition, ...]:
+    return tuple(Condition(c, op, tuple(operand)) for c, op, operand in items)
 
 
 def _column(c: Column) -> dict[str, Any]:
@@ -142,7 +155,8 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
               levels=tuple(t["levels"]), level_epsilons=tuple(Fraction(e) for e in t["level_epsilons"]),
               consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
               upper=t.get("upper"), measure=_measure_from(t.get("measure")),
-              delta=Fraction(t["delta"]) if "delta" in t else None)
+              delta=Fraction(t["delta"]) if "delta" in t else None,
+              structural_zeros=t.get("structural_zeros", "publish"))
         for t in data["tables"])
     unit = data["privacy"]["unit"]
     return Spec(source=source, release=data["release"], dataset=dataset, definition=data["privacy"]["definition"],
@@ -154,7 +168,9 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
                 local_tables=tuple(LocalTable(t["name"], t["column"], t["protocol"],
                                               None if t["epsilon_local"] is None else Fraction(t["epsilon_local"]),
                                               t["collection"], t["memoised"], t["description"], t.get("memo_of"))
-                                   for t in data.get("local_tables", ())))
+                                   for t in data.get("local_tables", ())),
+                rules=tuple(Rule(r["name"], _conditions_from(r["if"]), _conditions_from(r["then"]), r["both_ways"],
+                                 r["description"]) for r in data.get("rules", ())))
 
 
 def _measure_from(m: dict[str, Any] | None) -> SumMeasure | ModeMeasure | MeanMeasure | None:

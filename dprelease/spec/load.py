@@ -36,6 +36,7 @@ from dprelease.spec.model import (
     Spec,
     ModeMeasure,
     RollupColumn,
+    Rule,
     SumMeasure,
     MeanMeasure,
     LocalTable,
@@ -256,6 +257,7 @@ class _Checker:
         columns += rollups
         tables = self.tables({c.name: c for c in columns}, max_cells, levels)
         invariants = self.invariants(levels)
+        rules = self.rules({c.name: c for c in columns})
 
         ledger = self.get(("ledger",), str)
         if ledger is not None and "\0" in ledger:
@@ -313,7 +315,7 @@ class _Checker:
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants,
                     local_tables=tuple(self.local), release_template=release_template,
-                    run_date=self.run_date if release_template else None, engine=engine,
+                    run_date=self.run_date if release_template else None, engine=engine, rules=tuple(rules),
                     approval_required=self.get(("approval",), str, "optional") == "required")
 
     def engine(self) -> Engine:
@@ -919,7 +921,8 @@ class _Checker:
                 continue
             out.append(Table(name, tuple(group_by), tuple(where), epsilon, post,
                              self.get(at + ("description",), str), table_levels,
-                             tuple(epsilons or ()), consistency, mechanism, upper, measure, table_delta))
+                             tuple(epsilons or ()), consistency, mechanism, upper, measure, table_delta,
+                             self.get(at + ("structural_zeros",), str, "publish")))
         self.groups(out, columns, max_cells)
         return out
 
@@ -1034,6 +1037,75 @@ class _Checker:
                 continue
             for op in comparison:
                 condition = self.condition(at + ("where", name, op), columns[name], op)
+                if condition is None:
+                    ok = False
+                else:
+                    out.append(condition)
+        return out if ok else None
+
+    # -- rules
+
+    def rules(self, columns: dict[str, Column]) -> list[Rule]:
+        """Declared public facts about every row: ``if`` conditions ⇒ ``then`` conditions."""
+        out: list[Rule] = []
+        names: dict[str, int] = {}
+        for i, body in enumerate(self.get(("rules",), list, [])):
+            if not isinstance(body, dict):
+                continue
+            at: Path_ = ("rules", i)
+            name = self.get(at + ("name",), str)
+            if name is not None and name in names:
+                self.fail(at + ("name",), f"rule name {name!r} is already used by rules[{names[name]}]; names must "
+                          "be unique")
+                name = None
+            elif name is not None:
+                names[name] = i
+            premises = self.rule_conditions(at + ("if",), columns)
+            conclusions = self.rule_conditions(at + ("then",), columns)
+            if name is None or premises is None or conclusions is None:
+                continue
+            if set(premises) == set(conclusions):
+                self.fail(at + ("then",), "then repeats if: the rule says nothing; state what the if conditions "
+                          "imply about another column")
+                continue
+            out.append(Rule(name, tuple(premises), tuple(conclusions), self.get(at + ("both_ways",), bool, False),
+                            self.get(at + ("description",), str)))
+        return out
+
+    def rule_conditions(self, at: Path_, columns: dict[str, Column]) -> list[Condition] | None:
+        """A rule's side: like a where, plus ``missing: true|false`` on a column with a missing category."""
+        body = self.get(at, dict)
+        if body is None:
+            return None  # the schema reported it
+        out: list[Condition] = []
+        ok = True
+        for name, comparison in body.items():
+            if not isinstance(comparison, dict):
+                ok = False
+                continue
+            if name not in columns:
+                if name not in self.broken:
+                    self.fail(at + (name,), self.unknown_column(name, columns), at_key=True)
+                ok = False
+                continue
+            column = columns[name]
+            if isinstance(column, RollupColumn):
+                self.fail(at + (name,), f"{name} is a coarser geographic level; a rule names declared or derived "
+                          f"columns: state it on {column.source} instead", at_key=True)
+                ok = False
+                continue
+            for op, value in comparison.items():
+                if op == "missing":
+                    if not isinstance(value, bool):
+                        ok = False  # the schema reported it
+                    elif column.missing is None:
+                        self.fail(at + (name, op), f"{name} declares no missing: category, so its values are never "
+                                  "missing; remove this condition, or declare missing: LABEL on the column")
+                        ok = False
+                    else:
+                        out.append(Condition(name, "missing" if value else "present", ()))
+                    continue
+                condition = self.condition(at + (name, op), column, op)
                 if condition is None:
                     ok = False
                 else:

@@ -126,19 +126,44 @@ class RollupColumn:
 Column = CategoricalColumn | RangeColumn | BinnedColumn | RollupColumn
 ROOT = "root"  # the implicit top of every geography: the whole dataset
 
-Op = Literal["eq", "ne", "in", "not_in", "ge", "gt", "le", "lt"]
+Op = Literal["eq", "ne", "in", "not_in", "ge", "gt", "le", "lt", "missing", "present"]
 
 
 @dataclass(frozen=True, slots=True)
 class Condition:
     """One row filter. Operands are declared values (text, or ints for range columns).
 
-    A missing value never satisfies a condition, not even ``ne``.
+    A missing value never satisfies a condition, not even ``ne``. Rules (not ``where``) may also
+    test ``missing`` (the value is missing) and ``present`` (it is not); their operand is empty.
     """
 
     column: str
     op: Op
-    operand: tuple[str | int, ...]  # one element except for in / not_in
+    operand: tuple[str | int, ...]  # one element except for in / not_in; none for missing / present
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A public, declared fact about every row of the data: every row that satisfies all of
+    ``if_`` satisfies all of ``then`` (and, with ``both_ways``, the other way round too: "then
+    exactly when if").
+
+    Rules come from public knowledge (a data dictionary: ``MSP`` is "not applicable" exactly
+    when ``AGEP < 15``), never from the data. They narrow the set of possible datasets, like a
+    declared domain does: a run checks the data against every rule before anything is
+    reserved and refuses data that breaks one (:func:`dprelease.data.rules.check_rules`). The
+    planner uses them to find structural zeros (:mod:`dprelease.spec.structural`).
+    """
+
+    name: str
+    if_: tuple[Condition, ...]
+    then: tuple[Condition, ...]
+    both_ways: bool = False
+    description: str | None = None
+
+    def implications(self) -> tuple[tuple[tuple[Condition, ...], tuple[Condition, ...]], ...]:
+        """(premises, conclusions) of each direction the rule holds in."""
+        return ((self.if_, self.then),) + (((self.then, self.if_),) if self.both_ways else ())
 
 
 PostProcess = Literal["clamp", "none", "consistent"]
@@ -271,6 +296,7 @@ class Table:
     upper: int | None = None  # truncated_geometric: the public upper bound of every count
     measure: SumMeasure | ModeMeasure | MeanMeasure | None = None  # None: counts
     delta: Fraction | None = None  # approx: the table's δ (discrete Gaussian tables only)
+    structural_zeros: Literal["publish", "omit"] = "publish"  # structural cells: published as exact 0s, or left out
 
     def __post_init__(self) -> None:
         if self.epsilon <= 0:
@@ -396,6 +422,7 @@ class Spec:
     run_date: datetime | None = None  # what the template was resolved with (UTC)
     engine: Engine = Engine()
     approval_required: bool = False  # approval: required (not in the fingerprint: it changes nothing released)
+    rules: tuple[Rule, ...] = ()  # declared public facts about every row (structural zeros)
 
     @property
     def invariant_levels(self) -> tuple[str, ...]:
