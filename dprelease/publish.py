@@ -227,6 +227,10 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
         "format": MANIFEST_FORMAT,
         "release": plan.release,
         "dataset": plan.dataset,
+        **({"exact_publications": {  # first: what is published outside differential privacy
+            "protected_by_differential_privacy": False,
+            "totals": [f"persons per place at {level}: exact" for level in spec.invariant_levels]}}
+           if spec.invariants else {}),
         "run_id": run_id,
         "created_at": created_at,
         "software": {"name": "dprelease", "version": __version__},

@@ -15,6 +15,7 @@ import numpy as np
 from dprelease import __version__
 from dprelease.data import DataError, ExactCounts, count_exact, file_fingerprint
 from dprelease.faults import checkpoint
+from dprelease.errors import LedgerError
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
 from dprelease.measure import check_structural, measure_counts, measure_mean, measure_mode
 from dprelease.mechanisms.local import Estimate, estimate_local
@@ -111,6 +112,8 @@ class ReleaseRun:
                 if part.mechanism != "discrete_gaussian":  # σ² was checked when planned
                     check_scale(part.scale / part.granularity)  # a refusal here must come before the budget counts as used
             check_structural(counts, table_plan)  # structural cells are empty (a bug otherwise): before any noise
+            if not self.noise_drawn:
+                self.begin_drawing()
             self.noise_drawn = True  # from here on the budget is spent, whatever happens next
             start = time.perf_counter()
             self.noisy[(name, level)] = (measure_mode(counts, table_plan, self.spec.column(mode).size,
@@ -120,6 +123,22 @@ class ReleaseRun:
             del counts
             self._timed("noise", start)
             checkpoint("noise")
+
+    def begin_drawing(self) -> None:
+        """Before the first draw: the ledger records, in one transaction that checks the
+        reservation is still live, that this run's noise is being drawn (never voided from
+        then on). A reservation settled without the run (voided by an operator) stops it here."""
+        ledger = Ledger.open(self.location, create=False)
+        if ledger is None:
+            raise RuntimeError(f"the ledger at {self.location.shown} disappeared during the run")
+        try:
+            ledger.begin_drawing(self.run_id)
+        except LedgerError as exc:
+            raise LedgerError(f"{exc}. This run's reservation was settled without it, so it stops before drawing any "
+                              "noise; nothing was drawn or published.") from None
+        finally:
+            ledger.close()
+        checkpoint("drawing")
 
     def postprocess(self) -> None:
         """The published values: a pure function of the noisy measurements (no data, no budget)."""

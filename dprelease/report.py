@@ -58,12 +58,12 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     lines = [
         f"# Budget report — {manifest['release']}",
         "",
+        *_invariants_warning(manifest),
         f"Dataset `{manifest['dataset']}` · run `{manifest['run_id']}` · {manifest['created_at']} · "
         f"dprelease {manifest['software']['version']}  ",
         f"Spec fingerprint `{manifest['spec_fingerprint']}`",
         "",
         *_record_lines(manifest),
-        *_invariants_warning(manifest),
         *([f"**Period:** {manifest['partition']['assumption']}.", ""] if "partition" in manifest else []),
         "## Guarantee",
         "",

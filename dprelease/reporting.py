@@ -98,6 +98,7 @@ def warnings(manifest: dict[str, Any], state: DatasetState | None) -> list[str]:
 
 def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[str, Any]:
     return {
+        **({"exact_publications": manifest["exact_publications"]} if "exact_publications" in manifest else {}),
         "release": manifest["release"], "dataset": manifest["dataset"], "run_id": manifest["run_id"],
         "budget_unit": manifest.get("budget_unit", "epsilon"), "total": manifest["total_epsilon"],
         "release_budget": manifest["release_budget"],

@@ -33,7 +33,7 @@ dataset:
 privacy: {{definition: approx, unit: {unit}}}
 budget: {{epsilon: 1, delta: 1e-6}}
 columns:
-  PUMA: {{domain_file: {domains}/puma.txt}}
+  PUMA: {{domain_file: {domains}/puma.txt, geographic: true}}
   SEX: {{domain: [1, 2], labels: [Male, Female]}}
   AGEP: {{range: [0, 99]}}
 derived:

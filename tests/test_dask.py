@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
@@ -17,7 +19,7 @@ from dprelease.data import scan
 from dprelease.errors import UserError
 from dprelease.spec import Engine, load_spec
 from dprelease.ledger import Ledger, resolve_location
-from tests.test_run import run
+from tests.test_run import child_env, run
 from tests.test_stream import NATIONAL, assert_same_counts, national_spec, national_table, national_with
 
 distributed = pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
@@ -103,6 +105,9 @@ def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, 
 
 def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, run_env):
     spec = national_spec(tmp_path, NATIONAL, "csv").source
+    approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", str(spec), "--approve", "--by", "t"],
+                             env=child_env(run_env), capture_output=True, text=True, timeout=120)
+    assert approve.returncode == 0, approve.stderr  # its invariants are exact publications: approved first
     proc = run(spec, "--dask-address", cluster.scheduler_address, "--output-dir", tmp_path / "out", env=run_env)
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "stream-test"
@@ -113,6 +118,9 @@ def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, run_env):
     text = spec.read_text().replace("release: stream-test", "release: stream-test-2")
     spec.write_text(text + f"engine: {{kind: dask, address: \"{cluster.scheduler_address}\"}}\n")
     assert load_spec(spec).engine == Engine(kind="dask", address=cluster.scheduler_address)
+    approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", str(spec), "--approve", "--by", "t"],
+                             env=child_env(run_env), capture_output=True, text=True, timeout=120)
+    assert approve.returncode == 0, approve.stderr
     proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "stream-test-2" / "manifest.json").exists()

@@ -95,6 +95,10 @@ def _read_counts(path):
 
 def test_release_with_invariants_publishes_them_flagged_and_reruns(tmp_path, run_env, cli):
     out = tmp_path / "out"
+    refused = run(INVARIANTS, "--output-dir", out, env=run_env)  # exact publications need an approved plan
+    assert refused.returncode == 5 and "exact publication of the invariants" in refused.stderr, refused.stderr
+    approved = cli("plan", INVARIANTS, "--approve", "--by", "reviewer")
+    assert approved.code == 0, approved
     proc = run(INVARIANTS, "--output-dir", out, env=run_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "acs-census-2019-invariants"
@@ -207,3 +211,32 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     ledger = ledger_at(plain_ledger)
     assert len(ledger.state(plain.dataset.name).runs) == 1
     ledger.close()
+
+
+def test_invariants_of_an_attribute_are_refused(tmp_path, cli):
+    """The outside review's reproducer: race as a 'geography' level with exact totals would publish
+    exact race counts outside differential privacy. Only declared places may be invariant."""
+    text = INVARIANTS.read_text().replace("  levels: [STATE, PUMA]", "  levels: [RAC1P]").replace(
+        "  STATE: {from: PUMA, prefix: 2}    # the state FIPS code: first 2 characters of the PUMA code\n", "").replace(
+        "totals: [STATE]", "totals: [RAC1P]")
+    path = tmp_path / "race.yaml"
+    path.write_text(text.replace("domains/", str(ROOT / "configs" / "domains") + "/").replace(
+        "../data/", str(ROOT / "data") + "/"))
+    result = cli("validate", path)
+    assert result.code == 2, result
+    assert "invariants.totals[0]: 'RAC1P' is published exactly only if it is a place" in result.stderr
+    assert "declare columns.RAC1P.geographic: true" in result.stderr
+    # the places of the shipped spec are declared: it validates
+    assert cli("validate", INVARIANTS).code == 0
+
+
+def test_the_plan_lists_exact_publications_first(cli):
+    result = cli("plan", INVARIANTS)
+    first = result.stdout.splitlines()[:3]
+    assert first[0].startswith("EXACT PUBLICATIONS — NOT protected by differential privacy"), first
+    assert first[1:] == ["  * the number of persons in the whole dataset (root): its exact count",
+                         "  * the number of persons in each STATE: their exact counts"]
+    as_json = cli("plan", INVARIANTS, "--json")
+    assert next(iter(json.loads(as_json.stdout))) == "exact_publications"
+    approve = cli("plan", INVARIANTS, "--approve", "--by", "reviewer")
+    assert approve.code == 0 and "with its EXACT publications (NOT differentially private)" in approve.stderr

@@ -28,7 +28,7 @@ dataset:
 privacy: {{definition: pure, unit: {unit}}}
 budget: {{epsilon: 1}}
 columns:
-  PUMA: {{domain_file: {domains}/puma.txt}}
+  PUMA: {{domain_file: {domains}/puma.txt, geographic: true}}
   RAC1P: {{domain: [1, 2, 3, 4, 5, 6, 7, 8, 9]}}
   SEX: {{domain: [1, 2], labels: [Male, Female]}}
 {invariants}

@@ -72,6 +72,7 @@ def _crashed(tmp_path, release="acs-crashed"):
     granted = ledger.reserve(dataset="acs", release=release, charges=[("t", Fraction(1, 2))],
                              spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4),
                              output_dir=str(tmp_path / "out"))
+    ledger.end_lease(granted.run_id)  # the reserving process (this one) is gone, as far as the lease knows
     ledger.close()
     (tmp_path / "out").mkdir(exist_ok=True)
     return ledger_path, granted.run_id

@@ -29,7 +29,7 @@ dataset: {{name: d, path: {path}, format: {format}, na_values: ["N"], lifetime_b
 privacy: {{definition: pure, unit: row}}
 budget: {{epsilon: 3}}
 columns:
-  PUMA: {{domain_file: {domains}/puma.txt}}
+  PUMA: {{domain_file: {domains}/puma.txt, geographic: true}}
   SEX: {{domain: [1, 2], labels: [Male, Female]}}
   AGEP: {{range: [0, 99]}}
   RAC1P: {{domain: [1, 2, 3, 4, 5, 6, 7, 8, 9]}}

@@ -29,7 +29,7 @@ dataset:
 privacy: {{definition: zcdp, unit: {unit}, delta: 1e-6}}
 budget: {{rho: 0.5}}
 columns:
-  PUMA: {{domain_file: {domains}/puma.txt}}
+  PUMA: {{domain_file: {domains}/puma.txt, geographic: true}}
   SEX: {{domain: [1, 2], labels: [Male, Female]}}
   AGEP: {{range: [0, 99]}}
 derived:

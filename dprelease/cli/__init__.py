@@ -214,7 +214,9 @@ def plan(
         finally:
             approver.close()
         say(f"approved plan {granted.spec_fingerprint} of release {spec.release} by {granted.approved_by} "
-            f"({granted.approved_at[:19]} UTC)")
+            f"({granted.approved_at[:19]} UTC)" + (f", with its EXACT publications (NOT differentially private): "
+                                                  f"persons per place at {', '.join(spec.invariant_levels)}"
+                                                  if spec.invariants else ""))
 
 
 def _confidence(text: str) -> Fraction:

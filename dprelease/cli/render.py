@@ -49,6 +49,7 @@ def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, l
 
 def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_id: str | None = None) -> dict[str, Any]:
     return {
+        "exact_publications": exact_publications(plan.invariants),  # NOT differentially private
         "release": plan.release,
         "dataset": plan.dataset,
         "fits": plan.fits,
@@ -106,8 +107,22 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
     }
 
 
+def exact_publications(levels: tuple[str, ...]) -> list[str]:
+    """Each exact (not differentially private) publication, in words a reviewer cannot miss."""
+    return [("the number of persons in the whole dataset (root): its exact count" if level == "root" else
+             f"the number of persons in each {level}: their exact counts") for level in levels]
+
+
 def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str | None = None,
                ledger_where: str | None = None) -> None:
+    if plan.invariants:  # first: what this release publishes outside differential privacy
+        console.print("EXACT PUBLICATIONS — NOT protected by differential privacy (the confidential counts "
+                      "themselves, no noise):", markup=False, highlight=False)
+        for line in exact_publications(plan.invariants):
+            console.print(f"  * {line}", markup=False, highlight=False)
+        console.print("  Every table below is planned under change one record (bounded DP): every sensitivity is 2. "
+                      "A run needs this exact plan approved (`dprelease plan SPEC --approve --by NAME`).",
+                      markup=False, highlight=False)
     conf = pct(plan.confidence)
     table = Table(title=f"Plan for release {plan.release} ({spec_path})", title_justify="left")
     gaussian = {t.mechanism == "discrete_gaussian" for t in plan.tables}
@@ -121,10 +136,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
     if plan.neighbouring != ADD_REMOVE_ROW and not plan.invariants:  # not the default relation
         console.print(f"Note: neighbouring datasets: {plan.neighbouring}; the sensitivities below follow from it.",
                       markup=False, highlight=False)
-    if plan.invariants:
-        console.print(f"WARNING: invariants — the number of persons per place at {', '.join(plan.invariants)} is "
-                      "published EXACTLY, not protected by differential privacy. The neighbouring relation is "
-                      "change one record (bounded DP): every sensitivity is 2.", markup=False, highlight=False)
+
     rows = [(f"{t.key} · mean: {label}", p) for t in plan.tables if t.parts
             for label, p in zip(("sum", "count"), t.parts)]
     for key, t in [(t.key, t) for t in plan.tables if not t.parts] + rows:
@@ -332,7 +344,7 @@ def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[
             table.add_column(header)
         spent = Fraction(0)
         for r in s.runs:  # the burn-down: what counts as spent after each release, in order
-            state = "reserved (unfinished)" if r.unfinished else r.state
+            state = f"{r.state} (unfinished{', noise drawn' if r.state == 'drawing' else ''})" if r.unfinished else r.state
             if r.state in LIVE_STATES:
                 spent += r.epsilon
             if r.reason and r.state != "reserved":

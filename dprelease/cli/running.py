@@ -41,6 +41,7 @@ from dprelease.errors import (
 from dprelease.faults import checkpoint
 from dprelease.data import file_fingerprint
 from dprelease.ledger import Approval, DatasetState, Ledger, LedgerLocation, resolve_location
+from dprelease.ledger.lease import Heartbeat
 from dprelease.plan import Plan, plan_release
 from dprelease.publish import Layout, RunFacts, discard_staging, move_into_place, staged_runs
 from dprelease.release import ReleaseRun
@@ -125,6 +126,7 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     run.timings["fingerprint"] = fingerprint_seconds
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite kill settles the reservation too
     progress = _terminal_progress(run)
+    heartbeat = Heartbeat(lambda: _with_ledger(location, lambda ledger: ledger.renew_lease(granted.run_id))).start()
     try:
         checkpoint("reserved")
         from dprelease.orchestrate import run_release  # imports Prefect: only now
@@ -137,6 +139,8 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
             raise typer.Exit(ExitCode.INVALID if isinstance(exc, UserError) else ExitCode.INTERNAL) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        heartbeat.stop()
+        _with_ledger(location, lambda ledger: ledger.end_lease(granted.run_id))
         if progress is not None:
             progress.stop()
     record = run.write_internal_record()
@@ -157,6 +161,19 @@ def _terminal_progress(run: ReleaseRun):  # type: ignore[no-untyped-def]
     bar.start()
     run.on_progress = lambda what, step, steps: bar.update(task, completed=step, description=f"{run.spec.release}: {what}")
     return bar
+
+
+def _with_ledger(location: LedgerLocation, act: Callable[[Ledger], None]) -> None:
+    """Open the ledger, act on it, close it; a failure here (the lease's bookkeeping) is not the run's."""
+    try:
+        ledger = Ledger.open(location, create=False)
+        if ledger is not None:
+            try:
+                act(ledger)
+            finally:
+                ledger.close()
+    except Exception:  # noqa: BLE001 - the lease only guards; the ledger's states decide
+        pass
 
 
 def _interrupt(signum, frame):  # type: ignore[no-untyped-def]
@@ -243,7 +260,9 @@ def _approval(spec: Spec, plan: Plan, ledger: Ledger, required_by_flag: bool, sa
     policy = policy if policy is not None and policy.value == "required" else None  # a dataset new to it too
     why = ("--require-approval" if required_by_flag else f"the spec ({spec.source.name}: approval: required)"
            if spec.approval_required else f"the ledger's policy for {policy.dataset} (set {policy.set_at[:10]} by "
-           f"{policy.set_by}: {policy.reason})" if policy is not None else None)
+           f"{policy.set_by}: {policy.reason})" if policy is not None else
+           f"its exact publication of the invariants ({', '.join(spec.invariant_levels)} totals, outside differential "
+           "privacy)" if spec.invariants else None)
     if approval is None and why is not None:
         raise NotApprovedError(f"{spec.source}: this plan ({plan.fingerprint}) of release {spec.release} is not "
                                f"approved, and {why} requires approval; review it with `dprelease plan SPEC` and "
@@ -392,11 +411,15 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
         else:
             ledger.fail(run.run_id, reason=f"failed after noise was drawn ({type(exc).__name__})",
                         data_fingerprint=run.data_fingerprint)
-            spent = (f"noise had been drawn, so ε = {fraction_text(run.plan.total_epsilon)} stays spent "
-                     "(run recorded as failed); publish under a new release name")
-        discard_staging(run.layout)  # after the ledger knows: staged noise never outlives an open reservation
+            spent = (f"noise had been drawn, so {run.plan.ledger_symbol} = {fraction_text(run.plan.charge)} stays "
+                     "spent (run recorded as failed); publish under a new release name")
+    except LedgerError as settled:  # settled already (by an operator), or the ledger refused: say so
+        spent = f"the ledger did not take this run's settlement ({settled})"
     finally:
         ledger.close()
+        # whatever the ledger said: the ledger recorded the draw (drawing) before any noise existed,
+        # so staged noise is spent; it never stays on disk to be picked from
+        discard_staging(run.layout)
     if isinstance(exc, UserError):
         print(f"error: {exc}", file=sys.stderr)
     elif isinstance(exc, KeyboardInterrupt):
@@ -412,13 +435,19 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
 
 
 def resolve_run(ledger: Ledger, run_id: str, action: str, reason: str, by: str | None) -> str:
-    """Settle a reserved run after a crash. ``void`` only when no output of the run ever appeared
-    (no release directory of it, nothing staged): the noise, if drawn, died with the process
-    unseen. ``commit`` only when the release directory is in place with this run's manifest.
-    ``fail`` records it as spent and never published, and removes its staged outputs."""
+    """Settle an unfinished run after a crash, only once its process is certainly gone (its
+    lease: host, PID and start time, or a heartbeat from another host). ``void`` only when the
+    ledger shows no noise drawn (state ``reserved``) and no output of the run ever appeared (no
+    release directory of it, nothing staged). ``commit`` only when the release directory is in
+    place with this run's manifest. ``fail`` records it as spent and never published, and
+    removes its staged outputs."""
     dataset, record = ledger.find_run(run_id)
-    if record.state != "reserved":
+    if not record.unfinished:
         raise UserError(f"run {record.run_id} ({record.release}) is {record.state}, not an unfinished reservation")
+    alive = ledger.lease_holder(record.run_id)
+    if alive is not None:
+        raise UserError(f"run {record.run_id} ({record.release}) may still be running: {alive}. A live run's "
+                        "reservation is settled by the run itself; wait for it to end (or stop it), then resolve.")
     if record.output_dir is None:
         raise UserError(f"run {record.run_id} did not record its output directory; it cannot be checked")
     layout = Layout(Path(record.output_dir), record.release, record.run_id)
@@ -433,7 +462,7 @@ def resolve_run(ledger: Ledger, run_id: str, action: str, reason: str, by: str |
             published = False
     staged = layout.staging.exists()
     internal = layout.internal / "run.json"
-    if internal.is_file():
+    if internal.is_file():  # runs reserved before the ledger recorded drawing: their own record
         import json
 
         try:
@@ -442,6 +471,9 @@ def resolve_run(ledger: Ledger, run_id: str, action: str, reason: str, by: str |
         except (OSError, ValueError):
             pass
     if action == "void":
+        if record.state == "drawing":
+            raise UserError(f"run {record.run_id} drew noise (the ledger recorded it before the first draw): its "
+                            "budget is spent whatever the files show; use --commit (if published) or --fail")
         if published or staged:
             where = layout.final if published else layout.staging
             raise UserError(f"run {record.run_id} has outputs at {where}: its noise was drawn and written, so its "

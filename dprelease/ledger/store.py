@@ -31,12 +31,13 @@ from sqlalchemy.engine import Connection, Engine
 
 from dprelease.accounting import fraction_text, parse_exact
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
-from dprelease.ledger import keys
+from dprelease.ledger import keys, lease
 from dprelease.ledger.location import LedgerLocation
 
 SCHEMA_VERSION = 4  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
 # 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval
-LIVE_STATES = ("reserved", "committed", "failed")  # states whose charges count as spent
+LIVE_STATES = ("reserved", "drawing", "committed", "failed")  # states whose charges count as spent
+UNFINISHED = ("reserved", "drawing")  # drawing: noise is being drawn; never voided from then on
 
 metadata = sa.MetaData()
 meta_t = sa.Table("dprelease_meta", metadata,
@@ -113,6 +114,13 @@ policies_t = sa.Table("policies", metadata,  # append-only: the latest row of a 
                       sa.Column("reason", sa.Text, nullable=False),
                       sa.Column("set_by", sa.String(200), nullable=False),
                       sa.Column("set_at", sa.String(40), nullable=False))
+leases_t = sa.Table("leases", metadata,  # not accounting: who holds a reservation (lease.py); renewed in place
+                    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), primary_key=True),
+                    sa.Column("host", sa.String(255), nullable=False),
+                    sa.Column("pid", sa.Integer, nullable=False),
+                    sa.Column("start", sa.String(80), nullable=False),
+                    sa.Column("renewed_at", sa.String(40), nullable=False),
+                    sa.Column("ended_at", sa.String(40)))
 events_t = sa.Table("run_events", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
@@ -163,7 +171,12 @@ class RunRecord:
 
     @property
     def unfinished(self) -> bool:
-        return self.state == "reserved"
+        return self.state in UNFINISHED
+
+    @property
+    def noise_drawn(self) -> bool:
+        """The ledger recorded that noise was (being) drawn: spent, published or not."""
+        return self.state in ("drawing", "failed") or self.state == "committed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +378,8 @@ class Ledger:
                 created = cls._create_schema(engine, location) or created
         except sa.exc.DBAPIError as exc:
             engine.dispose()
-            raise LedgerError(f"cannot open the ledger at {location.shown}: {first_line(exc.orig)}") from None
+            raise LedgerError(f"cannot open the ledger at {location.shown}: {first_line(exc.orig)}. A damaged ledger is "
+                              "never replaced by a fresh one: restore it from a backup. Nothing was spent.") from None
         except LedgerError:
             engine.dispose()
             raise
@@ -667,6 +681,9 @@ class Ledger:
                                                    "delta": None if d is None else fraction_text(d)}
                                                   for t, e, d in full])
             conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
+            holder = lease.this_process()
+            conn.execute(leases_t.insert().values(run_id=run_id, host=holder.host, pid=holder.pid, start=holder.start,
+                                                  renewed_at=at))
             records = state.local
             for asked in local:  # recorded now: the respondents spent it when they answered
                 charged, known = local_charge(records, asked)
@@ -682,7 +699,7 @@ class Ledger:
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None,
                reason: str | None = None) -> None:
-        """Mark a reserved run as published. Its charges stay spent for ever."""
+        """Mark a reserved (or drawing) run as published. Its charges stay spent for ever."""
         self._transition(run_id, "committed", by=by, reason=reason, data_fingerprint=data_fingerprint)
 
     def fail(self, run_id: str, *, reason: str, data_fingerprint: str | None = None,
@@ -691,21 +708,50 @@ class Ledger:
         self._transition(run_id, "failed", by=by, reason=reason, data_fingerprint=data_fingerprint)
 
     def void(self, run_id: str, *, reason: str, by: str | None = None) -> None:
-        """Release a reservation whose noise was never drawn (an operator's recorded decision)."""
+        """Release a reservation whose noise was never drawn (an operator's recorded decision).
+        A run in the ``drawing`` state is never voided: its noise exists."""
         if not reason.strip():
             raise LedgerError("say why the reservation is voided: --reason TEXT")
         self._transition(run_id, "voided", by=by, reason=reason)
 
+    def begin_drawing(self, run_id: str) -> None:
+        """Record, before the first noise draw, that the run is drawing noise: one transaction that
+        also checks the reservation is still live. From then on the run can only be committed
+        or failed (spent). Raises LedgerError when the reservation was settled without the run
+        (voided or failed by an operator): the run must stop before drawing."""
+        self._transition(run_id, "drawing", by=None, reason=None)
+
+    def lease_holder(self, run_id: str) -> str | None:
+        """Why the run holding ``run_id``'s reservation may still be alive, or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(leases_t).where(leases_t.c.run_id == run_id)).first()
+        if row is None or row.ended_at is not None:
+            return None
+        return lease.may_be_alive(lease.Holder(row.host, row.pid, row.start), row.renewed_at)
+
+    def renew_lease(self, run_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(leases_t.update().where(leases_t.c.run_id == run_id, leases_t.c.ended_at.is_(None))
+                         .values(renewed_at=now()))
+
+    def end_lease(self, run_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(leases_t.update().where(leases_t.c.run_id == run_id).values(ended_at=now()))
+
     def _transition(self, run_id: str, state: str, *, by: str | None, reason: str | None,
                     data_fingerprint: str | None = None) -> None:
+        allowed = {"drawing": ("reserved",), "voided": ("reserved",)}.get(state, UNFINISHED)
         with self._write() as conn:
             row = conn.execute(sa.select(runs_t.c.dataset).where(runs_t.c.run_id == run_id)).first()
             if row is None:
                 raise LedgerError(f"no run {run_id!r} in the ledger at {self.location.shown}")
             _lock_dataset(conn, row[0])
             current = _run_state(conn, run_id)
-            if current != "reserved":
-                raise LedgerError(f"run {run_id} is {current}; only a reserved run can become {state}")
+            if current not in allowed:
+                why = (" (noise was drawn: its budget is spent; settle it with --fail, or --commit if it was "
+                       "published)" if current == "drawing" else "")
+                raise LedgerError(f"run {run_id} is {current}; only a {' or '.join(allowed)} run can become "
+                                  f"{state}{why}")
             conn.execute(events_t.insert().values(run_id=run_id, state=state, at=now(), by=by or current_user(),
                                                   reason=reason, data_fingerprint=data_fingerprint))
 
@@ -784,7 +830,7 @@ def _migrate_to_4(conn: Connection, location: LedgerLocation) -> None:
                          ("approved_at", "VARCHAR(40)")):
         if column not in present:
             conn.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
-    for table in (evaluations_t, policies_t):
+    for table in (evaluations_t, policies_t, leases_t):
         if not inspector.has_table(table.name):
             table.create(conn)
     meta = dict(conn.execute(sa.select(meta_t.c.key, meta_t.c.value)).all())

@@ -499,7 +499,26 @@ class _Checker:
                 hint = (f"use {ROOT} or one of the geography levels {', '.join(levels)}" if levels else
                         f"without a geography: block only {ROOT} (the number of persons in the dataset) exists")
                 self.fail(("invariants", "totals", i), f"{name!r} is not a geographic level: {hint}")
+            elif isinstance(name, str) and name != ROOT:
+                base = self.place_column(name)
+                if self.get(("columns", base, "geographic"), bool) is not True:
+                    self.fail(("invariants", "totals", i),
+                              f"{name!r} is published exactly only if it is a place: its column {base!r} is not "
+                              f"declared geographic. Invariants of a person's attribute (e.g. race) would publish "
+                              f"its exact counts outside differential privacy; if {base} is a place, declare "
+                              f"columns.{base}.geographic: true, else drop it from invariants.totals")
         return tuple(name for name in known if name in totals)
+
+    def place_column(self, level: str) -> str:
+        """The declared column a geography level is made from (itself, or its rollups' source)."""
+        seen = set()
+        while level not in seen:
+            seen.add(level)
+            source = self.get(("geography", level, "from"), str)
+            if source is None:
+                return level
+            level = source
+        return level
 
     def confidence(self) -> Fraction:
         path = ("accuracy", "confidence")
