@@ -360,19 +360,39 @@ def foreign_releases(output_dir: Path, known_run_ids: set[str], dataset: str, di
         if name.partition("/")[0] == base:
             found.append(ForeignRelease(manifest_path.parent.name, f"dataset {name!r}", shown))
             continue
-        try:
-            internal = json.loads((output_dir / "_internal" / manifest_path.parent.name / "run.json").read_text("utf-8"))
-            theirs = str(internal.get("data_fingerprint") or "")
-            if theirs.startswith(keys.PREFIX) and ledger.get("id") and ledger.get("location"):
-                key = keys.read_key(keys.key_path(resolve_location(ledger["location"]), ledger["id"]))
-                same = key is not None and keys.keyed(key, digest) == theirs
-            else:
-                same = theirs == digest  # a record from before keyed fingerprints
-        except Exception:  # noqa: BLE001 - unreadable records or keys: nothing to compare
-            same = False
-        if same:
-            found.append(ForeignRelease(manifest_path.parent.name, f"the same data (as dataset {name!r})", shown))
+        same = _same_data(output_dir / "_internal" / manifest_path.parent.name / "run.json", ledger, digest)
+        if same is not False:  # the same data, or data that cannot be compared: refused either way
+            found.append(ForeignRelease(manifest_path.parent.name, f"the same data (as dataset {name!r})" if same else
+                                        f"dataset {name!r}, whose data cannot be compared with this one (its "
+                                        "internal record or its ledger's key is not readable here)", shown))
     return found
+
+
+def _same_data(record_path: Path, ledger: dict[str, Any], digest: str) -> bool | None:
+    """Whether another ledger's release read the data whose plain SHA-256 is ``digest``: its
+    internal record's keyed fingerprint under that ledger's key (beside it, or at the usual key
+    path); None when it cannot be told (fail closed: the caller refuses)."""
+    from dprelease.errors import LedgerError
+    from dprelease.ledger import keys, resolve_location
+
+    try:
+        theirs = str(json.loads(record_path.read_text("utf-8")).get("data_fingerprint") or "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not theirs.startswith(keys.PREFIX):
+        return theirs == digest if theirs else None  # a record from before keyed fingerprints
+    candidates = []
+    try:
+        location = resolve_location(str(ledger["location"]))
+        candidates = [keys.key_path(location, str(ledger["id"]))]
+        if location.sqlite_path is not None:
+            candidates.append(location.sqlite_path.with_name(location.sqlite_path.name + ".key"))
+        found = [k for k in (keys.read_key(p) for p in candidates) if k is not None]
+    except (KeyError, TypeError, LedgerError):
+        return None
+    if not found:
+        return None
+    return any(keys.keyed(k, digest) == theirs for k in found)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

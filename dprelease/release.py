@@ -130,7 +130,7 @@ class ReleaseRun:
         then on). A reservation settled without the run (voided by an operator) stops it here."""
         ledger = Ledger.open(self.location, create=False)
         if ledger is None:
-            raise RuntimeError(f"the ledger at {self.location.shown} disappeared during the run")
+            raise LedgerError(f"the ledger at {self.location.shown} disappeared during the run; restore it")
         try:
             ledger.begin_drawing(self.run_id)
         except LedgerError as exc:
@@ -179,7 +179,7 @@ class ReleaseRun:
         checkpoint("publish")
         ledger = Ledger.open(self.location, create=False)
         if ledger is None:
-            raise RuntimeError(f"the ledger at {self.location.shown} disappeared during the run")
+            raise LedgerError(f"the ledger at {self.location.shown} disappeared during the run; restore it")
         try:
             ledger.commit(self.run_id, data_fingerprint=self.data_fingerprint)
             self.committed = True

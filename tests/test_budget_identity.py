@@ -366,3 +366,53 @@ def test_keys_are_created_whole_and_owner_only(tmp_path):
     assert keys.read_key(path) == key and keys.create_key(path) == key  # the second finds the first's
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not [p for p in path.parent.iterdir() if p.name != "a.key"]
+
+
+def test_an_existing_default_ledger_never_starts_a_budget(tmp_path, run_env):
+    """Another HOME that already has a per-user default ledger (an older version, another
+    dataset's cap): a spec that pins nothing still cannot start its dataset's budget there."""
+    home = tmp_path / "home"
+    env = home_env(run_env, home)
+    made = run_cli(["ledger", "set-budget", "other-data", "--epsilon", "1", "--reason", "another dataset",
+                    "--create"], env)
+    assert made.returncode == 0, made.stderr
+    unpinned = demo_copy(tmp_path, ledger=None)
+    refused = run(unpinned, "--output-dir", tmp_path / "out", env=env)
+    assert refused.returncode == 2 and "has no lifetime budget in the per-user default ledger" in refused.stderr
+    assert ledger_runs(home / ".local" / "share" / "dprelease" / "ledger.sqlite") == []
+
+
+def test_a_deleted_ledger_beside_its_key_is_not_recreated(tmp_path, monkeypatch):
+    from dprelease.ledger import store
+
+    monkeypatch.setattr(store, "CREATION_WAIT", 0.3)
+    path = tmp_path / "ledger.sqlite"
+    Ledger.open(resolve_location(str(path)), create=True).close()
+    path.unlink()  # the key stays: a ledger was here
+    with pytest.raises(LedgerError, match="exists but the ledger .* does not: the ledger was deleted or moved"):
+        Ledger.open(resolve_location(str(path)), create=True)
+    assert not path.exists()
+
+
+def test_a_foreign_release_that_cannot_be_compared_is_refused(published, tmp_path):
+    """Another ledger's release whose data cannot be compared (its key unreadable here): refused."""
+    key = published["ledger"].with_name("ledger.sqlite.key")
+    hidden = key.with_name("hidden.key")
+    key.rename(hidden)
+    try:
+        renamed = demo_copy(tmp_path, ledger=None, release="other-2", dataset="other-two")
+        refused = run(renamed, "--output-dir", published["out"], "--ledger", tmp_path / "fresh.sqlite",
+                      env=published["env"])
+    finally:
+        hidden.rename(key)
+    assert refused.returncode == 2, refused.stderr
+    assert "whose data cannot be compared with this one" in refused.stderr
+    assert ledger_runs(tmp_path / "fresh.sqlite") == []
+
+
+def test_evaluate_records_in_the_spec_s_own_ledger_only(tmp_path, cli, monkeypatch):
+    monkeypatch.delenv("DPRELEASE_LEDGER")
+    spec = tiny_release(tmp_path, [(1, 1), (2, 2)])
+    elsewhere = cli("evaluate", spec, "--trials", "1", "--ledger", tmp_path / "empty.sqlite")
+    assert elsewhere.code == 2 and "the spec pins the dataset's ledger" in elsewhere.stderr
+    assert not (tmp_path / "empty.sqlite").exists()

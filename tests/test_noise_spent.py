@@ -114,3 +114,18 @@ def test_a_failed_commit_leaves_no_noisy_file(tmp_path, run_env):
     state = ledger_state(DATASET)
     assert [r.state for r in state.runs] == ["failed"] and state.spent == SPENT
     assert Fraction(SPENT) > 0
+
+
+def test_a_commit_without_its_ledger_leaves_no_noisy_file(tmp_path, run_env):
+    """Staged, then the ledger file disappears: the commit fails (exit 2, no traceback), the
+    staged tables are deleted all the same."""
+    spec, out = _spec(tmp_path, "ledger-gone"), tmp_path / "out"
+    victim, resume = paused_at("publish", spec, out, run_env, tmp_path)
+    ledger = resolve_location().sqlite_path
+    ledger.rename(ledger.with_name("moved.sqlite"))
+    resume.write_text("go")
+    stdout, stderr = victim.communicate(timeout=120)
+    assert victim.returncode == 2 and "Traceback" not in stderr, stderr
+    assert "disappeared during the run" in stderr
+    left = [p for p in out.rglob("*") if p.is_file() and "_internal" not in p.parts]
+    assert left == [], left

@@ -473,6 +473,9 @@ def evaluate(
 
     spec = load_spec(spec_path)
     location = resolve_location(ledger, spec.ledger, spec.source.resolve().parent)
+    if spec.ledger and location.url != resolve_location(None, spec.ledger, spec.source.resolve().parent).url:
+        raise UserError(f"{spec.source}: the spec pins the dataset's ledger (ledger: {spec.ledger}); an evaluation is "
+                        f"recorded there, not in {location.shown}. Drop --ledger (and $DPRELEASE_LEDGER).")
     opened = Ledger.open(location, create=False)
     if opened is None and not location.pinned:
         raise UserError(f"{spec.source}: an evaluation is recorded in the dataset's ledger, and none exists at the "

@@ -84,6 +84,8 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     say(ledger_line(location, True, created=ledger.created, ledger_id=ledger.id))
     try:
         state = ledger.state(spec.dataset.name)
+        if state is None:  # a new lifetime budget starts only in a pinned ledger, never a per-user default
+            _refuse_unpinned_new_ledger(spec, location)
         plan = plan_release(spec, state)
         _refuse_links(spec, output_dir)
         if _recover_interrupted_publication(spec, plan, say, out):
@@ -244,8 +246,8 @@ def _refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:
     if location.pinned:
         return
     raise LedgerError(
-        f"{spec.source}: no ledger exists at the per-user default {location.shown}, and the spec does not say where "
-        f"the lifetime budget of dataset {spec.dataset.name!r} lives. A run never starts a budget there: another user "
+        f"{spec.source}: dataset {spec.dataset.name!r} has no lifetime budget in the per-user default ledger "
+        f"{location.shown}, and the spec does not say where its lifetime budget lives. A run never starts a budget there: another user "
         "or machine would start the same data from a fresh budget. Pin it in the spec with `ledger: PATH` (relative "
         "to the spec file, e.g. ledger: ../ledgers/ledger.sqlite, or a database URL such as "
         "postgresql://host/ledger) — or pass --ledger / set $DPRELEASE_LEDGER to the one ledger of this dataset. "
@@ -402,23 +404,11 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
         say(f"warning: release {run.spec.release} was published and committed; a step after publication failed: "
             f"{type(exc).__name__}: {exc}")
         return True
-    ledger = Ledger.open(run.location, create=False)
-    assert ledger is not None
     try:
-        if not run.noise_drawn:
-            ledger.void(run.run_id, reason=f"failed before any noise was drawn ({type(exc).__name__})")
-            spent = "the reservation was voided; nothing was spent"
-        else:
-            ledger.fail(run.run_id, reason=f"failed after noise was drawn ({type(exc).__name__})",
-                        data_fingerprint=run.data_fingerprint)
-            spent = (f"noise had been drawn, so {run.plan.ledger_symbol} = {fraction_text(run.plan.charge)} stays "
-                     "spent (run recorded as failed); publish under a new release name")
-    except LedgerError as settled:  # settled already (by an operator), or the ledger refused: say so
-        spent = f"the ledger did not take this run's settlement ({settled})"
+        spent = _settle_in_ledger(run, exc)
     finally:
-        ledger.close()
-        # whatever the ledger said: the ledger recorded the draw (drawing) before any noise existed,
-        # so staged noise is spent; it never stays on disk to be picked from
+        # whatever the ledger said (or if it could not be opened): the ledger recorded the draw
+        # (drawing) before any noise existed, so staged noise is spent; it never stays on disk
         discard_staging(run.layout)
     if isinstance(exc, UserError):
         print(f"error: {exc}", file=sys.stderr)
@@ -432,6 +422,28 @@ def _settle_failure(run: ReleaseRun, exc: BaseException, say: Say) -> bool:
               file=sys.stderr)
     say(f"run {run.run_id} of {run.spec.release} failed at {run.stage}: {spent}. Nothing was published.")
     return False
+
+
+def _settle_in_ledger(run: ReleaseRun, exc: BaseException) -> str:
+    """Void (no noise drawn) or fail (drawn) the run's reservation; what happened, in words."""
+    try:
+        ledger = Ledger.open(run.location, create=False)
+        if ledger is None:
+            raise LedgerError(f"the ledger at {run.location.shown} is gone")
+    except LedgerError as gone:
+        return f"the ledger could not record the outcome ({gone}); its reservation still counts"
+    try:
+        if not run.noise_drawn:
+            ledger.void(run.run_id, reason=f"failed before any noise was drawn ({type(exc).__name__})")
+            return "the reservation was voided; nothing was spent"
+        ledger.fail(run.run_id, reason=f"failed after noise was drawn ({type(exc).__name__})",
+                    data_fingerprint=run.data_fingerprint)
+        return (f"noise had been drawn, so {run.plan.ledger_symbol} = {fraction_text(run.plan.charge)} stays spent "
+                "(run recorded as failed); publish under a new release name")
+    except LedgerError as settled:  # settled already (by an operator), or the ledger refused: say so
+        return f"the ledger did not take this run's settlement ({settled})"
+    finally:
+        ledger.close()
 
 
 def resolve_run(ledger: Ledger, run_id: str, action: str, reason: str, by: str | None) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,7 +38,8 @@ from dprelease.ledger.location import LedgerLocation
 SCHEMA_VERSION = 4  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
 # 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval
 LIVE_STATES = ("reserved", "drawing", "committed", "failed")  # states whose charges count as spent
-UNFINISHED = ("reserved", "drawing")  # drawing: noise is being drawn; never voided from then on
+UNFINISHED = ("reserved", "drawing")
+CREATION_WAIT = 15.0  # seconds a creator waits for another process's ledger to appear beside its key  # drawing: noise is being drawn; never voided from then on
 
 metadata = sa.MetaData()
 meta_t = sa.Table("dprelease_meta", metadata,
@@ -357,7 +359,8 @@ class Ledger:
         if path is not None and not path.exists():
             if not create:
                 return None
-            created = _create_sqlite_ledger(location)
+            if not _orphaned_key_wait(location):
+                created = _create_sqlite_ledger(location)
         elif path is not None:
             _refuse_non_ledger_file(path, location)
         engine = _engine(location)
@@ -634,6 +637,7 @@ class Ledger:
                 _lock_dataset(conn, dataset)
             _check_partition_family(conn, dataset)
             if data_fingerprint is not None:
+                _lock_dataset(conn, "data:" + data_fingerprint)  # two names, one data: one writer at a time
                 other = _other_dataset_with(conn, dataset, data_fingerprint)
                 if other is not None:
                     raise LedgerError(
@@ -818,8 +822,16 @@ def _migrate(engine: Engine, location: LedgerLocation) -> None:
                     local_t.create(conn)
                 elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
                     conn.execute(sa.text("ALTER TABLE local_collections ADD COLUMN answers VARCHAR(80)"))
+            if conn.dialect.name == "sqlite":  # the plain hashes replaced below leave no copy in freed pages
+                conn.exec_driver_sql("PRAGMA secure_delete = ON")
             _migrate_to_4(conn, location)
             conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
+    if engine.dialect.name == "sqlite":  # nor in the journal's or the file's slack: rewrite the file
+        raw = engine.raw_connection()  # outside SQLAlchemy's transaction (VACUUM refuses one)
+        try:
+            raw.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
+        finally:
+            raw.close()
 
 
 def _migrate_to_4(conn: Connection, location: LedgerLocation) -> None:
@@ -867,6 +879,26 @@ def _read_checked_key(location: LedgerLocation, ledger_id: str, check: str | Non
                           "key the same data would not be recognised. Use the key created with this ledger. "
                           "Nothing was spent.")
     return key
+
+
+def _orphaned_key_wait(location: LedgerLocation) -> bool:
+    """Where a SQLite ledger's own key file exists but the ledger does not, a ledger was there
+    (deleted, moved, or being created by another process this instant): wait briefly for the
+    latter (True: it appeared), else refuse — a fresh ledger there would restart every budget."""
+    path = location.sqlite_path
+    assert path is not None
+    key = path.with_name(path.name + ".key")
+    if os.environ.get(keys.KEY_ENV) or not key.exists():
+        return False
+    deadline = time.monotonic() + CREATION_WAIT
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.1)
+    raise LedgerError(f"{key} exists but the ledger {path} does not: the ledger was deleted or moved, and a fresh one "
+                      "here would restart every lifetime budget it held. Restore the ledger from a backup (or point "
+                      "--ledger / ledger: to where it is now). Only if no release ever used it: remove the key file, "
+                      "and a new ledger starts. Nothing was spent.")
 
 
 def _create_sqlite_ledger(location: LedgerLocation) -> bool:
