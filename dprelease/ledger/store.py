@@ -1033,8 +1033,8 @@ def _check_partition_family(conn: Connection, dataset: str) -> None:
     elif any("/" in n for n in others):
         per = next(n for n in others if "/" in n)
         raise LedgerError(f"dataset {base!r} has per-period budgets ({per!r}, declared disjoint in people): a release "
-                          "from its whole budget would not be covered by them; declare the same partition with "
-                          "disjoint_units, or use a new dataset name")
+                          "from its whole budget would not be covered by them; release by period too: declare the same "
+                          "partition with disjoint_units (each period spends from its own recorded budget)")
 
 
 def _insert_dataset(conn: Connection, dataset: str, definition: str, by: str) -> None:

@@ -387,7 +387,8 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
         shown = lambda u: f"one person = one {u}" if u else "one row = one person"  # noqa: E731
         raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger with privacy unit "
                           f"({shown(held_unit)}), this spec uses ({shown(unit.lstrip('@'))}); budgets spent per row and "
-                          "per person do not add up. Keep the dataset's privacy unit, or use a new dataset name")
+                          "per person do not add up. Keep the dataset's privacy unit: the same people have one lifetime budget, "
+                          "spent in one unit")
     held_base, _, bounded = held.partition("-")
     if held_base not in ("pure", "zcdp", "approx") or bounded not in ("", "bounded"):
         raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
@@ -395,14 +396,16 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
     if held_base != base and base != "pure":  # pure ε-DP is ε²/2-zCDP and (ε, 0)-DP; nothing else converts
         shown = {"pure": "pure ε-DP", "zcdp": "zCDP (ρ)", "approx": "(ε, δ)-DP"}
         raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under {shown[held_base]} "
-                          f"terms; a {base} release cannot be charged there. Release it under a new dataset name, or "
-                          f"as {shown[held_base]}" + (" or pure ε-DP" if held_base != "pure" else ""))
+                          f"terms; a {base} release cannot be charged there. Release it as {shown[held_base]}"
+                          + (" or pure ε-DP" if held_base != "pure" else "") + ", charged to this dataset's lifetime "
+                          "budget (terms are fixed when a dataset enters the ledger)")
     if spec.bounded and not bounded:
         what = "invariants" if spec.invariants else "local tables (the number of answers)"
         raise LedgerError(
             f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under add/remove-one-row terms, but "
             f"this spec publishes {what}, which need change-one-record terms for the whole dataset (its "
-            f"earlier budget would double). Release them under a new dataset name, or drop them")
+            f"earlier budget would double). Drop them from this release: the dataset keeps its terms and its one "
+            "lifetime budget")
     if bounded and not spec.bounded:
         return state.definition, 2 * spec.max_rows, (
             "change one record (bounded DP: invariants of this dataset were published before, so every release "
