@@ -215,6 +215,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
                               "spec must declare dataset.lifetime_budget: {epsilon: E}")
         lifetime, spent = spec.dataset.lifetime_epsilon, Fraction(0)
         delta_budget, delta_spent = spec.dataset.lifetime_delta, Fraction(0)
+    refuse_local_over_central(spec, state)  # before the terms: the provenance is what is wrong
     terms, sensitivity, neighbouring = ledger_terms(spec, state)
     to_rho = terms.startswith("zcdp") and spec.definition == "pure"  # a pure release on a zCDP ledger
     approx = terms.startswith("approx")
@@ -254,14 +255,7 @@ def local_plans(spec: Spec, state: DatasetState | None, registered: tuple[Answer
     planned as a fresh one, charged its ε (``memo_not_honoured``). Without ``registered`` (a plan
     that reads no data) the spec's claim is planned, and the run checks it."""
     records = state.local if state else ()
-    central = [r for r in state.runs if r.charges and r.state != "voided"] if state and spec.local_tables else []
-    if central:
-        raise LedgerError(
-            f"{spec.source}: dataset {spec.dataset.name!r} has central releases ({central[0].release!r}, charged to "
-            "its lifetime budget): its records are confidential data, never answers the respondents randomized, so "
-            "its columns are not read as kind: local tables. Publish them as central tables of this dataset (charged "
-            "to its lifetime budget; `dprelease ledger set-budget` records a cap change), or estimate them from a "
-            "registered collection of answers the respondents randomized themselves")
+    refuse_local_over_central(spec, state)
     out = []
     for t in spec.local_tables:
         categories = len(spec.column(t.column).categories)
@@ -281,6 +275,19 @@ def local_plans(spec: Spec, state: DatasetState | None, registered: tuple[Answer
         out.append(LocalPlan(t.name, t.column, t.protocol, t.epsilon_shown, asked, categories, charge, known,
                              found, not_honoured))
     return tuple(out)
+
+
+def refuse_local_over_central(spec: Spec, state: DatasetState | None) -> None:
+    """A dataset with central releases (runs that charged its budget) holds confidential records,
+    never answers the respondents randomized: its columns are no kind: local tables."""
+    central = [r for r in state.runs if r.charges and r.state != "voided"] if state and spec.local_tables else []
+    if central:
+        raise LedgerError(
+            f"{spec.source}: dataset {spec.dataset.name!r} has central releases ({central[0].release!r}, charged to "
+            "its lifetime budget): its records are confidential data, never answers the respondents randomized, so "
+            "its columns are not read as kind: local tables. Publish them as central tables of this dataset (charged "
+            "to its lifetime budget; `dprelease ledger set-budget` records a cap change), or estimate them from a "
+            "registered collection of answers the respondents randomized themselves")
 
 
 def with_provenance(spec: Spec, plan: Plan, state: DatasetState | None, registered: tuple[AnswerSet, ...],
