@@ -690,8 +690,8 @@ def ledger_register_answers(
     if memo_of is not None and memo_of != local.memo_of:
         raise UserError(f"{spec.source}: table {table} {'repeats collection ' + repr(local.memo_of) if local.memo_of else 'is not memoised'}"
                         f", not {memo_of!r}: --memo-of names the collection whose memo the answers were produced from")
-    if not answers.is_file():
-        raise UserError(f"--answers {answers} is not a file")
+    if not (answers.is_file() or answers.is_dir()):  # a directory of answer files, as dataset.path may be
+        raise UserError(f"--answers {answers} is not a file or directory")
     opened = _spec_ledger(spec, ledger or ctx.obj, "answers are registered")
     try:
         keyed = opened.fingerprint(file_fingerprint(answers))

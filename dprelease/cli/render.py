@@ -198,6 +198,10 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
                           p.epsilon_shown if p.epsilon_shown == fraction_text(p.collection.epsilon)
                           else f"{p.epsilon_shown} (≤ {both(p.collection.epsilon)})", p.collection.collection, charged)
         console.print(local)
+        console.print("A local table reads only answers registered in the ledger (`dprelease randomize`, or "
+                      "`dprelease ledger register-answers`); a memoised collection costs nothing new only when its "
+                      "answers' registration says they came from that memo. The run checks both.",
+                      markup=False, highlight=False)
         after = plan.local_spent + sum((p.charge for p in plan.local), Fraction(0))
         console.print(f"Each respondent's ε over local collections of {plan.dataset}: {both(plan.local_spent)} "
                       f"→ {both(after)} (collections of the same people compose)", markup=False, highlight=False)

@@ -238,8 +238,8 @@ def _say_provenance(plan: Plan, say: Say) -> None:
             f"{p.provenance.registered_by} ({how})")
         if p.memo_not_honoured:
             say(f"warning: local table {p.name} says memoised: true, but its registered answers were not produced "
-                f"from the memo of the collection it names: charged as a fresh collection, ε = "
-                f"{fraction_text(p.charge)} per respondent")
+                "from the memo of the collection it names: charged as a fresh collection (ε = "
+                f"{fraction_text(p.collection.epsilon)} per respondent)")
 
 
 def _refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:
