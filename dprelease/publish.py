@@ -279,6 +279,12 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
              "keep_probability": p.keep_probability, "collection": p.collection.collection,
              "memoised": p.collection.memoised, "charged_per_respondent": fraction_text(p.charge),
              "already_recorded": p.already_recorded, "file": f"tables/{p.name}.csv",
+             "provenance": None if p.provenance is None else {
+                 "how": p.provenance.how, "statement": p.provenance.statement, "memo_of": p.provenance.memo_of,
+                 "registered_by": p.provenance.registered_by, "registered_at": p.provenance.registered_at},
+             **({"memo_not_honoured": "memoised: true, but the registered answers were not produced from the memo "
+                                      "of that collection: charged as a fresh collection"}
+                if p.memo_not_honoured else {}),
              "estimators": {"share": "iterative Bayesian update (maximum likelihood on the simplex)",
                             "share_mi": "matrix inversion, projected onto the simplex"}}
             for p in plan.local],

@@ -120,6 +120,12 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
               f"{'already recorded' if t['already_recorded'] else t['charged_per_respondent']} |"
               for t in manifest["local_tables"]],
             "",
+            *[f"Answers of {t['name']}: {t['provenance']['how']}"
+              + (f" — {t['provenance']['statement']}" if t['provenance'].get('statement') else "")
+              + f" (registered by {t['provenance']['registered_by']}, {t['provenance']['registered_at'][:19]} UTC)."
+              + (f" **{t['memo_not_honoured']}.**" if t.get("memo_not_honoured") else "")
+              for t in manifest["local_tables"] if t.get("provenance")],
+            "",
             f"Each respondent's ε over the recorded local collections: {spent['before']} → {spent['after']}.",
             "",
             "`share` is the iterative Bayesian update estimate (maximum likelihood on the simplex), `share_mi` the "

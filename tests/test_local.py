@@ -71,6 +71,19 @@ def true_answers(path, n=100_000, seed=7):
         writer.writerows((f"r{i}", LETTERS[a], "yes" if b else "no") for i, (a, b) in enumerate(zip(favourite, smokes)))
 
 
+def randomized_answers(cli, spec, ledger, source, target, memo=None):
+    """`dprelease randomize` both tables of ``spec`` (favourite, then smokers) from the true
+    answers in ``source`` into ``target``: answers the ledger registers (the second step keeps the
+    first's registration of the column it copies). ``memo``: a prefix of the two memo files."""
+    step = target.with_name(target.stem + "-step.csv")
+    results = []
+    for table, src, dst in (("favourite", source, step), ("smokers", step, target)):
+        memo_args = ["--id", "ID", "--memo", f"{memo}-{table}.json"] if memo else []
+        results.append(cli("randomize", spec, table, "--input", src, "--output", dst, "--ledger", ledger, *memo_args))
+        assert results[-1].code == 0, results[-1]
+    return results
+
+
 def read_csv(path):
     with path.open() as f:
         return list(csv.DictReader(f))
@@ -133,19 +146,19 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     ledger records each respondent's ε: 1 + ln 3 (rounded up) for the first wave."""
     true_answers(tmp_path / "true.csv")
     spec = write_spec(tmp_path)
+    ledger = tmp_path / "ledger.sqlite"
     step = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "step.csv",
-               "--id", "ID", "--memo", tmp_path / "memo.json")
+               "--id", "ID", "--memo", tmp_path / "memo.json", "--ledger", ledger)
     assert step.code == 0, step
     assert (os.stat(tmp_path / "memo.json").st_mode & 0o777) == 0o600  # respondent-side state, owner-only
     done = cli("randomize", spec, "smokers", "--input", tmp_path / "step.csv", "--output", tmp_path / "answers.csv",
-               "--id", "ID", "--memo", tmp_path / "memo-smk.json")
+               "--id", "ID", "--memo", tmp_path / "memo-smk.json", "--ledger", ledger)
     assert done.code == 0, done
     truth_rows, answers = read_csv(tmp_path / "true.csv"), read_csv(tmp_path / "answers.csv")
     kept = np.mean([t["FAVOURITE"] == a["FAVOURITE"] for t, a in zip(truth_rows, answers)])
     assert abs(kept - math.e / (math.e + 9)) < 0.005  # k-RR keeps the truth with e^ε/(e^ε + k − 1)
     assert all(t["ID"] == a["ID"] for t, a in zip(truth_rows, answers))
 
-    ledger = tmp_path / "ledger.sqlite"
     proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "survey-wave-1"
@@ -180,10 +193,10 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     spec2 = write_spec(tmp_path, release="survey-wave-2", collection="wave-2", memoised="true", data="answers2.csv",
                        name="spec2.yaml")
     fav = cli("randomize", spec2, "favourite", "--input", tmp_path / "true2.csv", "--output", tmp_path / "step2.csv",
-              "--id", "ID", "--memo", tmp_path / "memo.json")
+              "--id", "ID", "--memo", tmp_path / "memo.json", "--ledger", ledger)
     assert fav.code == 0 and "100,000 reused" in fav.stdout, fav
     smk = cli("randomize", spec2, "smokers", "--input", tmp_path / "step2.csv", "--output", tmp_path / "answers2.csv",
-              "--id", "ID", "--memo", tmp_path / "memo-smk.json")
+              "--id", "ID", "--memo", tmp_path / "memo-smk.json", "--ledger", ledger)
     assert smk.code == 0 and "100,000 reused" in smk.stdout, smk
     wave1, wave2 = read_csv(tmp_path / "answers.csv"), read_csv(tmp_path / "answers2.csv")
     assert [(r["FAVOURITE"], r["SMOKES"]) for r in wave1] == [(r["FAVOURITE"], r["SMOKES"]) for r in wave2]
@@ -209,11 +222,19 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     assert opened.state("survey-panel").local_epsilon == 1 + ln3
     opened.close()
-    # ... but new answers under wave 1's name are refused, not recorded as free
+    # ... but new answers under wave 1's name are refused, not recorded as free: unregistered ...
     before = (tmp_path / "answers.csv").read_text()
     (tmp_path / "answers.csv").write_text(before.replace('"r0"', '"r0x"', 1))
     assert (tmp_path / "answers.csv").read_text() != before
     spec4 = write_spec(tmp_path, release="survey-wave-1-again", name="spec4.yaml")
+    refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    assert refused.returncode == 2 and "match no registered answers" in refused.stderr, refused.stderr
+    assert not (tmp_path / "out" / "survey-wave-1-again").exists()
+    # ... and, registered for wave 1 with a statement, still not the answers wave 1 recorded
+    for table in ("favourite", "smokers"):
+        registered = cli("ledger", "register-answers", spec4, table, "--answers", tmp_path / "answers.csv",
+                         "--statement", "edited by hand", "--ledger", ledger)
+        assert registered.code == 0, registered
     refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
     assert refused.returncode == 2 and "with other answers" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "survey-wave-1-again").exists()
@@ -250,10 +271,14 @@ def test_answers_recorded_before_fingerprints_are_treated_as_unknown(tmp_path):
     from dprelease.errors import LedgerError
     from dprelease.ledger import LocalCollection
 
+    from dprelease.ledger import RANDOMIZED, AnswerSet
+
     path = tmp_path / "l.sqlite"
     ledger = Ledger.open(resolve_location(str(path)), create=True)
     ledger.set_budget("d", Fraction(1), reason="test", definition="pure-bounded")
-    asked = LocalCollection("wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers="sha256:aaa")
+    answers = ledger.fingerprint("sha256:aaa")
+    asked = LocalCollection("wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers=answers)
+    ledger.register_answers((AnswerSet("d", "wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers, RANDOMIZED),))
     ledger.reserve(dataset="d", release="a", charges=[], spec_fingerprint="x", lifetime_from_spec=None,
                    definition="pure-bounded", local=(asked,))
     ledger.close()
@@ -329,9 +354,10 @@ def test_randomize_refuses_bad_input(tmp_path, cli):
 def test_a_huge_local_epsilon_is_estimated_not_crashed(tmp_path, run_env, cli):
     """ε_local = 1000: the truth is kept with probability 1 − 9e^−1000 (no overflow), the run
     publishes, and the estimate is the answers' shares."""
-    true_answers(tmp_path / "answers.csv", n=2000)
+    true_answers(tmp_path / "true.csv", n=2000)
     spec = write_spec(tmp_path)
     spec.write_text(spec.read_text().replace("epsilon_local: 1", "epsilon_local: 1000"))
+    randomized_answers(cli, spec, tmp_path / "l.sqlite", tmp_path / "true.csv", tmp_path / "answers.csv")
     proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "l.sqlite", env=run_env)
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(tmp_path / "out" / "survey-wave-1" / "tables" / "favourite.csv")

@@ -433,22 +433,46 @@ def randomize(
     memo: Annotated[Optional[Path], typer.Option(
         metavar="FILE", help="Keep and reuse each respondent's first randomized answer (needs --id); "
         "respondent-side state, written owner-only.")] = None,
+    ledger: LedgerOpt = None,
 ) -> None:
     """Randomize answers as the respondents would, with the local table's protocol.
 
     For simulations and field tools: the output is what a collection receives. Writes the
-    input's columns with the table's column replaced by randomized answers. Spends nothing
-    centrally; the release that estimates from the answers records the collection's ε.
+    input's columns with the table's column replaced by randomized answers, and registers the
+    output in the dataset's ledger (its keyed fingerprint, collection, protocol, ε and the memo
+    reused): a kind: local table reads only registered answers. Spends nothing centrally; the
+    release that estimates from the answers records the collection's ε.
     """
     from dprelease.cli.randomizing import randomize_file
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)
-    written, reused = randomize_file(spec, table, input_path, output_path, id_column, memo)
+    opened = _spec_ledger(spec, ledger, "the answers are registered")
+    try:
+        written, reused, registered = randomize_file(spec, table, input_path, output_path, id_column, memo, opened)
+    finally:
+        opened.close()
     local = next(t for t in spec.local_tables if t.name == table)
     out.print(f"randomized {written:,} answers of {local.column} with {local.protocol} (ε = {local.epsilon_shown} "
               f"per respondent) → {output_path}" + (f"; {reused:,} reused from {memo}" if memo else ""),
               markup=False)
+    for a in registered:
+        say(f"registered {output_path} as the answers to {a.question} of collection {a.collection} of dataset "
+            f"{a.dataset} ({a.protocol}" + (f", from the memo of {a.memo_of}" if a.memo_of else "") + ")")
+
+
+def _spec_ledger(spec, url: str | None, what: str) -> Ledger:  # type: ignore[no-untyped-def]
+    """The spec's ledger, as `run` finds it; created only where it is pinned (never at the
+    per-user default, where another user would start the dataset afresh)."""
+    location = resolve_location(url, spec.ledger, spec.source.resolve().parent)
+    opened = Ledger.open(location, create=False)
+    if opened is None and not location.pinned:
+        raise UserError(f"{spec.source}: {what} in the dataset's ledger, and none exists at the per-user default "
+                        f"{location.shown}; pin it in the spec (`ledger: PATH`) or pass --ledger")
+    opened = opened or Ledger.open(location, create=True)
+    assert opened is not None
+    say(_ledger_line(location, opened, created=opened.created))
+    return opened
 
 
 # ---------------------------------------------------------------- evaluate
@@ -544,20 +568,22 @@ def ledger_show(
     opened = Ledger.open(location, create=False)
     say(_ledger_line(location, opened))
     ledger_id = opened.id if opened is not None else None
-    states, undeclared = [], {}
+    states, undeclared, answer_sets = [], {}, ()
     if opened is not None:
         try:
             names = [dataset] if dataset else opened.datasets()
             states = [s for s in (opened.state(n) for n in names) if s is not None]
             undeclared = {n: r for n, r in opened.undeclared().items() if not dataset or n == dataset}
+            answer_sets = opened.answer_sets(dataset)
         finally:
             opened.close()
-    if dataset and not states and not undeclared:
+    if dataset and not states and not undeclared and not answer_sets:
         raise UserError(f"dataset {dataset!r} is not in the ledger at {location.shown}")
     if as_json:
-        print(json.dumps(ledger_json(states, location, opened is not None, ledger_id, undeclared), indent=2))
+        print(json.dumps(ledger_json(states, location, opened is not None, ledger_id, undeclared, answer_sets),
+                         indent=2))
     else:
-        print_ledger(out, states, undeclared)
+        print_ledger(out, states, undeclared, answer_sets)
 
 
 @ledger_app.command("set-budget")
@@ -634,6 +660,55 @@ def _existing_ledger(url: str | None) -> Ledger:
         raise UserError(f"there is no ledger at {location.shown}")
     say(_ledger_line(location, opened))
     return opened
+
+
+@ledger_app.command("register-answers")
+@handled
+def ledger_register_answers(
+    ctx: typer.Context,
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="The release spec declaring the local table.")],
+    table: Annotated[str, typer.Argument(metavar="TABLE", help="A table of kind: local in the spec.")],
+    answers: Annotated[Path, typer.Option("--answers", metavar="FILE", help="The file of randomized answers.")],
+    statement: Annotated[str, typer.Option(metavar="TEXT", help="Who randomized the answers, and how (e.g. the "
+                                           "device app and its version); kept in the ledger and every manifest.")],
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who registers (default: the login name).")] = None,
+    memo_of: Annotated[Optional[str], typer.Option(
+        "--memo-of", metavar="COLLECTION", help="The answers repeat each respondent's first randomized answer from "
+        "this collection (a memoised collection: no new ε).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """Register answers randomized elsewhere (on the respondents' devices) for a local table:
+    a recorded statement of who randomized them and how. A kind: local table reads only
+    registered answers; `dprelease randomize` registers its own output."""
+    from dprelease.cli.randomizing import protocol_key
+    from dprelease.data import file_fingerprint
+    from dprelease.ledger import REGISTERED, AnswerSet
+    from dprelease.spec import load_spec
+
+    if not statement.strip():
+        raise typer.BadParameter("say who randomized the answers, and how", param_hint="--statement")
+    spec = load_spec(spec_path)
+    local = next((t for t in spec.local_tables if t.name == table), None)
+    if local is None:
+        known = ", ".join(t.name for t in spec.local_tables) or "none"
+        raise UserError(f"{spec.source}: no local table {table!r} (local tables: {known})")
+    if memo_of is not None and memo_of != local.memo_of:
+        raise UserError(f"{spec.source}: table {table} {'repeats collection ' + repr(local.memo_of) if local.memo_of else 'is not memoised'}"
+                        f", not {memo_of!r}: --memo-of names the collection whose memo the answers were produced from")
+    if not (answers.is_file() or answers.is_dir()):  # a directory of answer files, as dataset.path may be
+        raise UserError(f"--answers {answers} is not a file or directory")
+    opened = _spec_ledger(spec, ledger or ctx.obj, "answers are registered")
+    try:
+        keyed = opened.fingerprint(file_fingerprint(answers))
+        done = opened.register_answers((AnswerSet(spec.dataset.name, local.collection, local.column,
+                                                  protocol_key(spec, local), local.epsilon_bound, keyed, REGISTERED,
+                                                  memo_of=memo_of, statement=statement.strip()),), by=by)
+    finally:
+        opened.close()
+    a = done[0]
+    out.print(f"registered {answers} as the answers to {a.question} of collection {a.collection} of dataset "
+              f"{a.dataset} ({a.protocol}" + (f", from the memo of {a.memo_of}" if a.memo_of else "")
+              + f"), by {a.registered_by}: {a.statement}", markup=False)
 
 
 @ledger_app.command("require-approval")

@@ -6,10 +6,18 @@ respondent's first randomized answer to this question is kept (a permanent rando
 response, as in RAPPOR) and repeated by later, memoised collections, which then cost no new ε.
 The memo links respondents to their answers, so it is respondent-side state: written
 owner-only and never to be collected.
+
+Local answers carry provenance: the output is registered in the dataset's ledger (its keyed
+fingerprint, the collection, question, protocol, ε and the memo reused, if any) before it
+appears, and a ``kind: local`` table reads no answers the ledger has not registered. Columns
+copied unchanged from an input that is itself registered answers keep their registrations.
+The true answers must not be the data of a central release: randomizing confidential records
+that have a central budget would publish them outside it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -19,8 +27,10 @@ import numpy as np
 import pyarrow as pa
 from pyarrow import csv
 
+from dprelease.data import file_fingerprint
 from dprelease.data.load import DataError
-from dprelease.errors import UserError
+from dprelease.errors import LedgerError, UserError
+from dprelease.ledger import RANDOMIZED, AnswerSet, Ledger
 from dprelease.mechanisms.local import coin_flip, randomize
 from dprelease.spec import LocalTable, Spec
 
@@ -32,9 +42,9 @@ def protocol_key(spec: Spec, table: LocalTable) -> str:
 
 
 def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_column: str | None,
-                   memo_path: Path | None) -> tuple[int, int]:
+                   memo_path: Path | None, ledger: Ledger) -> tuple[int, int, tuple[AnswerSet, ...]]:
     """Randomize ``source``'s answers to the table's question into ``target``; returns (answers
-    written, answers reused from the memo).
+    written, answers reused from the memo, the registrations of ``target`` in ``ledger``).
 
     Privacy contract (per respondent): without a memo every answer is a fresh draw, ε-local DP
     (ε of the protocol). With a memo each respondent's first randomized answer is kept and every
@@ -70,6 +80,7 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
     codes = np.array([code_of[v] for v in values], dtype=np.int64)  # type: ignore[index]
     key = protocol_key(spec, table)
     memo = _load_memo(memo_path, table, key) if memo_path else None
+    carried = _provenance_of_input(spec, table, source, ledger)
     ids = rows.column(id_column).to_pylist() if id_column else []
     if any(not i for i in ids):
         raise DataError(f"{source}: column {id_column} has an empty respondent id on data row "
@@ -98,11 +109,37 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
     reused = codes.size - fresh.size
     out_columns = {name: rows.column(name) for name in rows.column_names}
     out_columns[table.column] = pa.array([domain[c] for c in reported], pa.string())
-    if memo is not None and memo_path is not None:  # the memo first: no answers out without it
-        _write_private(memo_path, json.dumps(memo, ensure_ascii=False, sort_keys=True))
+    registered: tuple[AnswerSet, ...] = ()
+
+    def register_then_memo(tmp: Path) -> None:  # the output is complete; it appears only after both
+        nonlocal registered
+        answers = ledger.fingerprint(file_fingerprint(tmp))
+        entries = (AnswerSet(spec.dataset.name, table.collection, table.column, key, table.epsilon_bound, answers,
+                             RANDOMIZED, memo_of=table.memo_of if table.memoised else None),)
+        entries += tuple(dataclasses.replace(a, answers=answers) for a in carried)
+        registered = ledger.register_answers(entries)
+        if memo is not None and memo_path is not None:  # the memo before the answers: none out without it
+            _write_private(memo_path, json.dumps(memo, ensure_ascii=False, sort_keys=True))
+
     _write_new(target, lambda tmp: csv.write_csv(pa.table(out_columns), tmp,
-                                                 csv.WriteOptions(quoting_style="needed")))
-    return codes.size, reused
+                                                 csv.WriteOptions(quoting_style="needed")), register_then_memo)
+    return codes.size, reused, registered
+
+
+def _provenance_of_input(spec: Spec, table: LocalTable, source: Path, ledger: Ledger) -> tuple[AnswerSet, ...]:
+    """The registrations of the input's other columns (kept for the output, which copies them
+    unchanged); refused when the input is the data of a central release (of any dataset)."""
+    plain = file_fingerprint(source)  # in this process's memory only
+    keyed = ledger.fingerprint(plain)
+    central = ledger.central_releases(spec.dataset.name, keyed)
+    if central:
+        name, release = central[0]
+        raise LedgerError(
+            f"{source} is the data of dataset {name!r}, or {spec.dataset.name!r} has central releases (release "
+            f"{release!r}, charged to the lifetime budget of {name!r}): randomizing confidential records that have a "
+            f"central budget would publish them outside it. Publish {table.column!r} as a central table of dataset "
+            f"{name!r}, or randomize answers the respondents gave for a collection of their own. Nothing was written.")
+    return tuple(a for a in ledger.answer_sets(spec.dataset.name, keyed) if a.question != table.column)
 
 
 def _read(path: Path, needed: list[str]) -> pa.Table:
@@ -151,10 +188,11 @@ def _load_memo(path: Path, table: LocalTable, key: str) -> dict[str, Any]:
     return memo
 
 
-def _write_new(target: Path, write) -> None:  # type: ignore[no-untyped-def]
+def _write_new(target: Path, write, before_link) -> None:  # type: ignore[no-untyped-def]
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
+        before_link(tmp)  # registered (and the memo written) before the answers appear
         os.link(tmp, target)  # fails if the target appeared meanwhile: never overwrite
     except FileExistsError:
         raise UserError(f"{target} exists; choose a new --output") from None

@@ -210,6 +210,10 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
                           p.epsilon_shown if p.epsilon_shown == fraction_text(p.collection.epsilon)
                           else f"{p.epsilon_shown} (≤ {both(p.collection.epsilon)})", p.collection.collection, charged)
         console.print(local)
+        console.print("A local table reads only answers registered in the ledger (`dprelease randomize`, or "
+                      "`dprelease ledger register-answers`); a memoised collection costs nothing new only when its "
+                      "answers' registration says they came from that memo. The run checks both.",
+                      markup=False, highlight=False)
         after = plan.local_spent + sum((p.charge for p in plan.local), Fraction(0))
         console.print(f"Each respondent's ε over local collections of {plan.dataset}: {both(plan.local_spent)} "
                       f"→ {both(after)} (collections of the same people compose)", markup=False, highlight=False)
@@ -265,10 +269,15 @@ def _records(policies: Any, evaluations: Any) -> dict[str, Any]:
 
 
 def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bool,
-                ledger_id: str | None = None, undeclared: dict[str, Any] | None = None) -> dict[str, Any]:
+                ledger_id: str | None = None, undeclared: dict[str, Any] | None = None,
+                answer_sets: tuple[Any, ...] = ()) -> dict[str, Any]:
     """The ledger's contents for review. Data fingerprints are never shown (even keyed)."""
     return {
         "ledger": _where(location, exists, ledger_id),
+        "answer_sets": [{"dataset": a.dataset, "collection": a.collection, "question": a.question,
+                         "protocol": a.protocol, "epsilon": fraction_text(a.epsilon), "memo_of": a.memo_of,
+                         "how": a.how, "statement": a.statement, "registered_by": a.registered_by,
+                         "registered_at": a.registered_at} for a in answer_sets],
         "without_releases": [{"name": n, **_records(p, e)} for n, (p, e) in (undeclared or {}).items()],
         "datasets": [
             {
@@ -307,10 +316,18 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
     }
 
 
-def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[str, Any] | None = None) -> None:
+def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[str, Any] | None = None,
+                 answer_sets: tuple[Any, ...] = ()) -> None:
     for name, (policies, evaluations) in (undeclared or {}).items():
         console.print(f"\nDataset {name} (no release yet)", markup=False, highlight=False)
         _print_records(console, policies, evaluations)
+    if answer_sets:
+        console.print("\nRegistered answers (what kind: local tables may read):", markup=False, highlight=False)
+        for a in answer_sets:
+            console.print(f"  {a.dataset}: {a.collection}/{a.question} ({a.protocol}"
+                          + (f", from the memo of {a.memo_of}" if a.memo_of else "") + f") — {a.how}"
+                          + (f": {a.statement}" if a.statement else "")
+                          + f" (by {a.registered_by}, {a.registered_at[:19]} UTC)", markup=False, highlight=False)
     if not states:
         console.print("No datasets with releases in this ledger yet.")
         return

@@ -42,7 +42,7 @@ from dprelease.faults import checkpoint
 from dprelease.data import file_fingerprint
 from dprelease.ledger import Approval, DatasetState, Ledger, LedgerLocation, resolve_location
 from dprelease.ledger.lease import Heartbeat
-from dprelease.plan import Plan, plan_release
+from dprelease.plan import Plan, plan_release, with_provenance
 from dprelease.publish import Layout, RunFacts, discard_staging, move_into_place, staged_runs
 from dprelease.release import ReleaseRun
 from dprelease.spec import ROOT, Engine, Spec, load_spec
@@ -98,6 +98,9 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
         fingerprint_seconds = time.perf_counter() - started
         fingerprint = ledger.fingerprint(digest)
         refuse_foreign_outputs(spec, output_dir, ledger, digest)
+        if plan.local:  # local answers carry provenance: the data file must be registered answers
+            plan = with_provenance(spec, plan, state, ledger.answer_sets(spec.dataset.name, fingerprint), fingerprint)
+            _say_provenance(plan, say)
         local = _local_collections(plan, fingerprint)
         evaluations = ledger.evaluations_of(spec.dataset.name, fingerprint)
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
@@ -196,6 +199,11 @@ def _refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_
                                    "published release. Nothing was spent.")
     if not plan.fits:
         raise OverBudgetError(over_budget_message(spec, plan))
+    if spec.local_tables and spec.tables:
+        raise UserError(f"{spec.source}: central tables and kind: local tables over one data file: a file of answers "
+                        "the respondents randomized is never also released as confidential records. Publish the "
+                        "local tables from the registered answers file in a release of their own, and the central "
+                        "tables from the confidential data under its own dataset. Nothing was spent.")
     if not inputs_checked:  # a first run checked them before creating its ledger
         _refuse_bad_inputs(spec)
     _check_writable(output_dir)
@@ -238,6 +246,19 @@ def _local_collections(plan: Plan, fingerprint: str) -> tuple:  # type: ignore[t
     file (so that new answers under an old collection name are refused rather than recorded as
     free)."""
     return tuple(dataclasses.replace(p.collection, answers=fingerprint) for p in plan.local)
+
+
+def _say_provenance(plan: Plan, say: Say) -> None:
+    for p in plan.local:
+        if p.provenance is None:
+            continue
+        how = p.provenance.how + (f": {p.provenance.statement}" if p.provenance.statement else "")
+        say(f"local table {p.name}: answers registered {p.provenance.registered_at[:19]} UTC by "
+            f"{p.provenance.registered_by} ({how})")
+        if p.memo_not_honoured:
+            say(f"warning: local table {p.name} says memoised: true, but its registered answers were not produced "
+                "from the memo of the collection it names: charged as a fresh collection (ε = "
+                f"{fraction_text(p.collection.epsilon)} per respondent)")
 
 
 def _refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:

@@ -2,6 +2,9 @@
 
 from dprelease.ledger.location import ENV, LedgerLocation, default_path, resolve_location
 from dprelease.ledger.store import (
+    RANDOMIZED,
+    REGISTERED,
+    AnswerSet,
     Approval,
     CapChange,
     DatasetState,
@@ -14,10 +17,13 @@ from dprelease.ledger.store import (
     RunRecord,
     check_lifetime_matches,
     local_charge,
+    memo_honoured,
     over_lifetime_message,
+    provenance_of,
+    unregistered_message,
 )
 
 __all__ = [
-    "ENV", "Approval", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
-    "check_lifetime_matches", "local_charge", "default_path", "over_lifetime_message", "resolve_location",
+    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
+    "check_lifetime_matches", "local_charge", "memo_honoured", "provenance_of", "unregistered_message", "default_path", "over_lifetime_message", "resolve_location",
 ]

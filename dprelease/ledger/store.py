@@ -21,7 +21,7 @@ import os
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
@@ -123,6 +123,20 @@ leases_t = sa.Table("leases", metadata,  # not accounting: who holds a reservati
                     sa.Column("start", sa.String(80), nullable=False),
                     sa.Column("renewed_at", sa.String(40), nullable=False),
                     sa.Column("ended_at", sa.String(40)))
+answer_sets_t = sa.Table("answer_sets", metadata,  # provenance of local answers (append-only)
+                        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                        sa.Column("dataset", sa.String(100), nullable=False),  # may not be in datasets yet
+                        sa.Column("collection", sa.String(100), nullable=False),
+                        sa.Column("question", sa.String(100), nullable=False),  # the column of answers
+                        sa.Column("protocol", sa.String(200), nullable=False),  # as LocalCollection.protocol
+                        sa.Column("epsilon", sa.String(200), nullable=False),  # per respondent, an upper bound
+                        sa.Column("answers", sa.String(80), nullable=False),  # keyed fingerprint of the file
+                        sa.Column("memo_of", sa.String(100)),  # the collection whose memo was reused, if any
+                        sa.Column("how", sa.String(40), nullable=False),  # "dprelease randomize" | "registered"
+                        sa.Column("statement", sa.Text),  # who randomized them and how (registered ones)
+                        sa.Column("registered_by", sa.String(200), nullable=False),
+                        sa.Column("registered_at", sa.String(40), nullable=False),
+                        sa.Index("ix_answer_sets_answers", "answers"))
 events_t = sa.Table("run_events", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
@@ -241,6 +255,54 @@ def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tu
         raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
                           f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
     return Fraction(0), False
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerSet:
+    """The provenance of one file of answers to one question of one local collection: what a
+    ``kind: local`` table may read. Written by ``dprelease randomize`` (``how``) for its output,
+    or registered with a statement of who randomized the answers and how (on the respondents'
+    devices). ``answers`` is the file's keyed fingerprint (never a plain hash)."""
+
+    dataset: str
+    collection: str
+    question: str
+    protocol: str  # as LocalCollection.protocol ("k_rr:1/k=10")
+    epsilon: Fraction  # per respondent, a rational upper bound
+    answers: str  # keyed fingerprint of the answers file
+    how: str  # RANDOMIZED or REGISTERED
+    memo_of: str | None = None  # the collection whose memo (first randomized answers) was reused
+    statement: str | None = None
+    registered_by: str = ""
+    registered_at: str = ""
+
+
+RANDOMIZED = "dprelease randomize"
+REGISTERED = "registered"
+
+
+def provenance_of(registered: tuple[AnswerSet, ...], asked: LocalCollection) -> AnswerSet | None:
+    """The registration of ``asked``'s answers (its collection, question, protocol and answers
+    file), or None: a ``kind: local`` table reads no other answers."""
+    return next((a for a in registered if (a.collection, a.question, a.protocol, a.answers)
+                 == (asked.collection, asked.question, asked.protocol, asked.answers)), None)
+
+
+def memo_honoured(provenance: AnswerSet, asked: LocalCollection) -> bool:
+    """``memoised: true`` costs nothing new only for answers produced from the memo its
+    ``memo_of`` names; any others are a fresh collection (charged their ε)."""
+    return asked.memoised and provenance.memo_of is not None and provenance.memo_of == asked.memo_of
+
+
+def unregistered_message(dataset: str, asked: LocalCollection, table: str | None = None) -> str:
+    what = f"table {table} ({asked.question!r})" if table else repr(asked.question)
+    return (f"the answers to {what} in this data file match no registered answers of collection "
+            f"{asked.collection!r} of dataset {dataset!r} ({asked.protocol}): a kind: local table reads only answers "
+            "whose provenance the ledger records. Randomize the true answers with `dprelease randomize SPEC TABLE "
+            "--input TRUE.csv --output ANSWERS.csv` (it registers its output), or register answers randomized "
+            "elsewhere (on the respondents' devices) with `dprelease ledger register-answers SPEC TABLE --answers "
+            "FILE --statement TEXT` (who randomized them, and how). A file changed after its registration matches "
+            "none. Nothing was spent.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,6 +638,51 @@ class Ledger:
         with self.engine.connect() as conn:
             return _policies(conn, dataset.partition("/")[0])
 
+    # -- answers under local DP (their provenance)
+
+    def answer_sets(self, dataset: str | None = None, answers: str | None = None) -> tuple[AnswerSet, ...]:
+        """Registered answer sets, in order: of ``dataset`` and/or of the (keyed) answers file."""
+        with self.engine.connect() as conn:
+            return _answer_sets(conn, dataset, answers)
+
+    def register_answers(self, entries: tuple[AnswerSet, ...], *, by: str | None = None) -> tuple[AnswerSet, ...]:
+        """Record the provenance of answer files (append-only, one transaction). Refused: answers
+        of a dataset with central releases, or the data of a central release under any name (a
+        column of confidential records is never local answers); answers already registered for
+        the same collection and question; a registration without a statement of how."""
+        by = by or current_user()
+        if not by.strip():
+            raise LedgerError("say who registers the answers: --by NAME")
+        at = now()
+        done = tuple(replace(e, registered_by=by, registered_at=at) for e in entries)
+        with self._write() as conn:
+            if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger
+                answer_sets_t.create(conn)
+            for e in done:
+                _lock_dataset(conn, e.dataset.partition("/")[0])
+                if not e.answers.startswith(keys.PREFIX):
+                    raise LedgerError("an answers file is registered by its keyed fingerprint (Ledger.fingerprint)")
+                if e.how == REGISTERED and not (e.statement or "").strip():
+                    raise LedgerError("say who randomized the answers, and how: --statement TEXT")
+                _refuse_confidential_answers(conn, e.dataset, e.answers, e.question)
+                twin = next((a for a in _answer_sets(conn, e.dataset, e.answers)
+                             if (a.collection, a.question) == (e.collection, e.question)), None)
+                if twin is not None:
+                    raise LedgerError(f"these answers to {e.question!r} are already registered for collection "
+                                      f"{e.collection!r} of dataset {e.dataset!r} ({twin.how}, {twin.registered_at[:19]} "
+                                      f"by {twin.registered_by})")
+                conn.execute(answer_sets_t.insert().values(
+                    dataset=e.dataset, collection=e.collection, question=e.question, protocol=e.protocol,
+                    epsilon=fraction_text(e.epsilon), answers=e.answers, memo_of=e.memo_of, how=e.how,
+                    statement=e.statement, registered_by=by, registered_at=at))
+        return done
+
+    def central_releases(self, dataset: str, data_fingerprint: str | None = None) -> list[tuple[str, str]]:
+        """(dataset, release) of every run (not voided) that charged a central budget: of
+        ``dataset``'s family by name, or of this (keyed) data under any name."""
+        with self.engine.connect() as conn:
+            return _central_releases(conn, dataset, data_fingerprint)
+
 
     def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
                    definition: str = "pure", delta: Fraction | None = None) -> DatasetState:
@@ -673,6 +780,7 @@ class Ledger:
                 raise OverBudgetError(over_lifetime_message(state, total_delta, delta=True))
             if state.delta_budget is None and total_delta:
                 raise LedgerError(f"dataset {dataset!r} has {state.definition!r} terms, which have no δ to charge")
+            _check_answers(conn, dataset, local, bool(full), data_fingerprint)  # local answers carry provenance
             at = now()
             conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
                                                 spec_fingerprint=spec_fingerprint, spec_path=spec_path,
@@ -842,7 +950,7 @@ def _migrate_to_4(conn: Connection, location: LedgerLocation) -> None:
                          ("approved_at", "VARCHAR(40)")):
         if column not in present:
             conn.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
-    for table in (evaluations_t, policies_t, leases_t):
+    for table in (evaluations_t, policies_t, leases_t, answer_sets_t):
         if not inspector.has_table(table.name):
             table.create(conn)
     meta = dict(conn.execute(sa.select(meta_t.c.key, meta_t.c.value)).all())
@@ -1003,8 +1111,8 @@ def _check_partition_family(conn: Connection, dataset: str) -> None:
     elif any("/" in n for n in others):
         per = next(n for n in others if "/" in n)
         raise LedgerError(f"dataset {base!r} has per-period budgets ({per!r}, declared disjoint in people): a release "
-                          "from its whole budget would not be covered by them; declare the same partition with "
-                          "disjoint_units, or use a new dataset name")
+                          "from its whole budget would not be covered by them; release by period too: declare the same "
+                          "partition with disjoint_units (each period spends from its own recorded budget)")
 
 
 def _insert_dataset(conn: Connection, dataset: str, definition: str, by: str) -> None:
@@ -1079,3 +1187,85 @@ def _other_dataset_with(conn: Connection, dataset: str, data_fingerprint: str) -
 
 def _is_approx(terms: str) -> bool:
     return terms.startswith("approx")
+
+
+# ---------------------------------------------------------------- answers under local DP: provenance
+
+
+def _answer_sets(conn: Connection, dataset: str | None, answers: str | None) -> tuple[AnswerSet, ...]:
+    if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger: none yet
+        return ()
+    query = sa.select(answer_sets_t).order_by(answer_sets_t.c.id)
+    if dataset is not None:
+        query = query.where(answer_sets_t.c.dataset == dataset)
+    if answers is not None:
+        query = query.where(answer_sets_t.c.answers == answers)
+    return tuple(AnswerSet(r.dataset, r.collection, r.question, r.protocol, parse_exact(r.epsilon), r.answers, r.how,
+                           r.memo_of, r.statement, r.registered_by, r.registered_at) for r in conn.execute(query))
+
+
+def _central_releases(conn: Connection, dataset: str, data_fingerprint: str | None) -> list[tuple[str, str]]:
+    """(dataset, release) of the runs, not voided, that charged a central budget: of the dataset's
+    family (the dataset and its periods) by name, or that read this (keyed) data under any name."""
+    base = dataset.partition("/")[0]
+    where = sa.or_(runs_t.c.dataset == base, runs_t.c.dataset.startswith(base + "/", autoescape=True))
+    if data_fingerprint is not None:
+        read = sa.select(events_t.c.run_id).where(events_t.c.data_fingerprint == data_fingerprint)
+        where = sa.or_(where, runs_t.c.data_fingerprint == data_fingerprint, runs_t.c.run_id.in_(read))
+    voided = sa.select(events_t.c.run_id).where(events_t.c.state == "voided")
+    rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
+        where, runs_t.c.run_id.in_(sa.select(charges_t.c.run_id)), runs_t.c.run_id.not_in(voided))).all()
+    return sorted({(r[0], r[1]) for r in rows})
+
+
+def _refuse_confidential_answers(conn: Connection, dataset: str, answers: str | None, question: str) -> None:
+    """A column of a dataset with central releases (by name, or the same data under any name) is
+    never accepted as local answers: its exact counts would go out with central ε = 0."""
+    central = _central_releases(conn, dataset, answers)
+    if central:
+        name, release = central[0]
+        same = "this dataset" if name.partition("/")[0] == dataset.partition("/")[0] else "this very data file"
+        raise LedgerError(
+            f"dataset {name!r} ({same}) has central releases (release {release!r}, charged to its lifetime budget): "
+            f"its records are confidential data, never answers the respondents randomized, so {question!r} is not "
+            f"read as local answers. Publish {question!r} as a central table of dataset {name!r} (charged to its "
+            "lifetime budget; `dprelease ledger set-budget` records a cap change), or estimate it from a registered "
+            "collection of answers the respondents randomized themselves. Nothing was spent.")
+
+
+def _check_answers(conn: Connection, dataset: str, local: tuple[LocalCollection, ...], central: bool,
+                   data_fingerprint: str | None) -> None:
+    """In the reservation's transaction: every local table's answers are registered (collection,
+    question, protocol, answers file) and come from no dataset with central releases; a memoised
+    collection's registration says its answers came from that memo. A central release is refused
+    over a file registered as local answers, and in a dataset that holds local collections."""
+    if local and central:
+        raise LedgerError(
+            f"this release of dataset {dataset!r} has central tables and kind: local tables over one data file: a file "
+            "of answers the respondents randomized is never also released as confidential records. Publish the local "
+            "tables from the registered answers file in a release of their own, and the central tables from the "
+            "confidential data under its own dataset. Nothing was spent.")
+    if central:
+        base = dataset.partition("/")[0]
+        held = conn.execute(sa.select(local_t.c.dataset, local_t.c.collection).where(sa.or_(
+            local_t.c.dataset == base, local_t.c.dataset.startswith(base + "/", autoescape=True)))).first()
+        registered = _answer_sets(conn, None, data_fingerprint) if data_fingerprint else ()
+        if held is not None or registered:
+            name, collection = held if held is not None else (registered[0].dataset, registered[0].collection)
+            raise LedgerError(
+                f"dataset {name!r} holds local collections (collection {collection!r}: answers the respondents "
+                f"randomized{', this very file' if held is None else ''}): its answers are estimated by kind: local "
+                "tables, never released as confidential records. Release central tables from the confidential data "
+                "under its own dataset. Nothing was spent.")
+        return
+    for asked in local:
+        _refuse_confidential_answers(conn, dataset, asked.answers, asked.question)
+        found = provenance_of(_answer_sets(conn, dataset, asked.answers), asked) if asked.answers else None
+        if found is None:
+            raise LedgerError(unregistered_message(dataset, asked))
+        if asked.memoised and not memo_honoured(found, asked):
+            raise LedgerError(
+                f"collection {asked.collection!r} says memoised: true with memo_of: {asked.memo_of!r}, but its "
+                f"registered answers were {'produced from the memo of ' + repr(found.memo_of) if found.memo_of else 'randomized afresh'}"
+                f" ({found.how}, {found.registered_at[:19]} by {found.registered_by}): they are a fresh collection, "
+                "charged its ε. Plan the run again.")

@@ -29,13 +29,14 @@ Privacy contract of the plan (pure ε-DP, one row per person):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from fractions import Fraction
 
 from dprelease.accounting import approx_to_zcdp, fraction_text, compose_sequential, pure_to_zcdp, zcdp_to_pure
 from dprelease.errors import LedgerError, UserError
 from dprelease.ledger.store import (
+    AnswerSet,
     CapChange,
     DatasetState,
     Evaluation,
@@ -44,6 +45,9 @@ from dprelease.ledger.store import (
     RunRecord,
     check_lifetime_matches,
     local_charge,
+    memo_honoured,
+    provenance_of,
+    unregistered_message,
 )
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
 from dprelease.mechanisms.gaussian import gaussian_margin, sigma2_for, zcdp_rho
@@ -125,6 +129,8 @@ class LocalPlan:
     categories: int
     charge: Fraction  # per respondent, new in this release: 0 if memoised or already recorded
     already_recorded: bool
+    provenance: AnswerSet | None = None  # the registration of the answers read (known once the data is)
+    memo_not_honoured: bool = False  # memoised: true, but the answers were not produced from that memo
 
     @property
     def keep_probability(self) -> float:
@@ -209,6 +215,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
                               "spec must declare dataset.lifetime_budget: {epsilon: E}")
         lifetime, spent = spec.dataset.lifetime_epsilon, Fraction(0)
         delta_budget, delta_spent = spec.dataset.lifetime_delta, Fraction(0)
+    refuse_local_over_central(spec, state)  # before the terms: the provenance is what is wrong
     terms, sensitivity, neighbouring = ledger_terms(spec, state)
     to_rho = terms.startswith("zcdp") and spec.definition == "pure"  # a pure release on a zCDP ledger
     approx = terms.startswith("approx")
@@ -235,21 +242,59 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     )
 
 
-def local_plans(spec: Spec, state: DatasetState | None) -> tuple[LocalPlan, ...]:
+def local_plans(spec: Spec, state: DatasetState | None, registered: tuple[AnswerSet, ...] | None = None,
+                answers: str | None = None) -> tuple[LocalPlan, ...]:
     """Each local table's collection and what recording it costs each respondent (see
-    :func:`~dprelease.ledger.store.local_charge`; raises LedgerError where the ledger refuses)."""
+    :func:`~dprelease.ledger.store.local_charge`; raises LedgerError where the ledger refuses).
+
+    Local answers carry provenance. A dataset with central releases has confidential records,
+    never local answers: refused. With ``registered`` (the answer sets registered for the data
+    file, whose keyed fingerprint is ``answers``): every table's answers must match a
+    registration (else refused), and ``memoised: true`` is honoured only when the registration
+    says the answers were produced from the memo of ``memo_of``; otherwise the collection is
+    planned as a fresh one, charged its ε (``memo_not_honoured``). Without ``registered`` (a plan
+    that reads no data) the spec's claim is planned, and the run checks it."""
     records = state.local if state else ()
+    refuse_local_over_central(spec, state)
     out = []
     for t in spec.local_tables:
         categories = len(spec.column(t.column).categories)
         asked = LocalCollection(t.collection, t.column, f"{t.protocol_key}/k={categories}", t.epsilon_bound,
                                 t.memoised, memo_of=t.memo_of)
+        found, not_honoured = None, False
+        if registered is not None:
+            found = provenance_of(registered, replace(asked, answers=answers))
+            if found is None:
+                raise LedgerError(f"{spec.source}: " + unregistered_message(spec.dataset.name, asked, t.name))
+            if asked.memoised and not memo_honoured(found, asked):  # charged as the fresh collection it is
+                asked, not_honoured = replace(asked, memoised=False, memo_of=None), True
         charge, known = local_charge(records, asked)
         if not known:
             records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charge,
                                     asked.memoised, "", "", ""),)
-        out.append(LocalPlan(t.name, t.column, t.protocol, t.epsilon_shown, asked, categories, charge, known))
+        out.append(LocalPlan(t.name, t.column, t.protocol, t.epsilon_shown, asked, categories, charge, known,
+                             found, not_honoured))
     return tuple(out)
+
+
+def refuse_local_over_central(spec: Spec, state: DatasetState | None) -> None:
+    """A dataset with central releases (runs that charged its budget) holds confidential records,
+    never answers the respondents randomized: its columns are no kind: local tables."""
+    central = [r for r in state.runs if r.charges and r.state != "voided"] if state and spec.local_tables else []
+    if central:
+        raise LedgerError(
+            f"{spec.source}: dataset {spec.dataset.name!r} has central releases ({central[0].release!r}, charged to "
+            "its lifetime budget): its records are confidential data, never answers the respondents randomized, so "
+            "its columns are not read as kind: local tables. Publish them as central tables of this dataset (charged "
+            "to its lifetime budget; `dprelease ledger set-budget` records a cap change), or estimate them from a "
+            "registered collection of answers the respondents randomized themselves")
+
+
+def with_provenance(spec: Spec, plan: Plan, state: DatasetState | None, registered: tuple[AnswerSet, ...],
+                    answers: str) -> Plan:
+    """``plan`` with its local tables checked against the registrations of the data file (keyed
+    fingerprint ``answers``) and charged accordingly (see :func:`local_plans`)."""
+    return replace(plan, local=local_plans(spec, state, registered, answers))
 
 
 def _with_delta(t: TablePlan) -> TablePlan:
@@ -349,7 +394,8 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
         shown = lambda u: f"one person = one {u}" if u else "one row = one person"  # noqa: E731
         raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger with privacy unit "
                           f"({shown(held_unit)}), this spec uses ({shown(unit.lstrip('@'))}); budgets spent per row and "
-                          "per person do not add up. Keep the dataset's privacy unit, or use a new dataset name")
+                          "per person do not add up. Keep the dataset's privacy unit: the same people have one lifetime budget, "
+                          "spent in one unit")
     held_base, _, bounded = held.partition("-")
     if held_base not in ("pure", "zcdp", "approx") or bounded not in ("", "bounded"):
         raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
@@ -357,14 +403,16 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]
     if held_base != base and base != "pure":  # pure ε-DP is ε²/2-zCDP and (ε, 0)-DP; nothing else converts
         shown = {"pure": "pure ε-DP", "zcdp": "zCDP (ρ)", "approx": "(ε, δ)-DP"}
         raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under {shown[held_base]} "
-                          f"terms; a {base} release cannot be charged there. Release it under a new dataset name, or "
-                          f"as {shown[held_base]}" + (" or pure ε-DP" if held_base != "pure" else ""))
+                          f"terms; a {base} release cannot be charged there. Release it as {shown[held_base]}"
+                          + (" or pure ε-DP" if held_base != "pure" else "") + ", charged to this dataset's lifetime "
+                          "budget (terms are fixed when a dataset enters the ledger)")
     if spec.bounded and not bounded:
         what = "invariants" if spec.invariants else "local tables (the number of answers)"
         raise LedgerError(
             f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under add/remove-one-row terms, but "
             f"this spec publishes {what}, which need change-one-record terms for the whole dataset (its "
-            f"earlier budget would double). Release them under a new dataset name, or drop them")
+            f"earlier budget would double). Drop them from this release: the dataset keeps its terms and its one "
+            "lifetime budget")
     if bounded and not spec.bounded:
         return state.definition, 2 * spec.max_rows, (
             "change one record (bounded DP: invariants of this dataset were published before, so every release "
