@@ -416,3 +416,12 @@ def test_evaluate_records_in_the_spec_s_own_ledger_only(tmp_path, cli, monkeypat
     elsewhere = cli("evaluate", spec, "--trials", "1", "--ledger", tmp_path / "empty.sqlite")
     assert elsewhere.code == 2 and "the spec pins the dataset's ledger" in elsewhere.stderr
     assert not (tmp_path / "empty.sqlite").exists()
+
+
+def test_plan_refuses_what_a_run_would_refuse(tmp_path, cli, monkeypatch):
+    """Everything that can refuse a run is decided by plan: a spec that pins no ledger, for a
+    dataset the per-user default ledger does not hold."""
+    monkeypatch.delenv("DPRELEASE_LEDGER")
+    unpinned = demo_copy(tmp_path, ledger=None)
+    result = cli("plan", unpinned)
+    assert result.code == 2 and "Pin it in the spec with `ledger: PATH`" in result.stderr, result

@@ -181,6 +181,10 @@ def plan(
     finally:
         if opened:
             opened.close()
+    if state is None and not location.pinned:  # a run would refuse it: so does its plan
+        from dprelease.cli.running import refuse_unpinned_new_ledger
+
+        refuse_unpinned_new_ledger(spec, location)
     the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
     for warning in large_delta_warnings(spec):
         say(f"warning: {spec_path}: {warning}")

@@ -77,7 +77,7 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     ledger = Ledger.open(location, create=False)
     inputs_checked = ledger is None
     if inputs_checked:  # a first run: refuse unreadable data before the ledger is even created
-        _refuse_unpinned_new_ledger(spec, location)
+        refuse_unpinned_new_ledger(spec, location)
         _refuse_bad_inputs(spec)
         ledger = Ledger.open(location, create=True)
     assert ledger is not None
@@ -85,7 +85,7 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     try:
         state = ledger.state(spec.dataset.name)
         if state is None:  # a new lifetime budget starts only in a pinned ledger, never a per-user default
-            _refuse_unpinned_new_ledger(spec, location)
+            refuse_unpinned_new_ledger(spec, location)
         plan = plan_release(spec, state)
         _refuse_links(spec, output_dir)
         if _recover_interrupted_publication(spec, plan, say, out):
@@ -261,7 +261,7 @@ def _say_provenance(plan: Plan, say: Say) -> None:
                 f"{fraction_text(p.collection.epsilon)} per respondent)")
 
 
-def _refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:
+def refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:
     """A lifetime budget never starts silently in a per-user default ledger: another user, a CI
     account or a container (another HOME) would start the same data from a fresh budget."""
     if location.pinned:
