@@ -230,13 +230,14 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
     assert refused.returncode == 2 and "match no registered answers" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "survey-wave-1-again").exists()
-    # ... and, registered for wave 1 with a statement, still not the answers wave 1 recorded
+    # ... and they cannot be registered for wave 1 either, with a statement or not: wave 1 was
+    # estimated from other answers (refused at registration, before any run)
     for table in ("favourite", "smokers"):
         registered = cli("ledger", "register-answers", spec4, table, "--answers", tmp_path / "answers.csv",
                          "--statement", "edited by hand", "--ledger", ledger)
-        assert registered.code == 0, registered
+        assert registered.code == 2 and "was already estimated from other answers" in registered.stderr, registered
     refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
-    assert refused.returncode == 2 and "with other answers" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "match no registered answers" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "survey-wave-1-again").exists()
 
 

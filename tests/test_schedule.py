@@ -25,8 +25,14 @@ def api(url: str, path: str, body: dict | None = None, method: str | None = None
     request = urllib.request.Request(url + path, method=method or ("POST" if body is not None else "GET"),
                                      data=None if body is None else json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+    for attempt in range(10):  # a busy server (its database locked by the served runs) answers 503: ask again
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or attempt == 9:
+                raise
+            time.sleep(2)
 
 
 def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ spec or data; 3 over budget; 4 already released or reserved; 5 not approved.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -172,6 +173,10 @@ def plan(
     if confidence is not None:
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = resolve_location(ledger, spec.ledger, spec.source.resolve().parent)
+    from dprelease.cli.render import pinned_elsewhere
+
+    if (elsewhere := pinned_elsewhere(spec, location)) is not None:
+        say(elsewhere)
     opened = Ledger.open(location, create=False)
     say(_ledger_line(location, opened))
     ledger_id = opened.id if opened else None
@@ -398,6 +403,8 @@ def report(
     manifest = reporting.read_manifest(release_dir)
     recorded = (manifest.get("ledger") or {}).get("location")  # where the release's budget lives
     location = resolve_location(ledger or (None if os.environ.get("DPRELEASE_LEDGER") else recorded))
+    if not ledger and recorded and not os.environ.get("DPRELEASE_LEDGER"):
+        location = dataclasses.replace(location, source="manifest")
     opened = Ledger.open(location, create=False)
     say(_ledger_line(location, opened))
     try:
@@ -561,6 +568,8 @@ def ledger_show(
     ledger: LedgerOpt = None,
     dataset: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this dataset.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    spec_path: Annotated[Optional[Path], typer.Option(
+        "--spec", metavar="SPEC", help="The ledger this spec pins (its ledger:), and only its dataset.")] = None,
 ) -> None:
     """List lifetime spend per dataset and its releases."""
     if ctx.invoked_subcommand is not None:
@@ -568,7 +577,14 @@ def ledger_show(
         return
     from dprelease.cli.render import ledger_json, print_ledger
 
-    location = resolve_location(ledger)
+    if spec_path is not None:
+        from dprelease.spec import load_spec
+
+        spec = load_spec(spec_path)
+        location = resolve_location(ledger, spec.ledger, spec.source.resolve().parent)
+        dataset = dataset or spec.dataset.name
+    else:
+        location = resolve_location(ledger)
     opened = Ledger.open(location, create=False)
     say(_ledger_line(location, opened))
     ledger_id = opened.id if opened is not None else None

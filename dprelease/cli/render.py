@@ -19,15 +19,28 @@ pct = percent_text
 both = exact_and_decimal
 
 
-TERMS_SHOWN = {"pure": "pure DP, add/remove one row", "pure-bounded": "pure DP, change one record: invariants public",
-               "zcdp": "zCDP (ρ), add/remove one row", "zcdp-bounded": "zCDP (ρ), change one record: invariants public",
+TERMS_SHOWN = {"pure": "pure DP, add/remove one row", "pure-bounded": "pure DP, change one record: totals public (invariants, or counts of local answers)",
+               "zcdp": "zCDP (ρ), add/remove one row", "zcdp-bounded": "zCDP (ρ), change one record: totals public (invariants, or counts of local answers)",
                "approx": "(ε, δ)-DP, add/remove one row",
-               "approx-bounded": "(ε, δ)-DP, change one record: invariants public"}
+               "approx-bounded": "(ε, δ)-DP, change one record: totals public (invariants, or counts of local answers)"}
 
 
 def _terms_shown(terms: str) -> str:
     base, _, unit = terms.partition("@")
     return TERMS_SHOWN.get(base, base) + (f"; one person = one {unit}" if unit else "")
+
+
+def pinned_elsewhere(spec: Any, location: LedgerLocation) -> str | None:
+    """A warning when --ledger or $DPRELEASE_LEDGER points away from the ledger the spec pins."""
+    from dprelease.ledger import resolve_location
+
+    if not spec.ledger or location.source not in ("--ledger", "$DPRELEASE_LEDGER"):
+        return None
+    pinned = resolve_location(None, spec.ledger, spec.source.resolve().parent)
+    if pinned.url == location.url:
+        return None
+    return (f"warning: {spec.source} pins its dataset's ledger at {pinned.shown}; this uses {location.shown} "
+            f"({location.how_chosen}). What is spent or recorded there does not count in the spec's ledger.")
 
 
 def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, ledger_id: str | None = None) -> str:

@@ -27,7 +27,7 @@ import typer
 from rich.console import Console
 
 from dprelease.accounting import fraction_text
-from dprelease.cli.render import both, ledger_line
+from dprelease.cli.render import both, ledger_line, pinned_elsewhere
 from dprelease.data import DataError
 from dprelease.data.rules import check_rules
 from dprelease.errors import (
@@ -74,6 +74,8 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
         say(f"warning: {spec_path}: {warning}")
     output_dir = output_dir.resolve()
     location = resolve_location(ledger_url, spec.ledger, spec.source.resolve().parent)
+    if (elsewhere := pinned_elsewhere(spec, location)) is not None:
+        say(elsewhere)
     ledger = Ledger.open(location, create=False)
     inputs_checked = ledger is None
     if inputs_checked:  # a first run: refuse unreadable data before the ledger is even created

@@ -39,7 +39,7 @@ class LedgerLocation:
     @property
     def how_chosen(self) -> str:
         return {"--ledger": "the --ledger option", f"${ENV}": f"the ${ENV} environment variable",
-                "spec ledger:": "the spec's ledger: key",
+                "spec ledger:": "the spec's ledger: key", "manifest": "the release's manifest",
                 "default": "the per-user default (not pinned by the spec)"}.get(self.source, self.source)
 
     @property

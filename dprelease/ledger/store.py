@@ -671,6 +671,14 @@ class Ledger:
                     raise LedgerError(f"these answers to {e.question!r} are already registered for collection "
                                       f"{e.collection!r} of dataset {e.dataset!r} ({twin.how}, {twin.registered_at[:19]} "
                                       f"by {twin.registered_by})")
+                used = conn.execute(sa.select(local_t.c.answers).where(
+                    local_t.c.dataset == e.dataset, local_t.c.collection == e.collection,
+                    local_t.c.question == e.question)).first()
+                if used is not None and used[0] != e.answers:  # estimated (and published) from other answers
+                    raise LedgerError(f"collection {e.collection!r} of {e.question!r} in dataset {e.dataset!r} was already "
+                                      "estimated from other answers: one collection has one set of answers. Answers "
+                                      "collected anew are a new collection: give them a new collection: name in the "
+                                      "spec (each respondent's ε of it is recorded too). Nothing was registered.")
                 conn.execute(answer_sets_t.insert().values(
                     dataset=e.dataset, collection=e.collection, question=e.question, protocol=e.protocol,
                     epsilon=fraction_text(e.epsilon), answers=e.answers, memo_of=e.memo_of, how=e.how,
