@@ -348,7 +348,6 @@ def foreign_releases(output_dir: Path, known_run_ids: set[str], dataset: str, di
     and that are of ``dataset`` (by name, periods included) or of the same data: their internal
     record's keyed fingerprint, under their own ledger's key where this process can read it,
     matches the plain ``digest``. Reads manifests and internal records, never data."""
-    from dprelease.ledger import keys, resolve_location
 
     found = []
     base = dataset.partition("/")[0]

@@ -68,7 +68,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "## Guarantee",
         "",
         _guarantee(manifest, sym),
-        *([f"", f"**Implied (ε, δ)-DP of this release:** ε = {_both(manifest['implied_approximate_dp']['epsilon'])} "
+        *(["", f"**Implied (ε, δ)-DP of this release:** ε = {_both(manifest['implied_approximate_dp']['epsilon'])} "
            f"at δ = {manifest['implied_approximate_dp']['delta']} (Canonne, Kamath and Steinke 2020, Corollary 13; "
            "ε rounded up)."] if "implied_approximate_dp" in manifest else []),
         "",

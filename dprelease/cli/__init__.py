@@ -525,7 +525,7 @@ def evaluate(
 
         fingerprint = opened.fingerprint(file_fingerprint(spec.dataset.resolved_path))
         state = opened.state(spec.dataset.name)
-        released = sorted({(d, r) for d, r in opened.runs_with_data(fingerprint)}
+        released = sorted(set(opened.runs_with_data(fingerprint))
                           | {(spec.dataset.name, r.release) for r in (state.runs if state else ())})
         if released:
             dataset, release = released[0]

@@ -14,7 +14,8 @@ import numpy as np
 
 from dprelease.arrays import group_starts
 from dprelease.data.load import DataError, Encoded
-from dprelease.spec import ROOT, CategoricalColumn, Condition, MeanMeasure, RangeColumn, Spec, SumMeasure, Table
+from dprelease.spec import ROOT, Condition, MeanMeasure, Spec, SumMeasure, Table
+from dprelease.spec.conditions import holds
 
 
 def histogram(spec: Spec, table: Table, data: Encoded, dims: tuple[str, ...] | None = None) -> np.ndarray:
@@ -106,48 +107,8 @@ def where_mask(spec: Spec, conditions: tuple[Condition, ...], data: Encoded) -> 
         return None
     mask = np.ones(data.rows, dtype=bool)
     for condition in conditions:
-        mask &= _matches(spec, condition, data.codes[condition.column])
+        mask &= holds(spec.column(condition.column), condition, data.codes[condition.column])
     return mask
-
-
-def _matches(spec: Spec, condition: Condition, code: np.ndarray) -> np.ndarray:
-    column = spec.column(condition.column)
-    present = code != column.size - 1 if column.missing is not None else np.ones(code.size, dtype=bool)
-    operand = [_code_of(column, v) for v in condition.operand]
-    match condition.op:
-        case "missing":  # rules only: the value is missing
-            return ~present
-        case "present":  # rules only: the value is not missing
-            return present
-        case "eq":
-            hit = code == operand[0]
-        case "ne":
-            hit = code != operand[0]
-        case "in":
-            hit = np.isin(code, operand)
-        case "not_in":
-            hit = ~np.isin(code, operand)
-        case "ge":
-            hit = code >= operand[0]
-        case "gt":
-            hit = code > operand[0]
-        case "le":
-            hit = code <= operand[0]
-        case "lt":
-            hit = code < operand[0]
-        case _:
-            raise AssertionError(condition.op)  # pragma: no cover
-    return hit & present
-
-
-def _code_of(column, value: str | int) -> int:  # type: ignore[no-untyped-def]
-    match column:
-        case RangeColumn(low=low):
-            return int(value) - low  # codes keep the order of values
-        case CategoricalColumn(values=values):
-            return values.index(str(value))
-        case _:  # binned: operands are labels
-            return column.labels.index(str(value))
 
 
 def place_totals(spec: Spec, data: Encoded) -> dict[str, np.ndarray]:

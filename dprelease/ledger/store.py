@@ -1175,15 +1175,21 @@ def _policies(conn: Connection, base: str) -> tuple[Policy, ...]:
                                        .order_by(policies_t.c.id)))
 
 
+def _read_data(data_fingerprint: str):  # type: ignore[no-untyped-def]
+    """Runs that read this (keyed) data: recorded at their reservation (schema 4) or, before
+    that, at their commit or failure (the only events that carry it)."""
+    recorded = sa.select(events_t.c.run_id).where(events_t.c.data_fingerprint == data_fingerprint)
+    return sa.or_(runs_t.c.data_fingerprint == data_fingerprint, runs_t.c.run_id.in_(recorded))
+
+
+def _not_voided():  # type: ignore[no-untyped-def]
+    return runs_t.c.run_id.not_in(sa.select(events_t.c.run_id).where(events_t.c.state == "voided"))
+
+
 def _runs_with_data(conn: Connection, data_fingerprint: str) -> list[tuple[str, str]]:
-    """(dataset, release) of every run, in any state but voided, that read this (keyed) data:
-    recorded at its reservation (schema 4) or, before that, at its commit or failure."""
-    voided = sa.select(events_t.c.run_id).where(events_t.c.state == "voided")
+    """(dataset, release) of every run, in any state but voided, that read this (keyed) data."""
     rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
-        runs_t.c.data_fingerprint == data_fingerprint, runs_t.c.run_id.not_in(voided))).all()
-    rows += conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).join(
-        events_t, events_t.c.run_id == runs_t.c.run_id).where(
-        events_t.c.data_fingerprint == data_fingerprint, events_t.c.state.in_(("committed", "failed")))).all()
+        _read_data(data_fingerprint), _not_voided())).all()
     return sorted({(r[0], r[1]) for r in rows})
 
 
@@ -1218,11 +1224,9 @@ def _central_releases(conn: Connection, dataset: str, data_fingerprint: str | No
     base = dataset.partition("/")[0]
     where = sa.or_(runs_t.c.dataset == base, runs_t.c.dataset.startswith(base + "/", autoescape=True))
     if data_fingerprint is not None:
-        read = sa.select(events_t.c.run_id).where(events_t.c.data_fingerprint == data_fingerprint)
-        where = sa.or_(where, runs_t.c.data_fingerprint == data_fingerprint, runs_t.c.run_id.in_(read))
-    voided = sa.select(events_t.c.run_id).where(events_t.c.state == "voided")
+        where = sa.or_(where, _read_data(data_fingerprint))
     rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
-        where, runs_t.c.run_id.in_(sa.select(charges_t.c.run_id)), runs_t.c.run_id.not_in(voided))).all()
+        where, runs_t.c.run_id.in_(sa.select(charges_t.c.run_id)), _not_voided())).all()
     return sorted({(r[0], r[1]) for r in rows})
 
 

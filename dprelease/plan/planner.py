@@ -298,7 +298,6 @@ def with_provenance(spec: Spec, plan: Plan, state: DatasetState | None, register
 
 
 def _with_delta(t: TablePlan) -> TablePlan:
-    from dataclasses import replace
     return replace(t, delta=Fraction(0))
 
 

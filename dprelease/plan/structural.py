@@ -44,7 +44,8 @@ from math import prod
 
 import numpy as np
 
-from dprelease.spec import ROOT, BinnedColumn, CategoricalColumn, Column, Condition, RangeColumn, RollupColumn, Spec, Table
+from dprelease.spec.conditions import holds
+from dprelease.spec import ROOT, BinnedColumn, Column, Condition, RangeColumn, RollupColumn, Spec
 
 Key = tuple[str, "str | None"]  # (table, level)
 SPLIT_LIMIT = 1024  # combinations of rule-bound grouped columns examined one by one, per measurement
@@ -133,46 +134,8 @@ def base_of(spec: Spec, name: str) -> tuple[str, np.ndarray]:
 
 def satisfies(column: Column, condition: Condition) -> np.ndarray:
     """Per code of ``column`` (its values, then its missing category), whether a row with that
-    code satisfies ``condition``. The same semantics as the data layer's row filter: a missing
-    value satisfies no condition but ``missing``."""
-    codes = np.arange(column.size)
-    present = codes != column.size - 1 if column.missing is not None else np.ones(column.size, dtype=bool)
-    operand = [_code_of(column, v) for v in condition.operand]
-    match condition.op:
-        case "missing":
-            return ~present
-        case "present":
-            return present
-        case "eq":
-            hit = codes == operand[0]
-        case "ne":
-            hit = codes != operand[0]
-        case "in":
-            hit = np.isin(codes, operand)
-        case "not_in":
-            hit = ~np.isin(codes, operand)
-        case "ge":
-            hit = codes >= operand[0]
-        case "gt":
-            hit = codes > operand[0]
-        case "le":
-            hit = codes <= operand[0]
-        case "lt":
-            hit = codes < operand[0]
-        case _:
-            raise AssertionError(condition.op)  # pragma: no cover
-    return hit & present
-
-
-def _code_of(column: Column, value: str | int) -> int:
-    match column:
-        case RangeColumn(low=low):
-            return int(value) - low
-        case CategoricalColumn(values=values):
-            return values.index(str(value))
-        case BinnedColumn(labels=labels):
-            return labels.index(str(value))
-    raise AssertionError(column)  # pragma: no cover
+    code satisfies ``condition``: the data layer's row filter, on every possible code."""
+    return holds(column, condition, np.arange(column.size))
 
 
 def feasible_values(spec: Spec, where: tuple[Condition, ...],
