@@ -1,0 +1,51 @@
+"""Every existing ledger stays readable, its figures identical: a ledger written by the code of
+e617fc4 (schema 4; a pure release, a zCDP release with a mean, a contribution bound and a local
+collection; see tests/fixtures/ledger_e617fc4/README.md) is opened by today's code, and
+`dprelease ledger --json` prints the figures it printed then."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ledger_e617fc4"
+
+
+def copy_of_the_old_ledger(tmp_path: Path) -> Path:
+    for name in ("nist-acs.sqlite", "nist-acs.sqlite.key"):
+        shutil.copyfile(FIXTURE / name, tmp_path / name)
+        (tmp_path / name).chmod(0o600)  # git keeps no permissions; the ledger wants its key owner-only
+    return tmp_path / "nist-acs.sqlite"
+
+
+def figures(printed: dict) -> dict:
+    """The budget figures of `dprelease ledger --json`, in the form figures.json keeps them."""
+    def dataset(x: dict) -> dict:
+        keep = ("name", "definition", "budget", "spent", "remaining", "delta_budget", "delta_spent",
+                "data_versions", "local_epsilon_per_respondent")
+        return {k: x[k] for k in keep} | {
+            "local_collections": x["local_collections"],
+            "budget_changes": [c["epsilon"] for c in x["budget_changes"]],
+            "releases": [{k: r[k] for k in ("release", "epsilon", "delta", "state", "run_id", "spec_fingerprint")}
+                         | {"tables": r["tables"]} for r in x["releases"]]}
+    return {"ledger_id": printed["ledger"]["id"], "datasets": [dataset(x) for x in printed["datasets"]],
+            "answer_sets": [{k: a[k] for k in ("dataset", "collection", "question", "protocol", "epsilon", "memo_of",
+                                               "how")} for a in printed["answer_sets"]]}
+
+
+def test_a_ledger_of_e617fc4_prints_the_same_figures(tmp_path, cli):
+    ledger = copy_of_the_old_ledger(tmp_path)
+    expected = json.loads((FIXTURE / "figures.json").read_text())
+    for _ in range(2):  # the first opening may migrate; the second reads the migrated ledger
+        shown = cli("ledger", "--ledger", ledger, "--json")
+        assert shown.code == 0, shown
+        assert figures(json.loads(shown.stdout)) == expected
+
+
+def test_the_fixture_is_what_figures_json_describes():
+    """A control: the fixture holds four datasets of four kinds (a changed fixture fails here)."""
+    expected = json.loads((FIXTURE / "figures.json").read_text())
+    assert sorted(d["definition"] for d in expected["datasets"]) == ["pure", "pure-bounded", "pure@PID", "zcdp"]
+    assert [len(d["releases"]) for d in expected["datasets"]] == [1, 1, 1, 1]
+    assert {a["protocol"] for a in expected["answer_sets"]} == {"k_rr:1/k=10", "coin_flip/k=2"}
