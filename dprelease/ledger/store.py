@@ -516,6 +516,12 @@ class Ledger:
     def close(self) -> None:
         self.engine.dispose()
 
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @contextmanager
     def _write(self) -> Iterator[Connection]:
         """One serialised write transaction (see module docstring)."""
