@@ -1,0 +1,219 @@
+"""Privacy budgets as types: pure ε, zCDP ρ and approximate (ε, δ), never mixed by accident.
+
+A budget is an exact amount of one kind of guarantee. Budgets of one kind add (sequential
+composition) and compare; budgets of different kinds refuse to: a ρ is not an ε, and adding
+one to the other is the silent error this module exists to prevent (a :class:`TypeError`,
+a bug, never a user mistake). Crossing kinds is always an explicit conversion
+(:meth:`PureDP.as_zcdp`, :meth:`PureDP.as_approx`; the others in
+:mod:`dprelease.accounting.conversions`), each sound in the direction it goes.
+
+What each guarantee protects is stated for neighbouring datasets D, D′ under the release's
+neighbouring relation (:class:`dprelease.accounting.relations.Neighbouring`): the published
+outputs change little whether or not one privacy unit's data is in (or changed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import ClassVar, Iterable, Literal, TypeVar, Union
+
+from dprelease.accounting.exact import exact_and_decimal, fraction_text
+
+Kind = Literal["pure", "zcdp", "approx"]
+KINDS: tuple[Kind, ...] = ("pure", "zcdp", "approx")
+
+
+def _exact(value: Fraction, name: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, (Fraction, int)):
+        raise TypeError(f"{name} must be an exact Fraction, not {type(value).__name__} {value!r}")
+    value = Fraction(value)
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, not {value}")
+    return value
+
+
+def _same_kind(a: object, b: object, verb: str) -> None:
+    if type(a) is not type(b):
+        kind_a = getattr(a, "kind", type(a).__name__)
+        kind_b = getattr(b, "kind", type(b).__name__)
+        raise TypeError(f"cannot {verb} a {kind_a} budget and a {kind_b} one: convert one explicitly first")
+
+
+@dataclass(frozen=True, slots=True)
+class PureDP:
+    """ε-differential privacy.
+
+    Protects: for neighbouring datasets D, D′ and every set S of outputs,
+    P[M(D) ∈ S] ≤ e^ε · P[M(D′) ∈ S]. Pure budgets add under sequential composition, and a
+    histogram's disjoint cells cost their ε once (parallel composition)."""
+
+    epsilon: Fraction
+    kind: ClassVar[Kind] = "pure"
+    symbol: ClassVar[str] = "ε"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", _exact(self.epsilon, "ε"))
+
+    @property
+    def amount(self) -> Fraction:
+        """The budget's one figure, in its own unit (ε)."""
+        return self.epsilon
+
+    def __add__(self, other: PureDP) -> PureDP:
+        _same_kind(self, other, "add")
+        return PureDP(self.epsilon + other.epsilon)
+
+    def __sub__(self, other: PureDP) -> PureDP:
+        _same_kind(self, other, "subtract")
+        return PureDP(self.epsilon - other.epsilon)
+
+    def __le__(self, other: PureDP) -> bool:
+        _same_kind(self, other, "compare")
+        return self.epsilon <= other.epsilon
+
+    def __lt__(self, other: PureDP) -> bool:
+        _same_kind(self, other, "compare")
+        return self.epsilon < other.epsilon
+
+    def scaled(self, share: Fraction) -> PureDP:
+        """``share`` of this budget (a split of a table's budget across its parts or levels)."""
+        return PureDP(self.epsilon * share)
+
+    def as_zcdp(self) -> ZCDP:
+        """ε-DP implies (ε²/2)-zCDP (Bun and Steinke 2016, Proposition 1.4). Exact."""
+        return ZCDP(self.epsilon * self.epsilon / 2)
+
+    def as_approx(self) -> ApproxDP:
+        """ε-DP is (ε, 0)-DP."""
+        return ApproxDP(self.epsilon, Fraction(0))
+
+    def __str__(self) -> str:
+        return f"ε = {exact_and_decimal(self.epsilon)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ZCDP:
+    """ρ-zero-concentrated differential privacy (Bun and Steinke 2016).
+
+    Protects: for neighbouring D, D′ and every α > 1, the Rényi divergence of order α between
+    M(D) and M(D′) is at most ρα. It implies (ε, δ)-DP for every δ > 0
+    (:func:`dprelease.accounting.conversions.zcdp_epsilon`). ρ adds under composition."""
+
+    rho: Fraction
+    kind: ClassVar[Kind] = "zcdp"
+    symbol: ClassVar[str] = "ρ"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rho", _exact(self.rho, "ρ"))
+
+    @property
+    def amount(self) -> Fraction:
+        """The budget's one figure, in its own unit (ρ)."""
+        return self.rho
+
+    def __add__(self, other: ZCDP) -> ZCDP:
+        _same_kind(self, other, "add")
+        return ZCDP(self.rho + other.rho)
+
+    def __sub__(self, other: ZCDP) -> ZCDP:
+        _same_kind(self, other, "subtract")
+        return ZCDP(self.rho - other.rho)
+
+    def __le__(self, other: ZCDP) -> bool:
+        _same_kind(self, other, "compare")
+        return self.rho <= other.rho
+
+    def __lt__(self, other: ZCDP) -> bool:
+        _same_kind(self, other, "compare")
+        return self.rho < other.rho
+
+    def scaled(self, share: Fraction) -> ZCDP:
+        return ZCDP(self.rho * share)
+
+    def __str__(self) -> str:
+        return f"ρ = {exact_and_decimal(self.rho)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ApproxDP:
+    """(ε, δ)-differential privacy.
+
+    Protects: for neighbouring D, D′ and every set S of outputs,
+    P[M(D) ∈ S] ≤ e^ε · P[M(D′) ∈ S] + δ. Composed here by basic composition: ε and δ each
+    add (a sound upper bound)."""
+
+    epsilon: Fraction
+    delta: Fraction
+    kind: ClassVar[Kind] = "approx"
+    symbol: ClassVar[str] = "ε"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", _exact(self.epsilon, "ε"))
+        object.__setattr__(self, "delta", _exact(self.delta, "δ"))
+        if self.delta >= 1:
+            raise ValueError(f"δ must be below 1, not {self.delta}")
+
+    @property
+    def amount(self) -> Fraction:
+        """The budget's ε (its δ is :attr:`delta`)."""
+        return self.epsilon
+
+    def __add__(self, other: ApproxDP) -> ApproxDP:
+        _same_kind(self, other, "add")
+        return ApproxDP(self.epsilon + other.epsilon, self.delta + other.delta)
+
+    def __sub__(self, other: ApproxDP) -> ApproxDP:
+        _same_kind(self, other, "subtract")
+        return ApproxDP(self.epsilon - other.epsilon, self.delta - other.delta)
+
+    def __le__(self, other: ApproxDP) -> bool:
+        """Within ``other`` in both ε and δ."""
+        _same_kind(self, other, "compare")
+        return self.epsilon <= other.epsilon and self.delta <= other.delta
+
+    def __lt__(self, other: ApproxDP) -> bool:
+        _same_kind(self, other, "compare")
+        return self <= other and self != other
+
+    def scaled(self, share: Fraction) -> ApproxDP:
+        return ApproxDP(self.epsilon * share, self.delta * share)
+
+    def __str__(self) -> str:
+        return f"ε = {exact_and_decimal(self.epsilon)}, δ = {fraction_text(self.delta)}"
+
+
+Budget = Union[PureDP, ZCDP, ApproxDP]
+B = TypeVar("B", PureDP, ZCDP, ApproxDP)
+
+
+def zero(kind: Kind) -> Budget:
+    """The empty budget of ``kind``."""
+    match kind:
+        case "pure":
+            return PureDP(Fraction(0))
+        case "zcdp":
+            return ZCDP(Fraction(0))
+        case "approx":
+            return ApproxDP(Fraction(0), Fraction(0))
+    raise ValueError(f"unknown kind of guarantee {kind!r}")
+
+
+def budget_of(kind: Kind, amount: Fraction, delta: Fraction | None = None) -> Budget:
+    """A budget of ``kind`` from its figures as stored (the ledger's ``amount`` and ``delta``)."""
+    match kind:
+        case "pure":
+            return PureDP(amount)
+        case "zcdp":
+            return ZCDP(amount)
+        case "approx":
+            return ApproxDP(amount, Fraction(0) if delta is None else delta)
+    raise ValueError(f"unknown kind of guarantee {kind!r}")
+
+
+def compose(budgets: Iterable[B], kind: Kind) -> B:
+    """Sequential composition: the exact sum of budgets, all of ``kind`` (TypeError otherwise)."""
+    total = zero(kind)
+    for b in budgets:
+        total = total + b  # type: ignore[operator]  # _same_kind refuses a mixed sum
+    return total  # type: ignore[return-value]

@@ -1,0 +1,78 @@
+"""The typed privacy semantics (dprelease.accounting): budgets of one kind add and compare
+exactly, budgets of different kinds refuse to; the neighbouring relation gives the count
+sensitivities; ledger terms read every string a schema 1–4 ledger holds."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from dprelease.accounting import ZCDP, ApproxDP, Neighbouring, PrivacyUnit, PureDP, Terms, budget_of, compose, zero
+
+KINDS_OF = [PureDP(Fraction(1, 4)), ZCDP(Fraction(1, 8)), ApproxDP(Fraction(1, 2), Fraction(1, 10**6))]
+
+
+@pytest.mark.parametrize("a", KINDS_OF)
+@pytest.mark.parametrize("b", KINDS_OF)
+def test_budgets_of_different_kinds_neither_add_nor_compare(a, b):
+    if type(a) is type(b):
+        assert a + b == a.scaled(Fraction(2))
+        assert a <= a + b and (a + b) - b == a
+        return
+    with pytest.raises(TypeError, match="convert one explicitly"):
+        a + b
+    with pytest.raises(TypeError):
+        a <= b  # noqa: B015
+    with pytest.raises(TypeError):
+        compose([a, b], a.kind)
+
+
+def test_composition_is_the_exact_sum_and_refuses_floats():
+    parts = [PureDP(Fraction(1, 10))] * 10
+    assert compose(parts, "pure") == PureDP(Fraction(1)) and compose([], "zcdp") == zero("zcdp")
+    with pytest.raises(TypeError, match="exact Fraction"):
+        PureDP(0.1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        ZCDP(Fraction(-1))
+    with pytest.raises(ValueError):
+        ApproxDP(Fraction(1), Fraction(1))
+
+
+def test_conversions_are_explicit_and_exact():
+    assert PureDP(Fraction(1, 2)).as_zcdp() == ZCDP(Fraction(1, 8))
+    assert PureDP(Fraction(1, 2)).as_approx() == ApproxDP(Fraction(1, 2), Fraction(0))
+    assert budget_of("approx", Fraction(1), None) == ApproxDP(Fraction(1), Fraction(0))
+    assert budget_of("zcdp", Fraction(3, 4)).amount == Fraction(3, 4) and ZCDP(Fraction(1)).symbol == "ρ"
+    # (ε, δ) is within another only in both figures
+    assert not ApproxDP(Fraction(1), Fraction(2, 10**6)) <= ApproxDP(Fraction(2), Fraction(1, 10**6))
+
+
+@pytest.mark.parametrize("text,terms", [
+    ("pure", Terms("pure")),
+    ("zcdp", Terms("zcdp")),
+    ("approx-bounded", Terms("approx", True)),
+    ("pure-bounded@SERIALNO", Terms("pure", True, "SERIALNO")),
+    ("zcdp@PID", Terms("zcdp", False, "PID")),
+])
+def test_ledger_terms_read_every_old_string_and_write_it_back(text, terms):
+    assert Terms.from_text(text) == terms and terms.text == text
+
+
+@pytest.mark.parametrize("text", ["", "laplace", "pure-unbounded", "Pure"])
+def test_unknown_ledger_terms_are_refused(text):
+    with pytest.raises(ValueError):
+        Terms.from_text(text)
+
+
+def test_count_sensitivities_follow_the_relation():
+    person = PrivacyUnit("PID", 3)
+    assert (Neighbouring().count_l1, Neighbouring().count_l2_squared) == (1, 1)
+    assert (Neighbouring(person).count_l1, Neighbouring(person).count_l2_squared) == (3, 9)
+    changed = Neighbouring(person, True, "invariants")
+    assert (changed.count_l1, changed.count_l2_squared) == (6, 18)
+    assert "add or remove one person" in Neighbouring(person).text and changed.text.startswith("change one person")
+    with pytest.raises(ValueError):
+        Neighbouring(change=True)  # a bounded relation says why
+    with pytest.raises(ValueError):
+        PrivacyUnit(None, 2)  # a row is one row
