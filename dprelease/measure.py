@@ -13,7 +13,6 @@ import numpy as np
 
 from fractions import Fraction
 
-from dprelease.mechanisms import discrete_gaussian, discrete_laplace, permute_and_flip, truncated_geometric
 from dprelease.plan import TablePlan
 
 
@@ -71,17 +70,8 @@ def check_structural(counts: np.ndarray, table: TablePlan) -> None:
 
 
 def _noisy(counts: np.ndarray, table: TablePlan, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
-    match table.mechanism:
-        case "discrete_laplace":  # in units of the granularity (1 for counts); published in value units
-            g = table.granularity
-            return (counts + discrete_laplace(table.scale / g, counts.size, rng=rng)) * g
-        case "discrete_gaussian":  # σ² in table.scale, in units of the granularity (CKS 2020)
-            g = table.granularity
-            return (counts + discrete_gaussian(table.scale, counts.size, rng=rng)) * g
-        case "truncated_geometric":  # counts clamped to [0, upper], noise, output clamped (GRS 2009)
-            assert table.upper is not None
-            return truncated_geometric(counts, table.upper, table.scale, rng=rng)
-    raise ValueError(f"table {table.name}: unknown mechanism {table.mechanism!r}")
+    """The plan's noise (:mod:`dprelease.plan.measurements`) drawn for ``counts``, in value units."""
+    return table.noise.draw(counts, rng=rng)
 
 
 def measure_mean(parts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -108,10 +98,10 @@ def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fract
     (a mode), or on quantile utilities built from them when ``q`` is given (see ModeMeasure).
 
     Neighbouring relation: the release's. Utility: the counts (row-major cells × categories), or
-    the quantile utilities; sensitivity Δu = ``table.sensitivity`` (:meth:`ModeMeasure.utility_sensitivity`:
+    the quantile utilities; sensitivity Δu = ``table.sensitivity`` (:func:`~dprelease.plan.measurements.utility_sensitivity`:
     K for a mode, K·max(a, b − a) for a q = a/b quantile, doubled under change one record, with K
-    the contribution bound); ``table.scale`` is the temperature, Δu/ε (a mode under add/remove:
-    monotone) or 2Δu/ε. Guarantee: the vector of choices is ε-DP (ε = ``table.mechanism_epsilon``):
+    the contribution bound); the plan's :class:`~dprelease.plan.measurements.PermuteAndFlip`
+    holds the temperature, Δu/ε (a mode under add/remove: monotone) or 2Δu/ε. Guarantee: the vector of choices is ε-DP (ε = ``table.mechanism_epsilon``):
     each cell's choice is (r/K)·ε-DP in the r ≤ K rows a person has there, the cells' choices
     are independent, so the losses add up to at most ε whatever the split of a person's rows.
     Exact Bernoulli(exp(−x)) flips from the OS CSPRNG (``rng``: test-only seam).
@@ -129,9 +119,7 @@ def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fract
         below = np.cumsum(utilities, axis=1) - utilities
         n = utilities.sum(axis=1, keepdims=True)
         utilities = -np.abs(q.denominator * below - q.numerator * n)
-    epsilon = table.mechanism_epsilon  # ε itself, or in a zcdp release the ε with ε²/2 ≤ ρ
-    monotone = table.scale == Fraction(table.sensitivity) / epsilon
-    return permute_and_flip(utilities, epsilon, table.sensitivity, monotone=monotone, rng=rng)
+    return table.noise.draw(utilities, rng=rng)  # PermuteAndFlip at the ε the plan runs it at
 
 
 def _measured_only(table: TablePlan) -> TablePlan:

@@ -24,6 +24,7 @@ from dprelease import __version__
 from dprelease.accounting import fraction_text, zcdp_epsilon
 from dprelease.ledger import Approval, Evaluation
 from dprelease.plan import Plan, TablePlan
+from dprelease.plan.measurements import PermuteAndFlip
 from dprelease.plan.planner import LocalPlan
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
@@ -243,7 +244,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                           "disjoint_units": spec.dataset.disjoint_units, "ledger_dataset": spec.dataset.name,
                           "assumption": spec.dataset.partition_note}} if spec.dataset.partition_column else {}),
         "privacy": {"definition": spec.definition, "unit": spec.unit, "neighbouring": plan.neighbouring,
-                    "ledger_terms": plan.terms,
+                    "ledger_terms": plan.terms.text,
                     **({"contribution_bound": {"id": spec.unit_id, "max_rows": spec.max_rows}}
                        if spec.unit == "person" else {})},
         "total_epsilon": fraction_text(plan.total_epsilon),  # in the spec's unit: budget_unit
@@ -307,6 +308,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                                if p.pure_epsilon is not None else {})}
                            for part, p in zip(("sum", "count"), t.parts)]} if t.parts else {}),
              **({"mechanism_epsilon": fraction_text(t.pure_epsilon)} if t.pure_epsilon is not None else {}),
+             **({"monotone": t.noise.monotone} if isinstance(t.noise, PermuteAndFlip) else {}),
              **({"measure": {"sum": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
                              "missing": "zero" if m.missing_as_zero else "error"}}
                 if isinstance(m := by_name[t.name].measure, SumMeasure)

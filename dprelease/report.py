@@ -196,7 +196,10 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
 
 
 def _monotone(t: dict[str, Any]) -> bool:
-    """An exponential mechanism's exponent ε·u/Δu (monotone utility) rather than ε·u/(2Δu), from its scale."""
+    """An exponential mechanism's exponent ε·u/Δu (monotone utility) rather than ε·u/(2Δu): as the
+    plan recorded it in the manifest (manifests before it did: from the scale)."""
+    if "monotone" in t:
+        return bool(t["monotone"])
     epsilon = Fraction(t.get("mechanism_epsilon", t["epsilon"]))
     return Fraction(t["scale"]) == Fraction(t["sensitivity"]) / epsilon
 

@@ -13,7 +13,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprelease.accounting import approx_to_zcdp, fraction_text, zcdp_epsilon, zcdp_to_pure
+from dprelease.accounting import Terms
+from dprelease.accounting import Neighbouring
+from dprelease.plan.measurements import sum_l1, sum_l2_squared
+from dprelease.accounting import approx_to_zcdp, zcdp_epsilon, zcdp_to_pure
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.ledger.store import SCHEMA_VERSION
 from dprelease.plan import plan_release
@@ -192,8 +195,9 @@ def test_sum_sensitivities_match_every_neighbour(bounds, granularity, cells):
     for bounded, diffs in ((False, add_remove), (True, change)):
         l1 = max(sum(abs(x) for x in d) for d in diffs)
         l2 = max(sum(x * x for x in d) for d in diffs)
-        assert m.sensitivity(bounded, cells) == l1 * granularity, (bounded, cells)
-        assert m.l2_squared(bounded, cells) == l2, (bounded, cells)
+        relation = Neighbouring(change=bounded, why="invariants" if bounded else None)
+        assert sum_l1(m.low, m.high, relation, cells) == l1 * granularity, (bounded, cells)
+        assert sum_l2_squared(m.low, m.high, m.granularity, relation, cells) == l2, (bounded, cells)
 
 
 # ---------------------------------------------------------------- spec errors
@@ -296,7 +300,7 @@ def test_pure_releases_on_an_approx_ledger_cost_no_delta(tmp_path):
     first = plan_release(approx, None)
     ledger.reserve(dataset=approx.dataset.name, release=approx.release,
                    charges=[(t.key, t.charge, t.delta) for t in first.tables], spec_fingerprint=first.fingerprint,
-                   lifetime_from_spec=approx.dataset.lifetime_epsilon, definition=first.terms,
+                   lifetime_from_spec=approx.dataset.lifetime_epsilon, definition=first.terms.text,
                    lifetime_delta_from_spec=approx.dataset.lifetime_delta)
     pure_path = tmp_path / "pure.yaml"
     pure_path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
@@ -304,7 +308,7 @@ def test_pure_releases_on_an_approx_ledger_cost_no_delta(tmp_path):
                          .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                          .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
     pure = plan_release(load_spec(pure_path), ledger.state("nist-acs-approx"))
-    assert pure.terms == "approx" and pure.approx and pure.total_delta == 0
+    assert pure.terms == Terms("approx") and pure.approx and pure.total_delta == 0
     assert all(t.delta == 0 for t in pure.tables) and pure.charge == pure.total_epsilon
     ledger.close()
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
+from dprelease.accounting import Terms
 from dprelease.data import histogram, encode
 from dprelease.data.load import bound_contributions
 from dprelease.mechanisms import discrete_laplace
@@ -155,12 +156,12 @@ def test_a_dataset_keeps_its_privacy_unit(synthetic):
     row = load_spec(path / "row.yaml")
     ledger = Ledger.open(resolve_location(str(path / "l.sqlite")), create=True)
     plan = plan_release(person, None)
-    assert plan.terms == "pure@PID"
+    assert plan.terms == Terms("pure", unit_id="PID")
     ledger.reserve(dataset=person.dataset.name, release=person.release, charges=[(t.key, t.charge) for t in plan.tables],
                    spec_fingerprint=plan.fingerprint, lifetime_from_spec=person.dataset.lifetime_epsilon,
-                   definition=plan.terms)
+                   definition=plan.terms.text)
     state = ledger.state(row.dataset.name)
     ledger.close()
     with pytest.raises(LedgerError, match="privacy unit"):
         plan_release(row, state)
-    assert plan_release(person, state).terms == "pure@PID"
+    assert plan_release(person, state).terms == Terms("pure", unit_id="PID")

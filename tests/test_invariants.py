@@ -11,6 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.accounting import Terms
 from dprelease.data import encode, place_totals
 from dprelease.evaluate import exact_measurements
 from dprelease.mechanisms import discrete_laplace
@@ -183,12 +184,12 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     bounded = tmp_path / "bounded.sqlite"
     ledger = ledger_at(bounded)
     first = plan_release(spec, None)
-    assert first.terms == "pure-bounded"
+    assert first.terms == Terms("pure", change=True)
     ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=[(t.key, t.epsilon) for t in first.tables],
                    spec_fingerprint=first.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
-                   definition=first.terms)
+                   definition=first.terms.text)
     later = plan_release(plain, ledger.state(plain.dataset.name))  # no invariants of its own
-    assert later.terms == "pure-bounded" and {t.sensitivity for t in later.tables} == {2}
+    assert later.terms == Terms("pure", change=True) and {t.sensitivity for t in later.tables} == {2}
     assert "change one record" in later.neighbouring
     with pytest.raises(LedgerError):  # the reservation re-checks the terms in its transaction
         ledger.reserve(dataset=plain.dataset.name, release="sneaky", charges=[("t", Fraction(1, 10))],

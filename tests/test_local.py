@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.accounting import Terms
 from dprelease.accounting import ln_upper_bound
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.mechanisms.local import coin_flip
@@ -447,7 +448,7 @@ def test_local_tables_make_the_release_bounded_and_count_every_answer(tmp_path, 
         '  AGEP: {range: [0, 99], on_out_of_domain: drop}') + "  - {name: by_age, group_by: [AGEP], epsilon: 1}\n")
     spec = load_spec(spec_path)
     plan = plan_release(spec, None)
-    assert plan.tables[0].sensitivity == 2 and plan.terms == "pure-bounded"
+    assert plan.tables[0].sensitivity == 2 and plan.terms == Terms("pure", change=True)
     data = encode(spec)
     assert data.rows == 2  # the central tables lose the row with AGEP 130 ...
     assert list(data.local_counts["favourite"][:2]) == [2, 1]  # ... the local table keeps its answer

@@ -10,6 +10,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from dprelease.accounting import Neighbouring
+from dprelease.plan.measurements import utility_sensitivity
 from dprelease.measure import measure_mode
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec
@@ -136,7 +138,6 @@ def test_quantile_change_one_record_exact_audit():
     vectors stays ≤ ε; with the per-cell bound Δu = b (a change within one cell) it exceeds ε."""
     import itertools
 
-    from dprelease.spec import ModeMeasure
 
     q, eps = Fraction(9, 10), 1.0
 
@@ -153,7 +154,7 @@ def test_quantile_change_one_record_exact_audit():
                 worst = max(worst, float(np.max(np.abs(np.log(p / p2)))))
         return worst
 
-    planned = ModeMeasure("X", q).utility_sensitivity(bounded=True, max_rows=1)
+    planned = utility_sensitivity(q, Neighbouring(change=True, why="invariants"))
     assert planned == 18
     assert 2 * worst_cell_loss(planned) <= eps + 1e-12
     assert 2 * worst_cell_loss(q.denominator) > eps * (1 + 1e-3)

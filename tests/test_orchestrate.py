@@ -7,6 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.plan.measurements import DiscreteLaplace
 from dprelease.measure import measure_counts
 from dprelease.postprocess import clamp_or_none as post_process
 from dprelease.plan import TablePlan
@@ -54,7 +55,7 @@ def test_artifact_keys_are_valid(orchestrate):
 
 
 def test_measure_adds_noise_of_the_planned_scale_and_checks_the_shape():
-    plan = TablePlan("t", Fraction(1), "discrete_laplace", 1, Fraction(1), 200_000, 3, 3)
+    plan = TablePlan("t", Fraction(1), DiscreteLaplace(1, Fraction(1)), 200_000, 3, 3)
     counts = np.full(200_000, 50, dtype=np.int64)
     noisy = measure_counts(counts, plan)
     assert noisy.dtype == np.int64 and not np.array_equal(noisy, counts)

@@ -11,6 +11,8 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from dprelease.accounting import Neighbouring
+from dprelease.plan.measurements import sum_l1
 from dprelease.data import encode, histogram
 from dprelease.measure import measure_counts
 from dprelease.mechanisms import discrete_laplace
@@ -164,7 +166,7 @@ def test_change_one_record_audit_of_a_grouped_sum():
         a1, b1 = 500 - step + discrete_laplace(scale, n), 300 + step + discrete_laplace(scale, n)
         return empirical_epsilon((a0 <= 500 - step) & (b0 >= 300 + step), (a1 <= 500 - step) & (b1 >= 300 + step))
 
-    estimate, se = loss(measure.sensitivity(bounded=True, cells=2))
+    estimate, se = loss(sum_l1(measure.low, measure.high, Neighbouring(change=True, why="invariants"), cells=2))
     assert abs(estimate - float(epsilon)) < 6 * se, (estimate, se)
     naive, se = loss(measure.high - measure.low)
     assert naive > float(epsilon) + 6 * se, (naive, se)
@@ -187,10 +189,9 @@ def test_a_method_override_leaves_sums_alone(tmp_path):
 def test_single_cell_change_one_covers_drops_and_missing_values():
     """A changed record may be dropped (out of domain) or missing (counted 0): for [1000, 2000]
     one cell moves by up to 2000, not U − L = 1000 (found by review: a drop moved it 1227)."""
-    from dprelease.spec import SumMeasure
 
-    assert SumMeasure("X", 1000, 2000, 100, True).sensitivity(bounded=True, cells=1) == 2000
-    assert SumMeasure("X", -500, 2000, 100, True).sensitivity(bounded=True, cells=1) == 2500
+    assert sum_l1(1000, 2000, Neighbouring(change=True, why="invariants"), cells=1) == 2000
+    assert sum_l1(-500, 2000, Neighbouring(change=True, why="invariants"), cells=1) == 2500
 
 
 def test_missing_counts_zero_and_sums_are_exact(tmp_path):

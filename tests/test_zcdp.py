@@ -10,6 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.accounting import Terms
 from dprelease.accounting import zcdp_epsilon
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.measure import measure_counts
@@ -128,9 +129,9 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     first = plan_release(zcdp, None)
     ledger.reserve(dataset=zcdp.dataset.name, release=zcdp.release, charges=[(t.key, t.charge) for t in first.tables],
                    spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime_epsilon,
-                   definition=first.terms)
+                   definition=first.terms.text)
     on_zcdp = plan_release(pure, ledger.state(pure.dataset.name))
-    assert on_zcdp.terms == "zcdp" and on_zcdp.ledger_symbol == "ρ"
+    assert on_zcdp.terms == Terms("zcdp") and on_zcdp.ledger_symbol == "ρ"
     assert on_zcdp.charge == sum(t.epsilon ** 2 / 2 for t in on_zcdp.tables)
     assert on_zcdp.total_epsilon == 1  # the release budget is still checked in ε
     ledger.close()
@@ -140,7 +141,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     ledger = Ledger.open(resolve_location(str(pure_ledger)), create=True)
     p = plan_release(pure, None)
     ledger.reserve(dataset=pure.dataset.name, release=pure.release, charges=[(t.key, t.charge) for t in p.tables],
-                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime_epsilon, definition=p.terms)
+                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime_epsilon, definition=p.terms.text)
     ledger.close()
     refused = cli("plan", write(tmp_path), "--ledger", pure_ledger)
     assert refused.code == 2 and "cannot be charged there" in refused.stderr, refused

@@ -8,11 +8,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dprelease.accounting import exact_and_decimal, fraction_text, percent_text
+from dprelease.accounting import Neighbouring, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.store import LIVE_STATES
 from dprelease.plan import Plan
-from dprelease.plan.planner import ADD_REMOVE_ROW
+
 
 
 pct = percent_text
@@ -146,7 +146,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
         ("cells", "right"), (f"± MoE {conf}", "right")]
     for header, justify in columns:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
-    if plan.neighbouring != ADD_REMOVE_ROW and not plan.invariants:  # not the default relation
+    if plan.relation != Neighbouring() and not plan.invariants:  # not the default relation
         console.print(f"Note: neighbouring datasets: {plan.neighbouring}; the sensitivities below follow from it.",
                       markup=False, highlight=False)
 

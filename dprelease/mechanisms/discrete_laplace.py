@@ -91,3 +91,12 @@ def _leading_zeros(x: Fraction) -> int:
     while x * 10 ** (n + 1) < 1:
         n += 1
     return n
+
+
+def variance(scale: Fraction) -> float:
+    """The noise's variance, 2p/(1 − p)² with p = exp(−1/scale) (float: for weights and display,
+    never for sampling or accounting)."""
+    import math
+
+    p = math.exp(-1 / float(scale))
+    return 2 * p / (1 - p) ** 2

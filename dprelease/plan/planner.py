@@ -30,10 +30,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable, TypeVar
 from fractions import Fraction
 
-from dprelease.accounting import approx_to_zcdp, fraction_text, compose_sequential, pure_to_zcdp, zcdp_to_pure
+from dprelease.accounting import (
+    Neighbouring,
+    Terms,
+    approx_to_zcdp,
+    compose_sequential,
+    fraction_text,
+    pure_to_zcdp,
+    zcdp_to_pure,
+)
 from dprelease.errors import LedgerError, UserError
 from dprelease.ledger.store import (
     AnswerSet,
@@ -49,29 +57,36 @@ from dprelease.ledger.store import (
     provenance_of,
     unregistered_message,
 )
-from dprelease.mechanisms.discrete_laplace import epsilon_for_margin, margin_of_error
-from dprelease.mechanisms.gaussian import gaussian_margin, sigma2_for, zcdp_rho
-from dprelease.mechanisms.sampling import check_scale
+from dprelease.mechanisms.discrete_laplace import epsilon_for_margin
+from dprelease.mechanisms.gaussian import sigma2_for, zcdp_rho
+from dprelease.plan.measurements import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    Noise,
+    PermuteAndFlip,
+    TruncatedGeometric,
+    sum_l1,
+    sum_l2_squared,
+    utility_sensitivity,
+)
 from dprelease.plan.structural import cell_labels, describe, measurement_masks
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table, fingerprint
 
 CONFIDENCE_95 = Fraction(95, 100)
-ADD_REMOVE_ROW = "add or remove one row (one row per person)"  # the default relation, as Spec states it
 
 
 @dataclass(frozen=True, slots=True)
 class TablePlan:
+    """One measurement: a table (at one level of its geography), its budget, and its noise
+    mechanism with every parameter (:mod:`dprelease.plan.measurements`)."""
+
     name: str
-    epsilon: Fraction
-    mechanism: str
-    sensitivity: int  # L1, under the release's neighbouring relation (Spec.sensitivity)
-    scale: Fraction  # sensitivity / epsilon; σ² for the discrete Gaussian
+    epsilon: Fraction  # the table's budget at this level, in the spec's unit (ρ in a zcdp release)
+    noise: Noise  # the mechanism and its parameters, computed once
     cells: int
-    moe: int  # at the plan's confidence
+    moe: int  # at the plan's confidence, in value units (the noise's margin)
     moe95: int
     level: str | None = None  # the geographic level of this measurement (None: a plain table)
-    upper: int | None = None  # truncated_geometric: the public bound; outputs lie in [0, upper]
-    granularity: int = 1  # sums: values are multiples of it; noise is drawn in its units
     charge: Fraction | None = None  # what the ledger is charged, in its unit (ρ on a zCDP ledger)
     delta: Fraction | None = None  # approx: the measurement's δ (0 for a pure mechanism)
     pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
@@ -79,6 +94,29 @@ class TablePlan:
     structural: tuple[int, ...] = ()  # structural cells (indices into the full cross product): not measured, exact 0
     structural_summary: tuple[str, ...] = ()  # the structural cells in words ("AGE_GROUP = 0-17")
     structural_labels: tuple[tuple[str, ...], ...] = ()  # each structural cell as its published categories
+
+    @property
+    def mechanism(self) -> str:
+        return self.noise.kind
+
+    @property
+    def sensitivity(self) -> int:
+        """L1 (Δ₂² for the discrete Gaussian, in units of the granularity; Δu for permute-and-flip)."""
+        return self.noise.sensitivity
+
+    @property
+    def scale(self) -> Fraction:
+        """Δ/ε in value units (σ² in units of the granularity; the temperature for permute-and-flip)."""
+        return self.noise.scale
+
+    @property
+    def granularity(self) -> int:
+        return self.noise.granularity
+
+    @property
+    def upper(self) -> int | None:
+        """The truncated geometric's public bound (None for the other mechanisms)."""
+        return self.noise.upper if isinstance(self.noise, TruncatedGeometric) else None
 
     @property
     def measured_cells(self) -> int:
@@ -102,14 +140,13 @@ class TablePlan:
 
     @property
     def shown_sensitivity(self) -> int:
-        """The sensitivity in value units, as published: a discrete Gaussian's Δ₂² is planned in
-        units of the granularity (× g² here); a pure mechanism's is already in value units."""
-        return self.sensitivity * self.granularity ** 2 if self.mechanism == "discrete_gaussian" else self.sensitivity
+        """The sensitivity in value units, as published."""
+        return self.noise.shown_sensitivity
 
     @property
     def shown_scale(self) -> Fraction:
-        """The noise scale in value units: σ² × g² for the discrete Gaussian, Δ/ε otherwise."""
-        return self.scale * self.granularity ** 2 if self.mechanism == "discrete_gaussian" else self.scale
+        """The noise scale in value units, as published."""
+        return self.noise.shown_scale
 
     @property
     def key(self) -> str:
@@ -155,9 +192,9 @@ class Plan:
     existing_run: RunRecord | None  # a live run of the same release, if any
     data_versions: int  # distinct data fingerprints among earlier releases
     lifetime_caps: tuple[CapChange, ...] = ()  # the ledger's recorded cap decisions
-    neighbouring: str = "add or remove one row (one row per person)"  # = ADD_REMOVE_ROW
+    relation: Neighbouring = Neighbouring()  # the neighbouring relation the plan is made under
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (NOT DP)
-    terms: str = "pure"  # the dataset's ledger terms this plan is charged under (see ledger_terms)
+    terms: Terms = Terms("pure")  # the dataset's ledger terms this plan is charged under (see ledger_terms)
     symbol: str = "ε"  # of the spec's budgets (total_epsilon, release_budget): ε, or ρ for zcdp
     total_charge: Fraction | None = None  # what the ledger is charged, in its unit (None: total_epsilon)
     ledger_symbol: str = "ε"  # of the lifetime figures: ε, or ρ for a zcdp ledger
@@ -168,6 +205,11 @@ class Plan:
     local: tuple[LocalPlan, ...] = ()
     local_spent: Fraction = Fraction(0)  # each respondent's ε over the collections recorded before
     evaluations: tuple[Evaluation, ...] = ()  # the dataset's data read in the open (`dprelease evaluate`)
+
+    @property
+    def neighbouring(self) -> str:
+        """The neighbouring relation in words."""
+        return self.relation.text
 
     @property
     def approx(self) -> bool:
@@ -216,15 +258,15 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         lifetime, spent = spec.dataset.lifetime_epsilon, Fraction(0)
         delta_budget, delta_spent = spec.dataset.lifetime_delta, Fraction(0)
     refuse_local_over_central(spec, state)  # before the terms: the provenance is what is wrong
-    terms, sensitivity, neighbouring = ledger_terms(spec, state)
-    to_rho = terms.startswith("zcdp") and spec.definition == "pure"  # a pure release on a zCDP ledger
-    approx = terms.startswith("approx")
+    terms, relation = ledger_terms(spec, state)
+    to_rho = terms.kind == "zcdp" and spec.definition == "pure"  # a pure release on a zCDP ledger
+    approx = terms.kind == "approx"
     if state is not None:
         if not to_rho and not (approx and spec.definition == "pure"):  # a pure spec's lifetime ε says nothing about a ρ or (ε, δ) cap
             check_lifetime_matches(state, spec.dataset.lifetime_epsilon, spec.dataset.lifetime_delta)
         lifetime, spent = state.budget, state.spent
         delta_budget, delta_spent = state.delta_budget, state.delta_spent
-    tables = measurement_plans(spec, terms, sensitivity, to_rho)
+    tables = measurement_plans(spec, terms, relation, to_rho)
     if approx:  # pure measurements on an (ε, δ) ledger cost δ = 0
         tables = tuple(t if t.delta is not None else _with_delta(t) for t in tables)
     return Plan(
@@ -233,8 +275,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         confidence=spec.confidence, lifetime_budget=lifetime, lifetime_spent=spent,
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
-        neighbouring=neighbouring, invariants=spec.invariant_levels, terms=terms, symbol=spec.symbol,
-        total_charge=compose_sequential(t.charge for t in tables), ledger_symbol="ρ" if terms.startswith("zcdp") else "ε",
+        relation=relation, invariants=spec.invariant_levels, terms=terms, symbol=spec.symbol,
+        total_charge=compose_sequential(t.charge for t in tables), ledger_symbol=terms.symbol,
         delta=spec.delta, total_delta=compose_sequential(t.delta for t in tables) if approx else None,  # type: ignore[misc]
         lifetime_delta_budget=delta_budget if approx else None, lifetime_delta_spent=delta_spent,
         local=local_plans(spec, state), local_spent=state.local_epsilon if state else Fraction(0),
@@ -301,14 +343,14 @@ def _with_delta(t: TablePlan) -> TablePlan:
     return replace(t, delta=Fraction(0))
 
 
-def measurement_plans(spec: Spec, terms: str | None = None, sensitivity: int | None = None,
+def measurement_plans(spec: Spec, terms: Terms | None = None, relation: Neighbouring | None = None,
                       to_rho: bool = False) -> tuple[TablePlan, ...]:
     """The plan of every measurement (mechanism, sensitivity, scale), in spec order. Without
     ledger ``terms``: those of a dataset new to the ledger (what ``evaluate`` simulates)."""
-    if terms is None or sensitivity is None:
-        terms, sensitivity, _ = ledger_terms(spec, None)
+    if terms is None or relation is None:
+        terms, relation = ledger_terms(spec, None)
     masks = measurement_masks(spec)
-    return tuple(_with_structural(spec, _plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, sensitivity,
+    return tuple(_with_structural(spec, _plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, relation,
                                                   to_rho), dims, masks[(t.name, level)])
                  for t in spec.tables for level, dims, eps in t.measured())
 
@@ -326,135 +368,127 @@ def _with_structural(spec: Spec, plan: TablePlan, dims: tuple[str, ...], mask: A
                    structural_labels=tuple(map(tuple, cell_labels(spec, dims, mask.nonzero()[0]))))
 
 
-def _plan_one(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: str, sensitivity: int,
-              to_rho: bool) -> TablePlan:
+def _plan_one(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: Terms,
+              relation: Neighbouring, to_rho: bool) -> TablePlan:
     if isinstance(t.measure, MeanMeasure):
-        return _plan_mean(spec, t, eps, cells, level, terms, sensitivity, to_rho)
+        return _plan_mean(spec, t, eps, cells, level, terms, relation, to_rho)
     if isinstance(t.measure, ModeMeasure):
-        return _plan_mode(spec, t, eps, cells, level, terms, to_rho)
+        return _plan_mode(spec, t, eps, cells, level, relation, to_rho)
     if t.mechanism == "discrete_gaussian":
-        return _plan_gaussian(spec, t, eps, cells, level, terms)
-    return _plan_table(spec, t.name, eps, cells, level, t.mechanism, t.upper,
-                       _sensitivity(spec, t, cells, sensitivity, terms),
-                       t.measure.granularity if isinstance(t.measure, SumMeasure) else 1, to_rho, terms)
+        return _plan_gaussian(spec, t, eps, cells, level, relation)
+    return _plan_table(spec, t, eps, cells, level, relation, to_rho)
 
 
-def _plan_mean(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: str, sensitivity: int,
-               to_rho: bool) -> TablePlan:
+def _plan_mean(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: Terms,
+               relation: Neighbouring, to_rho: bool) -> TablePlan:
     """A mean = a noisy sum of centred values over a noisy count of the same rows: two
     measurements on the same rows, composed sequentially — the sum gets ``sum_share`` of the
     budget (ε, ρ, and under approx the δ with it), the count the rest. Each part is planned as
     a table of its own (:meth:`MeanMeasure.centred_sum`, and a count), with the table's mechanism;
     the plan's ``parts`` are (sum, count) and it is charged their total."""
-    from dataclasses import replace
-
     assert isinstance(t.measure, MeanMeasure)
     sum_eps = eps * t.measure.sum_share
-    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), sum_eps, cells, level, terms, sensitivity,
+    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), sum_eps, cells, level, terms, relation,
                        to_rho),
-             _plan_one(spec, replace(t, measure=None), eps - sum_eps, cells, level, terms, sensitivity, to_rho))
+             _plan_one(spec, replace(t, measure=None), eps - sum_eps, cells, level, terms, relation, to_rho))
     first = parts[0]
     return replace(first, epsilon=eps, charge=compose_sequential(p.charge for p in parts),  # type: ignore[misc]
                    delta=None if first.delta is None else compose_sequential(p.delta for p in parts),  # type: ignore[misc]
                    pure_epsilon=None, parts=parts)
 
 
-def _sensitivity(spec: Spec, table: Table, cells: int, count_sensitivity: int, terms: str) -> int:
-    """L1 sensitivity of one measurement of ``table`` (``cells`` cells), in published units: a
-    count's is ``count_sensitivity``; a sum's follows :meth:`SumMeasure.sensitivity` (max(|L|, |U|)
-    under add/remove; under change one record 2·max(|L|, |U|) once a row can change cell), times
-    the contribution bound."""
-    if not isinstance(table.measure, SumMeasure):  # counts, and a mode's counts as utilities: Δu = Δ/(1 or 2)
-        return count_sensitivity if table.measure is None else spec.max_rows
-    bounded = "-bounded" in terms
-    return table.measure.sensitivity(bounded, cells) * spec.max_rows
-
-
-def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[str, int, str]:
-    """(terms, count sensitivity, neighbouring relation) of a release of ``spec`` on its dataset.
+def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbouring]:
+    """The ledger terms a release of ``spec`` is charged under on its dataset, and the
+    neighbouring relation it is planned under.
 
     A dataset's lifetime budget is one guarantee, in one unit, under one neighbouring relation,
-    fixed when the dataset enters the ledger: terms ``pure`` or ``zcdp``, ``-bounded`` when
-    invariants are public. A release with invariants needs bounded terms; once a dataset is
-    bounded (its invariants are public for ever), every later release of it is planned under
-    change one record too, sensitivity 2, invariants or not. A dataset whose ledger holds
-    add/remove releases cannot take a release with invariants: exact totals are not DP under
-    add/remove, and its earlier budget would double under the bounded relation. A pure
-    release may be charged to a zCDP ledger (ε-DP implies ε²/2-zCDP); a zCDP release cannot be
-    charged to a pure one.
+    fixed when the dataset enters the ledger: terms ``pure``, ``zcdp`` or ``approx``, bounded
+    (change one record) when invariants are public. A release with invariants needs bounded
+    terms; once a dataset is bounded (its invariants are public for ever), every later release
+    of it is planned under change one record too, sensitivity 2, invariants or not. A dataset
+    whose ledger holds add/remove releases cannot take a release with invariants: exact totals
+    are not DP under add/remove, and its earlier budget would double under the bounded
+    relation. A pure release may be charged to a zCDP ledger (ε-DP implies ε²/2-zCDP); a zCDP
+    release cannot be charged to a pure one.
     """
-    base = spec.definition
-    unit = f"@{spec.unit_id}" if spec.unit == "person" else ""  # the privacy unit is part of the terms
-    wanted = base + ("-bounded" if spec.bounded else "") + unit
-    if state is None or state.definition == wanted:
-        return wanted, spec.sensitivity, spec.neighbouring
-    held, _, held_unit = state.definition.partition("@")
-    if held_unit != unit.lstrip("@"):
+    relation = spec.relation
+    wanted = Terms(spec.definition, relation.change, relation.unit.id)
+    held = None if state is None else _held_terms(spec, state)
+    if held is None or held == wanted:
+        return wanted, relation
+    if held.unit_id != wanted.unit_id:
         shown = lambda u: f"one person = one {u}" if u else "one row = one person"  # noqa: E731
         raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger with privacy unit "
-                          f"({shown(held_unit)}), this spec uses ({shown(unit.lstrip('@'))}); budgets spent per row and "
-                          "per person do not add up. Keep the dataset's privacy unit: the same people have one lifetime budget, "
-                          "spent in one unit")
-    held_base, _, bounded = held.partition("-")
-    if held_base not in ("pure", "zcdp", "approx") or bounded not in ("", "bounded"):
-        raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
-                          "of dprelease does not know")
-    if held_base != base and base != "pure":  # pure ε-DP is ε²/2-zCDP and (ε, 0)-DP; nothing else converts
-        shown = {"pure": "pure ε-DP", "zcdp": "zCDP (ρ)", "approx": "(ε, δ)-DP"}
-        raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under {shown[held_base]} "
-                          f"terms; a {base} release cannot be charged there. Release it as {shown[held_base]}"
-                          + (" or pure ε-DP" if held_base != "pure" else "") + ", charged to this dataset's lifetime "
+                          f"({shown(held.unit_id or '')}), this spec uses ({shown(wanted.unit_id or '')}); budgets spent "
+                          "per row and per person do not add up. Keep the dataset's privacy unit: the same people have "
+                          "one lifetime budget, spent in one unit")
+    if held.kind != wanted.kind and wanted.kind != "pure":  # pure ε-DP is ε²/2-zCDP and (ε, 0)-DP; nothing else converts
+        raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under {held.shown} "
+                          f"terms; a {wanted.kind} release cannot be charged there. Release it as {held.shown}"
+                          + (" or pure ε-DP" if held.kind != "pure" else "") + ", charged to this dataset's lifetime "
                           "budget (terms are fixed when a dataset enters the ledger)")
-    if spec.bounded and not bounded:
+    if wanted.change and not held.change:
         what = "invariants" if spec.invariants else "local tables (the number of answers)"
         raise LedgerError(
             f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger under add/remove-one-row terms, but "
             f"this spec publishes {what}, which need change-one-record terms for the whole dataset (its "
             f"earlier budget would double). Drop them from this release: the dataset keeps its terms and its one "
             "lifetime budget")
-    if bounded and not spec.bounded:
-        return state.definition, 2 * spec.max_rows, (
-            "change one record (bounded DP: invariants of this dataset were published before, so every release "
-            "of it is planned under change one record)")
-    return state.definition, spec.sensitivity, spec.neighbouring
+    if held.change and not wanted.change:
+        return held, Neighbouring(relation.unit, True, "ledger")
+    return held, relation
 
 
-def _plan_table(spec: Spec, name: str, epsilon: Fraction, cells: int, level: str | None,
-                mechanism: str, upper: int | None, sensitivity: int, granularity: int, to_rho: bool = False,
-                terms: str = "pure") -> TablePlan:
-    """A pure ε-DP mechanism (discrete Laplace, truncated geometric). ``sensitivity`` in
-    published units (see the module docstring); the noise is drawn in units of ``granularity``
-    (1 for counts), with scale (sensitivity/granularity)/ε. In a zcdp release (``epsilon`` is
-    then ρ) it runs at the largest ε with ε²/2 ≤ ρ and is charged ε²/2. ``to_rho``: a pure
-    release charged ε²/2 to a zCDP ledger."""
-    pure_epsilon = _pure_epsilon(spec, name, epsilon, Fraction(sensitivity, granularity))
-    run_at = epsilon if pure_epsilon is None else pure_epsilon
-    scale = Fraction(sensitivity) / run_at
-    # the truncated geometric's error is never larger than its noise when the true count is in
-    # [0, upper] (clamping moves towards it), so the discrete Laplace margin bounds it too
-    units = scale / granularity
-    return TablePlan(name=name, epsilon=epsilon, mechanism=mechanism, sensitivity=sensitivity,
-                     scale=scale, cells=cells, moe=granularity * margin_of_error(units, spec.confidence),
-                     moe95=granularity * margin_of_error(units, CONFIDENCE_95), level=level, upper=upper,
-                     granularity=granularity, pure_epsilon=pure_epsilon,
-                     charge=pure_to_zcdp(run_at) if to_rho or pure_epsilon is not None else epsilon)
+def _held_terms(spec: Spec, state: DatasetState) -> Terms:
+    try:
+        return Terms.from_text(state.definition)
+    except ValueError:
+        raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
+                          "of dprelease does not know") from None
 
 
-def _pure_epsilon(spec: Spec, name: str, epsilon: Fraction, numerator: Fraction) -> Fraction | None:
-    """The ε a pure mechanism runs at in a zcdp release (None otherwise), checked against the exact
-    sampler, whose scale ``numerator``/ε (Δ/ε in noise units, or a temperature) must be a fraction
-    with parts below 2^40 — checked here so that a run never fails on it after reserving. Under
-    zcdp the largest ε with ε²/2 ≤ ρ is rounded down to 12 significant digits, or fewer where
-    the scale would not fit (rounding ε down only lowers the privacy loss). Raises UserError
-    (exit 2) where no rounding helps: a pure spec's ε with too many digits."""
-    candidates = [zcdp_to_pure(epsilon, digits) for digits in range(12, 3, -1)] if spec.definition == "zcdp" \
-        else [epsilon]
+def _plan_table(spec: Spec, t: Table, epsilon: Fraction, cells: int, level: str | None, relation: Neighbouring,
+                to_rho: bool = False) -> TablePlan:
+    """A pure ε-DP mechanism (discrete Laplace, truncated geometric) on a count or sum histogram:
+    sensitivity a count's (:attr:`Neighbouring.count_l1`) or a sum's (:func:`sum_l1`), in
+    published units; the noise is drawn in units of the granularity (1 for counts), with scale
+    (sensitivity/granularity)/ε. In a zcdp release (``epsilon`` is then ρ) it runs at the largest
+    ε with ε²/2 ≤ ρ and is charged ε²/2. ``to_rho``: a pure release charged ε²/2 to a zCDP
+    ledger."""
+    if isinstance(t.measure, SumMeasure):
+        g, sensitivity = t.measure.granularity, sum_l1(t.measure.low, t.measure.high, relation, cells)
+    else:
+        g, sensitivity = 1, relation.count_l1
+
+    def noise(run_at: Fraction) -> DiscreteLaplace:
+        if t.mechanism == "truncated_geometric":
+            assert t.upper is not None, "the loader gives every truncated_geometric table its upper bound"
+            return TruncatedGeometric(sensitivity, run_at, g, upper=t.upper)
+        return DiscreteLaplace(sensitivity, run_at, g)
+
+    made, pure_epsilon = _pure_noise(spec, t.name, epsilon, noise)
+    return TablePlan(name=t.name, epsilon=epsilon, noise=made, cells=cells, moe=made.margin(spec.confidence),
+                     moe95=made.margin(CONFIDENCE_95), level=level, pure_epsilon=pure_epsilon,
+                     charge=pure_to_zcdp(made.epsilon) if to_rho or pure_epsilon is not None else epsilon)
+
+
+N = TypeVar("N", DiscreteLaplace, PermuteAndFlip)
+
+
+def _pure_noise(spec: Spec, name: str, epsilon: Fraction, noise: Callable[[Fraction], N]) -> tuple[N, Fraction | None]:
+    """The pure mechanism ``noise(ε)`` at the ε it runs at, and that ε in a zcdp release (None
+    otherwise). The mechanism checks its scale against the exact sampler (parts below 2^40)
+    when built — here, so that a run never fails on it after reserving. Under zcdp the largest
+    ε with ε²/2 ≤ ρ is rounded down to 12 significant digits, or fewer where the scale would not
+    fit (rounding ε down only lowers the privacy loss). Raises UserError (exit 2) where no
+    rounding helps: a pure spec's ε with too many digits."""
+    zcdp = spec.definition == "zcdp"
+    candidates = [zcdp_to_pure(epsilon, digits) for digits in range(12, 3, -1)] if zcdp else [epsilon]
     for run_at in candidates:
         try:
-            check_scale(numerator / run_at)
+            return noise(run_at), (run_at if zcdp else None)
         except ValueError:
             continue
-        return run_at if spec.definition == "zcdp" else None
     raise UserError(  # exit 2, before anything is spent
         f"{spec.source}: table {name}: {spec.symbol} = {fraction_text(epsilon)} has too many digits for the exact "
         "sampler (the noise scale must be a fraction with parts below 2^40); round it to at most 12 significant "
@@ -462,20 +496,17 @@ def _pure_epsilon(spec: Spec, name: str, epsilon: Fraction, numerator: Fraction)
 
 
 def _plan_gaussian(spec: Spec, table: Table, budget: Fraction, cells: int, level: str | None,
-                   terms: str) -> TablePlan:
+                   relation: Neighbouring) -> TablePlan:
     """The discrete Gaussian on a count or sum histogram, in units of the granularity.
 
-    Δ₂² (recorded as ``sensitivity``): a count histogram's is K² under add/remove (K rows of a
-    person, all in one cell at worst) and 2K² under change one record (K rows leave one cell and
-    enter another); a sum's is K²·:meth:`SumMeasure.l2_squared`. zcdp (``budget`` is ρ):
+    Δ₂²: a count histogram's :attr:`Neighbouring.count_l2_squared` (K² under add/remove, 2K²
+    under change one record), a sum's :func:`sum_l2_squared`. zcdp (``budget`` is ρ):
     σ² = Δ₂²/(2ρ), rounded up, charged the ρ that σ² gives. approx (``budget`` is ε, with the
     table's δ): σ² for the largest ρ whose (ε, δ) bound (CKS 2020, Proposition 12) is within
     them; charged (ε, δ)."""
-    bounded = "-bounded" in terms
-    g = table.measure.granularity if isinstance(table.measure, SumMeasure) else 1
-    per_row = table.measure.l2_squared(bounded, cells) if isinstance(table.measure, SumMeasure) else \
-        (2 if bounded else 1)
-    l2 = per_row * spec.max_rows ** 2
+    m = table.measure
+    g = m.granularity if isinstance(m, SumMeasure) else 1
+    l2 = sum_l2_squared(m.low, m.high, g, relation, cells) if isinstance(m, SumMeasure) else relation.count_l2_squared
     delta = table.delta_of(budget) if spec.definition == "approx" else None
     if spec.definition == "approx":
         assert delta is not None, "the loader gives every Gaussian table of an approx release a δ"
@@ -492,31 +523,27 @@ def _plan_gaussian(spec: Spec, table: Table, budget: Fraction, cells: int, level
     except ValueError:
         raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {budget} asks for a noise variance the "
                         "exact sampler cannot take; use a larger budget or coarser granularity") from None
-    return TablePlan(name=table.name, epsilon=budget, mechanism="discrete_gaussian", sensitivity=l2, scale=sigma2,
-                     cells=cells, moe=g * gaussian_margin(sigma2, spec.confidence),
-                     moe95=g * gaussian_margin(sigma2, CONFIDENCE_95), level=level, granularity=g,
+    noise = DiscreteGaussian(l2, sigma2, g)
+    return TablePlan(name=table.name, epsilon=budget, noise=noise, cells=cells, moe=noise.margin(spec.confidence),
+                     moe95=noise.margin(CONFIDENCE_95), level=level,
                      charge=zcdp_rho(sigma2, l2) if spec.definition == "zcdp" else budget, delta=delta)
 
 
-def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, terms: str,
+def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, relation: Neighbouring,
                to_rho: bool = False) -> TablePlan:
-    """A mode or quantile per cell by permute-and-flip: utilities are the cell's category counts
-    (or quantile utilities), Δu = :meth:`ModeMeasure.utility_sensitivity` (the contribution bound
-    K for a mode). ``scale`` is the exponent's temperature: a candidate u below the best is
-    accepted with probability exp(−(u* − u)/scale), scale = Δu/ε when the utility is monotone
-    (add/remove one row: every count moves the same way) and 2Δu/ε otherwise (change one record).
-    There is no margin of error (moe = 0): the output is a category, not a count. In a zcdp
-    release it runs at the largest ε with ε²/2 ≤ its ρ."""
+    """A mode or quantile per cell by permute-and-flip (:class:`PermuteAndFlip`): utilities are
+    the cell's category counts (or quantile utilities), Δu = :func:`utility_sensitivity` (the
+    contribution bound K for a mode). Monotone (temperature Δu/ε) for a mode under add/remove
+    one row, where every count moves the same way; 2Δu/ε otherwise (quantile utilities are
+    never monotone). No margin of error (moe = 0): the output is a category, not a count. In a
+    zcdp release it runs at the largest ε with ε²/2 ≤ its ρ."""
     assert isinstance(table.measure, ModeMeasure)
-    bounded = "-bounded" in terms
-    monotone = table.measure.q is None and not bounded  # quantile utilities are never monotone
-    du = table.measure.utility_sensitivity(bounded, spec.max_rows)
-    pure_epsilon = _pure_epsilon(spec, table.name, epsilon, Fraction(du * (1 if monotone else 2)))
-    run_at = epsilon if pure_epsilon is None else pure_epsilon
-    return TablePlan(name=table.name, epsilon=epsilon, mechanism="permute_and_flip", sensitivity=du,
-                     scale=Fraction(du * (1 if monotone else 2)) / run_at, cells=cells, moe=0, moe95=0, level=level,
+    monotone = table.measure.q is None and not relation.change
+    du = utility_sensitivity(table.measure.q, relation)
+    made, pure_epsilon = _pure_noise(spec, table.name, epsilon, lambda run_at: PermuteAndFlip(du, run_at, monotone))
+    return TablePlan(name=table.name, epsilon=epsilon, noise=made, cells=cells, moe=0, moe95=0, level=level,
                      pure_epsilon=pure_epsilon,
-                     charge=pure_to_zcdp(run_at) if to_rho or pure_epsilon is not None else epsilon)
+                     charge=pure_to_zcdp(made.epsilon) if to_rho or pure_epsilon is not None else epsilon)
 
 
 def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> list[tuple[str, Fraction]]:

@@ -13,6 +13,8 @@ from math import prod
 from pathlib import Path
 from typing import Literal
 
+from dprelease.accounting import Neighbouring, PrivacyUnit
+
 DEFAULT_MAX_CELLS = 10**8
 DEFAULT_CONFIDENCE = Fraction(95, 100)
 
@@ -195,12 +197,6 @@ class ModeMeasure:
     def kind(self) -> str:
         return "mode" if self.q is None else "quantile"
 
-    def utility_sensitivity(self, bounded: bool, max_rows: int) -> int:
-        if self.q is None:
-            return max_rows
-        a, b = self.q.numerator, self.q.denominator
-        return max_rows * (2 if bounded else 1) * max(a, b - a)
-
 
 @dataclass(frozen=True, slots=True)
 class SumMeasure:
@@ -220,24 +216,6 @@ class SumMeasure:
     high: int
     granularity: int
     missing_as_zero: bool = False
-
-    def sensitivity(self, bounded: bool, cells: int) -> int:
-        m = max(abs(self.low), abs(self.high))
-        if not bounded:
-            return m
-        return 2 * m if cells > 1 else max(self.high - self.low, m)
-
-    def l2_squared(self, bounded: bool, cells: int) -> int:
-        """Δ₂² of one row's change, in units of the granularity (for the discrete Gaussian): m²
-        under add/remove (m = max(|low|, |high|)/g, one cell moves); under change one record the
-        larger of 2m² (−m in one cell, +m in another) and ((high − low)/g)² (the record stays in
-        its cell and its value moves from low to high: 4m² when low = −high); a single cell's
-        max((high − low)/g, m)²."""
-        m = max(abs(self.low), abs(self.high)) // self.granularity
-        if not bounded:
-            return m * m
-        span = (self.high - self.low) // self.granularity
-        return max(2 * m * m, span * span) if cells > 1 else max(span, m) ** 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,15 +412,9 @@ class Spec:
         return order[:max(order.index(level) for level in self.invariants) + 1]
 
     @property
-    def sensitivity(self) -> int:
-        """L1 sensitivity of every histogram of the release under its neighbouring relation.
-
-        Add/remove one row moves one cell by 1. With invariants, datasets that differ by an
-        added or removed row no longer share the published totals, so the honest relation is
-        change one record (bounded DP): a row leaves one cell and enters another, 2 in L1.
-        With a contribution bound (unit person, at most K rows each), both scale by K.
-        """
-        return (2 if self.bounded else 1) * self.max_rows
+    def privacy_unit(self) -> PrivacyUnit:
+        """One row, or one person (every row with one ``unit_id``, at most ``max_rows`` kept)."""
+        return PrivacyUnit(self.unit_id, self.max_rows) if self.unit == "person" else PrivacyUnit()
 
     @property
     def bounded(self) -> bool:
@@ -451,31 +423,29 @@ class Spec:
         return bool(self.invariants or self.local_tables)
 
     @property
+    def relation(self) -> Neighbouring:
+        """The neighbouring relation this spec asks for (a dataset whose earlier releases published
+        invariants may impose change one record: :func:`dprelease.plan.planner.ledger_terms`).
+
+        Add/remove one unit; with invariants, datasets that differ by an added or removed row no
+        longer share the published totals, so the honest relation is change one record (bounded
+        DP); local tables publish the number of answers, likewise."""
+        why = "invariants" if self.invariants else "local" if self.local_tables else None
+        return Neighbouring(self.privacy_unit, why is not None, why)  # type: ignore[arg-type]
+
+    @property
+    def sensitivity(self) -> int:
+        """L1 sensitivity of every count histogram of the release (:attr:`Neighbouring.count_l1`)."""
+        return self.relation.count_l1
+
+    @property
     def neighbouring(self) -> str:
-        if self.local_tables and not self.invariants:
-            return ("change one record (bounded DP: the local tables publish how many answers were collected, so "
-                    "neighbours have the same number of rows)")
-        if self.unit == "person":
-            who = (f"one person (every row with one {self.unit_id}; at most {self.max_rows} of them kept, chosen "
-                   "at random, so one person moves at most that many rows)")
-            if self.invariants:
-                return f"change {who} (bounded DP: the invariants are public, so neighbours have the same totals)"
-            return f"add or remove {who}"
-        if self.invariants:
-            return ("change one record (bounded DP: the invariants are public, so neighbours have the same "
-                    "totals)")
-        return "add or remove one row (one row per person)"
+        return self.relation.text
 
     @property
     def symbol(self) -> str:
         """The budget's symbol: ε (pure) or ρ (zcdp)."""
         return "ρ" if self.definition == "zcdp" else "ε"
-
-    @property
-    def l2_sensitivity_squared(self) -> int:
-        """Δ₂² of every count histogram: k² under add/remove (k rows of one person in one cell),
-        2k² under change one record (k rows leave one cell and k enter another)."""
-        return (2 if self.bounded else 1) * self.max_rows ** 2
 
     def column(self, name: str) -> Column:
         for c in self.columns:

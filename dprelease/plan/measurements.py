@@ -1,0 +1,232 @@
+"""One type per noise mechanism: its parameters computed once, its margin of error, its draw.
+
+The planner builds one of these per measurement (:class:`dprelease.plan.planner.TablePlan`
+holds it as ``noise``); everything downstream reads it instead of recomputing: the sampler's
+parameters (checked against the exact sampler here, when the plan is made, so a run never
+fails on them after reserving), the margin of error, the noise variance consistency weights
+by, and what the manifest shows. Only :mod:`dprelease.measure` calls ``draw``.
+
+Units: a sum's values are multiples of its ``granularity`` g, and noise is drawn in those units
+(a count's g is 1). ``scale`` and ``sensitivity`` keep the meaning each mechanism's manifest
+entry has always had (``shown_*`` are in value units); ``noise_scale`` is what the sampler
+gets.
+
+Sensitivity formulas (how far one privacy unit moves a histogram, a sum, a utility) are
+here too, as functions of the measure and the neighbouring relation
+(:class:`dprelease.accounting.Neighbouring`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import ClassVar
+
+import numpy as np
+
+from dprelease.accounting import Neighbouring
+from dprelease.mechanisms import (
+    check_scale,
+    discrete_gaussian,
+    discrete_laplace,
+    margin_of_error,
+    permute_and_flip,
+    truncated_geometric,
+)
+from dprelease.mechanisms.discrete_laplace import variance as laplace_variance
+from dprelease.mechanisms.gaussian import gaussian_margin
+
+# ---------------------------------------------------------------- sensitivities
+
+
+def sum_l1(low: int, high: int, relation: Neighbouring, cells: int) -> int:
+    """L1 sensitivity of a histogram of sums of values clamped to [low, high], in value units.
+
+    With M = max(|low|, |high|): add/remove one row moves one cell by at most M. Change one
+    record: a row that changes cell (or enters or leaves the table's ``where``) takes up to M
+    out of one cell and puts up to M into another, so 2M for a table of more than one cell; for
+    a single cell, max(high − low, M), since the changed row may also be dropped
+    (``on_out_of_domain: drop``) or missing (counted 0). Times the contribution bound K."""
+    m = max(abs(low), abs(high))
+    per_row = m if not relation.change else 2 * m if cells > 1 else max(high - low, m)
+    return per_row * relation.unit.max_rows
+
+
+def sum_l2_squared(low: int, high: int, granularity: int, relation: Neighbouring, cells: int) -> int:
+    """Δ₂² of a histogram of sums, in units of the granularity (for the discrete Gaussian): m²
+    under add/remove (m = max(|low|, |high|)/g, one cell moves); under change one record the
+    larger of 2m² (−m in one cell, +m in another) and ((high − low)/g)² (the record stays in
+    its cell and its value moves from low to high: 4m² when low = −high); a single cell's
+    max((high − low)/g, m)². Times K² (a person's K rows, all in one cell at worst)."""
+    m = max(abs(low), abs(high)) // granularity
+    span = (high - low) // granularity
+    per_row = m * m if not relation.change else max(2 * m * m, span * span) if cells > 1 else max(span, m) ** 2
+    return per_row * relation.unit.max_rows ** 2
+
+
+def utility_sensitivity(q: Fraction | None, relation: Neighbouring) -> int:
+    """Δu of a mode's or quantile's utility (see :class:`dprelease.spec.ModeMeasure`): K for a
+    mode (one row moves one count by 1, a person's K rows K); K·max(a, b − a) for a q = a/b
+    quantile, doubled under change one record."""
+    k = relation.unit.max_rows
+    if q is None:
+        return k
+    a, b = q.numerator, q.denominator
+    return k * (2 if relation.change else 1) * max(a, b - a)
+
+
+# ---------------------------------------------------------------- mechanisms
+
+
+@dataclass(frozen=True, slots=True)
+class DiscreteLaplace:
+    """Discrete Laplace (two-sided geometric) noise of scale Δ/ε on every cell: ε-DP for a
+    histogram of L1 sensitivity Δ (``sensitivity``, value units) under the release's relation.
+    Raises ValueError when the exact sampler cannot take the scale."""
+
+    sensitivity: int  # L1, in value units
+    epsilon: Fraction  # the ε it runs at
+    granularity: int = 1
+    kind: ClassVar[str] = "discrete_laplace"
+
+    def __post_init__(self) -> None:
+        check_scale(self.noise_scale)
+
+    @property
+    def noise_scale(self) -> Fraction:
+        """The sampler's scale, in units of the granularity: (Δ/g)/ε."""
+        return Fraction(self.sensitivity, self.granularity) / self.epsilon
+
+    @property
+    def scale(self) -> Fraction:
+        """Δ/ε in value units."""
+        return Fraction(self.sensitivity) / self.epsilon
+
+    @property
+    def shown_scale(self) -> Fraction:
+        return self.scale
+
+    @property
+    def shown_sensitivity(self) -> int:
+        return self.sensitivity
+
+    def margin(self, confidence: Fraction) -> int:
+        """The ± margin of one cell's noise at ``confidence``, in value units (exact)."""
+        return self.granularity * margin_of_error(self.noise_scale, confidence)
+
+    def variance(self) -> float:
+        """One cell's noise variance, in value units squared (for inverse-variance weights)."""
+        return self.granularity ** 2 * laplace_variance(self.noise_scale)
+
+    def draw(self, units: np.ndarray, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+        """``units`` (int64, in units of the granularity) plus noise, in value units."""
+        return (units + discrete_laplace(self.noise_scale, units.size, rng=rng)) * self.granularity
+
+
+@dataclass(frozen=True, slots=True)
+class TruncatedGeometric(DiscreteLaplace):
+    """The truncated geometric (Ghosh, Roughgarden and Sundararajan 2009) on counts with a
+    public bound: each count clamped to [0, ``upper``], discrete Laplace noise of scale Δ/ε, the
+    result clamped again. ε-DP (clamping before is a stable transformation, after is
+    post-processing); its error is never larger than the noise, so the discrete Laplace margin
+    bounds it."""
+
+    upper: int = 0
+    kind: ClassVar[str] = "truncated_geometric"
+
+    def draw(self, units: np.ndarray, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return truncated_geometric(units, self.upper, self.scale, rng=rng)
+
+
+@dataclass(frozen=True, slots=True)
+class DiscreteGaussian:
+    """The discrete Gaussian of variance parameter σ² on every cell (Canonne, Kamath and
+    Steinke 2020): Δ₂²/(2σ²)-zCDP for a histogram of squared L2 sensitivity Δ₂²
+    (``l2_squared``), both in units of the granularity."""
+
+    l2_squared: int
+    sigma2: Fraction
+    granularity: int = 1
+    kind: ClassVar[str] = "discrete_gaussian"
+
+    @property
+    def noise_scale(self) -> Fraction:
+        return self.sigma2
+
+    @property
+    def scale(self) -> Fraction:
+        """σ², in units of the granularity."""
+        return self.sigma2
+
+    @property
+    def sensitivity(self) -> int:
+        """Δ₂², in units of the granularity."""
+        return self.l2_squared
+
+    @property
+    def shown_scale(self) -> Fraction:
+        """σ² in value units: σ²·g²."""
+        return self.sigma2 * self.granularity ** 2
+
+    @property
+    def shown_sensitivity(self) -> int:
+        """Δ₂² in value units: Δ₂²·g²."""
+        return self.l2_squared * self.granularity ** 2
+
+    def margin(self, confidence: Fraction) -> int:
+        return self.granularity * gaussian_margin(self.sigma2, confidence)
+
+    def variance(self) -> float:
+        """σ²·g², which bounds the discrete Gaussian's variance from above."""
+        return float(self.shown_scale)
+
+    def draw(self, units: np.ndarray, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return (units + discrete_gaussian(self.sigma2, units.size, rng=rng)) * self.granularity
+
+
+@dataclass(frozen=True, slots=True)
+class PermuteAndFlip:
+    """The exponential mechanism by permute-and-flip (McKenna and Sheldon 2020) over a cell's
+    candidates: a candidate u below the best is accepted with probability
+    exp(−(u* − u)/temperature), temperature Δu/ε when the utility is ``monotone`` (every
+    utility moves the same way between neighbours: a mode's counts under add/remove) and 2Δu/ε
+    otherwise. ε-DP per cell; a person's rows spread over cells add up to ε. It outputs a
+    category, not a count: no margin of error."""
+
+    utility_sensitivity: int
+    epsilon: Fraction  # the ε it runs at
+    monotone: bool
+    kind: ClassVar[str] = "permute_and_flip"
+    granularity: ClassVar[int] = 1
+
+    def __post_init__(self) -> None:
+        check_scale(self.temperature)
+
+    @property
+    def temperature(self) -> Fraction:
+        return Fraction(self.utility_sensitivity * (1 if self.monotone else 2)) / self.epsilon
+
+    @property
+    def noise_scale(self) -> Fraction:
+        return self.temperature
+
+    @property
+    def scale(self) -> Fraction:
+        return self.temperature
+
+    @property
+    def sensitivity(self) -> int:
+        return self.utility_sensitivity
+
+    shown_scale = scale
+    shown_sensitivity = sensitivity
+
+    def margin(self, confidence: Fraction) -> int:
+        return 0
+
+    def draw(self, utilities: np.ndarray, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+        """Per row of ``utilities`` (cells × candidates), the index of the chosen candidate."""
+        return permute_and_flip(utilities, self.epsilon, self.utility_sensitivity, monotone=self.monotone, rng=rng)
+
+
+Noise = DiscreteLaplace | TruncatedGeometric | DiscreteGaussian | PermuteAndFlip
