@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from dprelease.mechanisms.sampling import Entropy
+
 from fractions import Fraction
 
 from dprelease.plan import TablePlan
 
 
-def measure_counts(counts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def measure_counts(counts: np.ndarray, table: TablePlan, *, rng: Entropy | None = None) -> np.ndarray:
     """Add discrete Laplace noise of scale Δ/ε to every cell of a full-domain histogram.
 
     Neighbouring relation: the release's (``Spec.neighbouring``): add/remove one row (one row
@@ -69,12 +71,12 @@ def check_structural(counts: np.ndarray, table: TablePlan) -> None:
                              "published)")
 
 
-def _noisy(counts: np.ndarray, table: TablePlan, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _noisy(counts: np.ndarray, table: TablePlan, rng: Entropy) -> np.ndarray:
     """The plan's noise (:mod:`dprelease.plan.measurements`) drawn for ``counts``, in value units."""
     return table.noise.draw(counts, rng=rng)
 
 
-def measure_mean(parts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def measure_mean(parts: np.ndarray, table: TablePlan, *, rng: Entropy | None = None) -> np.ndarray:
     """A mean's two measurements: ``parts`` is (centred sums in units of the granularity, row
     counts) over the same rows (:func:`dprelease.data.histogram.histogram`); returns them noisy,
     stacked the same way, the sum in value units.
@@ -93,7 +95,7 @@ def measure_mean(parts: np.ndarray, table: TablePlan, *, rng=None) -> np.ndarray
 
 
 def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fraction | None = None, *,
-                 rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+                 rng: Entropy | None = None) -> np.ndarray:
     """Per cell, the code of the chosen category: permute-and-flip on the cell's category counts
     (a mode), or on quantile utilities built from them when ``q`` is given (see ModeMeasure).
 

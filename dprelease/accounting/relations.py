@@ -110,10 +110,11 @@ class Terms:
     def from_text(cls, text: str) -> Terms:
         """Parse the terms of a schema 1–4 ledger; ValueError for anything else."""
         held, _, unit_id = text.partition("@")
-        kind, _, bounded = held.partition("-")
-        if kind not in KINDS or bounded not in ("", "bounded"):
+        shown, _, bounded = held.partition("-")
+        kind = next((k for k in KINDS if k == shown), None)
+        if kind is None or bounded not in ("", "bounded"):
             raise ValueError(f"unknown ledger terms {text!r}")
-        return cls(kind, bounded == "bounded", unit_id or None)  # type: ignore[arg-type]
+        return cls(kind, bounded == "bounded", unit_id or None)
 
     @property
     def text(self) -> str:

@@ -21,11 +21,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from dprelease.mechanisms.sampling import OsEntropy, bernoulli_exp_neg_any, uniform_below
+from dprelease.mechanisms.sampling import Entropy, OsEntropy, bernoulli_exp_neg_any, uniform_below
 
 
 def permute_and_flip(utilities: np.ndarray, epsilon: Fraction, sensitivity: int, monotone: bool, *,
-                     rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+                     rng: Entropy | None = None) -> np.ndarray:
     """Per row of ``utilities`` (rows × candidates, integers), the index of the chosen candidate.
 
     The exponent is ε·(u* − u)/(2Δu), or ε·(u* − u)/Δu when ``monotone`` (see the module
@@ -57,7 +57,7 @@ def permute_and_flip(utilities: np.ndarray, epsilon: Fraction, sensitivity: int,
     return chosen
 
 
-def _accept_big(gap: np.ndarray, numerator: int, den: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _accept_big(gap: np.ndarray, numerator: int, den: int, rng: Entropy) -> np.ndarray:
     """Bernoulli(exp(−gap·numerator/den)) per lane when the product overflows 64 bits: the whole
     and fractional parts in Python integers, then the same exact trials (CKS Algorithm 1)."""
     parts = [divmod(int(g) * numerator, den) for g in gap]
@@ -66,7 +66,7 @@ def _accept_big(gap: np.ndarray, numerator: int, den: int, rng) -> np.ndarray:  
     return bernoulli_exp_neg_any(rest, np.full(gap.size, den, np.uint64), rng, whole=whole)
 
 
-def _random_permutations(rows: int, k: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _random_permutations(rows: int, k: int, rng: Entropy) -> np.ndarray:
     """``rows`` independent uniform permutations of range(k) (Fisher–Yates, exact uniforms)."""
     out = np.tile(np.arange(k, dtype=np.int64), (rows, 1))
     index = np.arange(rows)

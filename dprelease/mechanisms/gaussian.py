@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dprelease.mechanisms.sampling import OsEntropy, bernoulli_exp_neg, bernoulli_exp_neg_any, collect, discrete_laplace
+from dprelease.mechanisms.sampling import Entropy, OsEntropy, bernoulli_exp_neg, bernoulli_exp_neg_any, collect, discrete_laplace
 
 _MAX_DEN = 1 << 56  # 2·a·b·t²·k (k < 256 in Algorithm 1) must fit uint64 lanes
 
@@ -60,7 +60,7 @@ def gaussian_parts(sigma2: Fraction | int) -> tuple[int, int, int]:
     return a, b, t
 
 
-def discrete_gaussian(sigma2: Fraction | int, size: int, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def discrete_gaussian(sigma2: Fraction | int, size: int, *, rng: Entropy | None = None) -> np.ndarray:
     """``size`` i.i.d. draws (int64) with P(X = k) ∝ exp(−k²/(2σ²)), exactly.
 
     ``rng`` is the test-only seam (an object with ``words(n) -> uint64 array``); release code
@@ -71,12 +71,13 @@ def discrete_gaussian(sigma2: Fraction | int, size: int, *, rng=None) -> np.ndar
 
     def candidates(n: int) -> np.ndarray:
         y = discrete_laplace(t, n, rng=rng)
-        return y[_accept(y, a, b, t, rng)]
+        accepted: np.ndarray = y[_accept(y, a, b, t, rng)]
+        return accepted
 
     return collect(size, 1.6, candidates)  # acceptance is about 0.6–0.8
 
 
-def _accept(y: np.ndarray, a: int, b: int, t: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _accept(y: np.ndarray, a: int, b: int, t: int, rng: Entropy) -> np.ndarray:
     """Lane i is Bernoulli(exp(−(|y_i|·b·t − a)²/(2·a·b·t²))), exactly."""
     d = 2 * a * b * t * t
     magnitude = np.abs(y)

@@ -28,7 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dprelease.mechanisms.sampling import OsEntropy, bernoulli_exp_neg_any, uniform_below
+from dprelease.mechanisms.sampling import Entropy, OsEntropy, bernoulli_exp_neg_any, uniform_below
 
 
 def keep_probability(epsilon: float, k: int) -> float:
@@ -37,7 +37,7 @@ def keep_probability(epsilon: float, k: int) -> float:
     return 1 / (1 + (k - 1) * math.exp(-epsilon))
 
 
-def randomize(values: np.ndarray, k: int, epsilon: Fraction, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def randomize(values: np.ndarray, k: int, epsilon: Fraction, *, rng: Entropy | None = None) -> np.ndarray:
     """k-RR: each code in [0, k) reported truly with probability e^ε/(e^ε + k − 1), else as one
     of the other k − 1 codes uniformly; exactly, from the OS CSPRNG (``rng``: test-only seam)."""
     values = np.asarray(values, dtype=np.int64)
@@ -62,7 +62,7 @@ def randomize(values: np.ndarray, k: int, epsilon: Fraction, *, rng=None) -> np.
     return out
 
 
-def coin_flip(values: np.ndarray, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def coin_flip(values: np.ndarray, *, rng: Entropy | None = None) -> np.ndarray:
     """Warner's coin-flip protocol for a yes/no answer (codes 0 and 1): flip a fair coin; heads,
     report the truth; tails, flip again and report its face. The truth is reported with
     probability exactly 3/4: k-RR with k = 2 and ε = ln 3. Two fair bits per respondent from the
@@ -149,7 +149,8 @@ def _fisher_standard_errors(channel: np.ndarray, pi: np.ndarray, n: float) -> np
         # a nearly noiseless channel with empty categories: the information is unbounded there;
         # fall back to the multinomial standard errors of matrix inversion at λ
         p, q = channel[0, 0], channel[1, 0]
-        return np.sqrt(lam * (1 - lam) / n) / (p - q)
+        se: np.ndarray = np.sqrt(lam * (1 - lam) / n) / (p - q)
+        return se
 
 
 def _simplex(v: np.ndarray) -> np.ndarray:
@@ -157,4 +158,5 @@ def _simplex(v: np.ndarray) -> np.ndarray:
     u = np.sort(v)[::-1]
     cumulative = np.cumsum(u) - 1
     rho = np.nonzero(u - cumulative / np.arange(1, v.size + 1) > 0)[0][-1]
-    return np.maximum(v - cumulative[rho] / (rho + 1), 0)
+    projected: np.ndarray = np.maximum(v - cumulative[rho] / (rho + 1), 0)
+    return projected

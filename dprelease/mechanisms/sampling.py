@@ -25,6 +25,8 @@ from __future__ import annotations
 import os
 from fractions import Fraction
 
+from typing import Callable, Protocol
+
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
@@ -37,6 +39,13 @@ for _j in range(1, _DIGITS + 1):
     _FACT.append(_FACT[-1] * _j)  # j!
 _TWO32 = 1 << 32
 _MASK32 = np.uint64(_TWO32 - 1)  # lanes per vectorised batch: bounds memory, keeps numpy efficient
+
+
+class Entropy(Protocol):
+    """A source of uniform 64-bit words: :class:`OsEntropy` in release code; a test may pass
+    another through the samplers' one explicit, test-only ``rng`` seam."""
+
+    def words(self, n: int) -> np.ndarray: ...
 
 
 class OsEntropy:
@@ -58,7 +67,7 @@ class OsEntropy:
         return np.frombuffer(self._stream.update(bytes(nbytes)), dtype=np.uint64)
 
 
-def uniform_below(m: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def uniform_below(m: np.ndarray, rng: Entropy) -> np.ndarray:
     """Exact uniform integers, lane i in [0, m[i]); every m[i] ≥ 1."""
     m = np.asarray(m, dtype=np.uint64)
     if m.size and int(m.max()) < _TWO32:
@@ -66,7 +75,7 @@ def uniform_below(m: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-untyped-
     return _uniform_below_64(m, rng)
 
 
-def _uniform_below_32(m: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _uniform_below_32(m: np.ndarray, rng: Entropy) -> np.ndarray:
     """Lemire's multiply-shift with exact rejection, for m < 2^32.
 
     With x uniform in [0, 2^32), x·m = q·2^32 + low; q is uniform on [0, m) once the
@@ -96,7 +105,7 @@ def _uniform_below_32(m: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-unty
     return out
 
 
-def _uniform_below_64(m: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _uniform_below_64(m: np.ndarray, rng: Entropy) -> np.ndarray:
     """Rejection of the top ``2^64 mod m`` words, then ``% m``; for any m ≥ 1."""
     zero = np.zeros_like(m)
     rem = (zero - m) % m  # 2^64 mod m: the words above 2^64 − rem would bias ``% m``
@@ -111,12 +120,12 @@ def _uniform_below_64(m: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-unty
     return out
 
 
-def words32(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def words32(n: int, rng: Entropy) -> np.ndarray:
     """``n`` uniform 32-bit integers (as uint64) from half as many 64-bit words."""
     return rng.words((n + 1) // 2).view(np.uint32)[:n].astype(np.uint64)
 
 
-def _uniform_below_const(m: int, n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _uniform_below_const(m: int, n: int, rng: Entropy) -> np.ndarray:
     """``n`` exact uniform integers in [0, m) for one m < 2^32: Lemire's multiply-shift, the
     lanes with low < 2^32 mod m rejected and drawn again (as :func:`_uniform_below_32`)."""
     threshold = np.uint64((_TWO32 - m) % m)  # 2^32 mod m
@@ -129,7 +138,7 @@ def _uniform_below_const(m: int, n: int, rng) -> np.ndarray:  # type: ignore[no-
     return out
 
 
-def bernoulli_exp_neg(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def bernoulli_exp_neg(num: np.ndarray, den: np.ndarray, rng: Entropy) -> np.ndarray:
     """Lane i is Bernoulli(exp(−num[i]/den[i])), exactly; requires 0 ≤ num ≤ den (CKS Alg. 1)."""
     num = np.asarray(num, dtype=np.uint64)
     den = np.asarray(den, dtype=np.uint64)
@@ -146,7 +155,7 @@ def bernoulli_exp_neg(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:  # t
     return result
 
 
-def _bernoulli_exp_neg_const(num: np.ndarray, d: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _bernoulli_exp_neg_const(num: np.ndarray, d: int, rng: Entropy) -> np.ndarray:
     """:func:`bernoulli_exp_neg` when every lane has the same denominator d: in round k every
     lane still running draws Bernoulli(num/(d·k)) against the one bound d·k (while it is below
     2^32; after that, the general path)."""
@@ -164,7 +173,7 @@ def _bernoulli_exp_neg_const(num: np.ndarray, d: int, rng) -> np.ndarray:  # typ
     return result
 
 
-def bernoulli_exp_minus_one(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def bernoulli_exp_minus_one(n: int, rng: Entropy) -> np.ndarray:
     """``n`` Bernoulli(exp(−1)) draws, exactly: CKS Algorithm 1 with γ = 1, whose round 1 always
     succeeds, with rounds 2 to 11 read off one uniform W in [0, 11!) (11! < 2^32: one 32-bit
     word, Lemire). The factorial-base digits d_j = ⌊W/(j−1)!⌋ mod j of W are independent and
@@ -180,13 +189,13 @@ def bernoulli_exp_minus_one(n: int, rng) -> np.ndarray:  # type: ignore[no-untyp
         pending = pending[w[pending] % np.uint32(_FACT[j]) == 0]  # round j succeeded
         if not pending.size:
             break
-    result = (k & 1) == 1
+    result: np.ndarray = (k & 1) == 1
     if pending.size:  # every round through _DIGITS succeeded
         result[pending] = bernoulli_exp_neg_tail(np.ones(pending.size, dtype=np.uint64), 1, _DIGITS + 1, rng)
     return result
 
 
-def bernoulli_exp_neg_tail(num: np.ndarray, d: int, k: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def bernoulli_exp_neg_tail(num: np.ndarray, d: int, k: int, rng: Entropy) -> np.ndarray:
     """Lanes of CKS Algorithm 1 that succeeded k − 1 times: continue from round k."""
     result = np.empty(num.size, dtype=bool)
     active = np.arange(num.size)
@@ -200,7 +209,7 @@ def bernoulli_exp_neg_tail(num: np.ndarray, d: int, k: int, rng) -> np.ndarray: 
     return result
 
 
-def bernoulli_exp_neg_any(num: np.ndarray, den: np.ndarray, rng, whole: np.ndarray | None = None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def bernoulli_exp_neg_any(num: np.ndarray, den: np.ndarray, rng: Entropy, whole: np.ndarray | None = None) -> np.ndarray:
     """Lane i is Bernoulli(exp(−num[i]/den[i])) for any num ≥ 0, exactly: ⌊γ⌋ Bernoulli(exp(−1))
     trials (stopping at the first failure) and one Bernoulli(exp(−(γ − ⌊γ⌋))) (CKS Algorithm 1).
     With ``whole`` given, γ = whole + num/den (num < den): for exponents beyond 64 bits."""
@@ -221,7 +230,7 @@ def bernoulli_exp_neg_any(num: np.ndarray, den: np.ndarray, rng, whole: np.ndarr
     return result
 
 
-def geometric_exp_neg_one(n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def geometric_exp_neg_one(n: int, rng: Entropy) -> np.ndarray:
     """V with P(V ≥ v) = exp(−v): Bernoulli(exp(−1)) successes before the first failure."""
     v = np.zeros(n, dtype=np.uint64)
     active = np.arange(n)
@@ -247,7 +256,7 @@ def _rational(scale: Fraction | int) -> tuple[int, int]:
     return scale.numerator, scale.denominator
 
 
-def discrete_laplace(scale: Fraction | int, size: int, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def discrete_laplace(scale: Fraction | int, size: int, *, rng: Entropy | None = None) -> np.ndarray:
     """``size`` i.i.d. draws of discrete Laplace noise with the given exact ``scale`` (int64).
 
     P(X = k) ∝ exp(−|k|/scale). Privacy contract: added to an integer query whose L1
@@ -263,7 +272,7 @@ def discrete_laplace(scale: Fraction | int, size: int, *, rng=None) -> np.ndarra
     return collect(size, 1.8, lambda want: _laplace_candidates(t, s, want, rng))
 
 
-def collect(size: int, oversample: float, draw) -> np.ndarray:  # type: ignore[no-untyped-def]
+def collect(size: int, oversample: float, draw: Callable[[int], np.ndarray]) -> np.ndarray:
     """``size`` accepted samples from rounds of ``draw(n)`` (which returns the accepted ones of
     n candidates), each round sized by the expected acceptance, at most ``_CHUNK`` lanes."""
     if size < 0:
@@ -278,7 +287,7 @@ def collect(size: int, oversample: float, draw) -> np.ndarray:  # type: ignore[n
     return out
 
 
-def _laplace_candidates(t: int, s: int, n: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _laplace_candidates(t: int, s: int, n: int, rng: Entropy) -> np.ndarray:
     """One round of CKS Algorithm 2 on ``n`` lanes; returns the accepted samples."""
     tt = np.full(n, t, dtype=np.uint64)
     u = _uniform_below_const(t, n, rng) if t < _TWO32 else uniform_below(tt, rng)
@@ -288,4 +297,6 @@ def _laplace_candidates(t: int, s: int, n: int, rng) -> np.ndarray:  # type: ign
     y = (x // np.uint64(s)).astype(np.int64)
     negative = (rng.words(u.size) & np.uint64(1)) == 1
     accept = ~(negative & (y == 0))
-    return np.where(negative, -y, y)[accept]
+    signed: np.ndarray = np.where(negative, -y, y)
+    kept: np.ndarray = signed[accept]
+    return kept

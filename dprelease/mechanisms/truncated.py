@@ -17,13 +17,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from dprelease.mechanisms.sampling import discrete_laplace
+from dprelease.mechanisms.sampling import Entropy, discrete_laplace
 
 
-def truncated_geometric(counts: np.ndarray, upper: int, scale: Fraction | int, *, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def truncated_geometric(counts: np.ndarray, upper: int, scale: Fraction | int, *, rng: Entropy | None = None) -> np.ndarray:
     """Counts clamped to [0, upper], discrete Laplace noise of ``scale`` (= Δ/ε) added, and the
     result clamped to [0, upper] (int64). ``rng`` is the test-only seam."""
     if upper < 0:
         raise ValueError("the upper bound must be non-negative")
     clamped = np.clip(np.asarray(counts, dtype=np.int64), 0, upper)
-    return np.clip(clamped + discrete_laplace(scale, clamped.size, rng=rng), 0, upper)
+    noisy: np.ndarray = np.clip(clamped + discrete_laplace(scale, clamped.size, rng=rng), 0, upper)
+    return noisy

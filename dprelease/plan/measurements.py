@@ -24,6 +24,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from dprelease.mechanisms.sampling import Entropy
+
 from dprelease.accounting import Neighbouring
 from dprelease.mechanisms import (
     check_scale,
@@ -118,9 +120,10 @@ class DiscreteLaplace:
         """One cell's noise variance, in value units squared (for inverse-variance weights)."""
         return self.granularity ** 2 * laplace_variance(self.noise_scale)
 
-    def draw(self, units: np.ndarray, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def draw(self, units: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
         """``units`` (int64, in units of the granularity) plus noise, in value units."""
-        return (units + discrete_laplace(self.noise_scale, units.size, rng=rng)) * self.granularity
+        noisy: np.ndarray = (units + discrete_laplace(self.noise_scale, units.size, rng=rng)) * self.granularity
+        return noisy
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +137,7 @@ class TruncatedGeometric(DiscreteLaplace):
     upper: int = 0
     kind: ClassVar[str] = "truncated_geometric"
 
-    def draw(self, units: np.ndarray, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def draw(self, units: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
         return truncated_geometric(units, self.upper, self.scale, rng=rng)
 
 
@@ -180,8 +183,9 @@ class DiscreteGaussian:
         """σ²·g², which bounds the discrete Gaussian's variance from above."""
         return float(self.shown_scale)
 
-    def draw(self, units: np.ndarray, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return (units + discrete_gaussian(self.sigma2, units.size, rng=rng)) * self.granularity
+    def draw(self, units: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
+        noisy: np.ndarray = (units + discrete_gaussian(self.sigma2, units.size, rng=rng)) * self.granularity
+        return noisy
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +228,7 @@ class PermuteAndFlip:
     def margin(self, confidence: Fraction) -> int:
         return 0
 
-    def draw(self, utilities: np.ndarray, rng=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def draw(self, utilities: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
         """Per row of ``utilities`` (cells × candidates), the index of the chosen candidate."""
         return permute_and_flip(utilities, self.epsilon, self.utility_sensitivity, monotone=self.monotone, rng=rng)
 

@@ -42,7 +42,7 @@ from dprelease.accounting import (
     pure_to_zcdp,
     zcdp_to_pure,
 )
-from dprelease.errors import LedgerError, UserError
+from dprelease.errors import InternalError, LedgerError, UserError
 from dprelease.ledger.store import (
     AnswerSet,
     CapChange,
@@ -276,8 +276,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
         relation=relation, invariants=spec.invariant_levels, terms=terms, symbol=spec.symbol,
-        total_charge=compose_sequential(t.charge for t in tables), ledger_symbol=terms.symbol,
-        delta=spec.delta, total_delta=compose_sequential(t.delta for t in tables) if approx else None,  # type: ignore[misc]
+        total_charge=compose_sequential(_planned(t.charge) for t in tables), ledger_symbol=terms.symbol,
+        delta=spec.delta, total_delta=compose_sequential(_planned(t.delta) for t in tables) if approx else None,
         lifetime_delta_budget=delta_budget if approx else None, lifetime_delta_spent=delta_spent,
         local=local_plans(spec, state), local_spent=state.local_epsilon if state else Fraction(0),
         evaluations=state.evaluations if state else (),
@@ -339,6 +339,13 @@ def with_provenance(spec: Spec, plan: Plan, state: DatasetState | None, register
     return replace(plan, local=local_plans(spec, state, registered, answers))
 
 
+def _planned(amount: Fraction | None) -> Fraction:
+    """A charge (or δ) every measurement's plan sets; a missing one is a bug, never 0."""
+    if amount is None:
+        raise InternalError("a measurement was planned without its charge")
+    return amount
+
+
 def _with_delta(t: TablePlan) -> TablePlan:
     return replace(t, delta=Fraction(0))
 
@@ -392,8 +399,8 @@ def _plan_mean(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | Non
                        to_rho),
              _plan_one(spec, replace(t, measure=None), eps - sum_eps, cells, level, terms, relation, to_rho))
     first = parts[0]
-    return replace(first, epsilon=eps, charge=compose_sequential(p.charge for p in parts),  # type: ignore[misc]
-                   delta=None if first.delta is None else compose_sequential(p.delta for p in parts),  # type: ignore[misc]
+    return replace(first, epsilon=eps, charge=compose_sequential(_planned(p.charge) for p in parts),
+                   delta=None if first.delta is None else compose_sequential(_planned(p.delta) for p in parts),
                    pure_epsilon=None, parts=parts)
 
 
@@ -417,9 +424,11 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbo
     if held is None or held == wanted:
         return wanted, relation
     if held.unit_id != wanted.unit_id:
-        shown = lambda u: f"one person = one {u}" if u else "one row = one person"  # noqa: E731
+        def shown(unit_id: str | None) -> str:
+            return f"one person = one {unit_id}" if unit_id else "one row = one person"
+
         raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is in the ledger with privacy unit "
-                          f"({shown(held.unit_id or '')}), this spec uses ({shown(wanted.unit_id or '')}); budgets spent "
+                          f"({shown(held.unit_id)}), this spec uses ({shown(wanted.unit_id)}); budgets spent "
                           "per row and per person do not add up. Keep the dataset's privacy unit: the same people have "
                           "one lifetime budget, spent in one unit")
     if held.kind != wanted.kind and wanted.kind != "pure":  # pure ε-DP is ε²/2-zCDP and (ε, 0)-DP; nothing else converts

@@ -41,6 +41,7 @@ histogram's L1 distance between neighbours is over the measured cells alone).
 from __future__ import annotations
 
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -231,7 +232,7 @@ def describe(spec: Spec, dims: tuple[str, ...], mask: np.ndarray) -> list[str]:
             categories = spec.column(name).categories
             shown = [categories[i] for i in np.flatnonzero(whole)]
             parts.append(f"{name} = {' | '.join(shown[:8])}" + (f" (+{len(shown) - 8} more)" if len(shown) > 8 else ""))
-            index = [slice(None)] * len(dims)
+            index: list[Any] = [slice(None)] * len(dims)
             index[axis] = whole
             covered[tuple(index)] = True
     if cube.all():
