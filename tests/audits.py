@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from dprelease.accounting import approx_to_zcdp, zcdp_epsilon
+from dprelease.accounting import approx_to_zcdp
 from dprelease.mechanisms import discrete_gaussian, discrete_laplace, permute_and_flip, truncated_geometric
 from dprelease.mechanisms.gaussian import sigma2_for
 from dprelease.mechanisms.local import coin_flip, randomize

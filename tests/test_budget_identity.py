@@ -18,7 +18,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from dprelease.data import file_fingerprint
 from dprelease.errors import LedgerError

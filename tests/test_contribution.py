@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa

@@ -16,7 +16,7 @@ import pytest
 from dprelease.accounting import ln_upper_bound
 from dprelease.data import file_fingerprint
 from dprelease.errors import LedgerError
-from dprelease.ledger import RANDOMIZED, AnswerSet, Ledger, LocalCollection, resolve_location
+from dprelease.ledger import Ledger, LocalCollection, resolve_location
 from dprelease.mechanisms.local import coin_flip, randomize
 from tests.conftest import ROOT
 from tests.test_local import LETTERS, randomized_answers, read_csv, true_answers, write_spec

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import pytest
 
-from dprelease.errors import AlreadyReleasedError, OverBudgetError
+from dprelease.errors import OverBudgetError
 from dprelease.ledger import Ledger, resolve_location
 from tests.conftest import ROOT
 from tests.test_ledger import open_ledger, reserve, url  # noqa: F401 - the sqlite/postgres fixture

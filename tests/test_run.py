@@ -20,7 +20,7 @@ import pytest
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.plan.planner import measurement_plans
 from dprelease.spec import load_spec
-from tests.conftest import ROOT, SPECS, write_spec
+from tests.conftest import ROOT, write_spec
 
 DEMO = ROOT / "configs" / "acs_demo.yaml"
 
