@@ -1,7 +1,7 @@
 """The lifetime privacy ledger and where it lives."""
 
 from dprelease.ledger.location import ENV, LedgerLocation, default_path, resolve_location
-from dprelease.ledger.store import (
+from dprelease.ledger.records import (
     RANDOMIZED,
     REGISTERED,
     AnswerSet,
@@ -9,12 +9,14 @@ from dprelease.ledger.store import (
     CapChange,
     DatasetState,
     Evaluation,
-    Ledger,
     LocalCollection,
     LocalRecord,
     Policy,
     Reservation,
     RunRecord,
+)
+from dprelease.ledger.store import (
+    Ledger,
     check_lifetime_matches,
     local_charge,
     memo_honoured,

@@ -35,7 +35,7 @@ from fractions import Fraction
 
 from dprelease.accounting import approx_to_zcdp, fraction_text, compose_sequential, pure_to_zcdp, zcdp_to_pure
 from dprelease.errors import LedgerError, UserError
-from dprelease.ledger.store import (
+from dprelease.ledger import (
     AnswerSet,
     CapChange,
     DatasetState,
