@@ -1,6 +1,14 @@
 """The lifetime privacy ledger and where it lives."""
 
 from dprelease.ledger.location import ENV, LedgerLocation, default_path, resolve_location
+from dprelease.ledger.policy import (
+    check_lifetime_matches,
+    local_charge,
+    memo_honoured,
+    over_lifetime_message,
+    provenance_of,
+    unregistered_message,
+)
 from dprelease.ledger.records import (
     RANDOMIZED,
     REGISTERED,
@@ -15,15 +23,7 @@ from dprelease.ledger.records import (
     Reservation,
     RunRecord,
 )
-from dprelease.ledger.store import (
-    Ledger,
-    check_lifetime_matches,
-    local_charge,
-    memo_honoured,
-    over_lifetime_message,
-    provenance_of,
-    unregistered_message,
-)
+from dprelease.ledger.store import Ledger
 
 __all__ = [
     "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",

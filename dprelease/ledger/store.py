@@ -32,6 +32,15 @@ from dprelease.accounting import fraction_text, parse_exact
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
 from dprelease.ledger import keys, lease
 from dprelease.ledger.location import LedgerLocation
+from dprelease.ledger.policy import (
+    check_lifetime_matches,
+    is_approx,
+    local_charge,
+    memo_honoured,
+    over_lifetime_message,
+    provenance_of,
+    unregistered_message,
+)
 from dprelease.ledger.records import (
     LIVE_STATES,
     REGISTERED,
@@ -158,65 +167,6 @@ events_t = sa.Table("run_events", metadata,
                     sa.Column("by", sa.String(200), nullable=False),
                     sa.Column("reason", sa.Text),
                     sa.Column("data_fingerprint", sa.String(80)))
-
-
-def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tuple[Fraction, bool]:
-    """(ε charged per respondent, whether the collection is already recorded) for ``asked``.
-
-    Collections of the same people compose: a new collection of a question costs its ε again.
-    A memoised collection repeats, for respondents held in the memo of the collection its
-    ``memo_of`` names (``dprelease randomize --memo`` admits no others), their randomized
-    answer from that collection, whatever their answer is now: its reports are a function of
-    that draw, so it costs nothing new. A collection already recorded with the same answers
-    (estimated again in a later release) costs nothing new; with other or unknown answers it is
-    refused. Raises LedgerError for a memoised collection whose ``memo_of`` is not a recorded,
-    non-memoised collection of the question with the same protocol.
-    """
-    for r in records:
-        if (r.collection, r.question) == (asked.collection, asked.question):
-            if r.protocol != asked.protocol:
-                raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with protocol "
-                                  f"{r.protocol!r}, not {asked.protocol!r}; one collection has one protocol")
-            if asked.answers is not None and r.answers != asked.answers:  # unknown (older) counts as different
-                raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with other "
-                                  "answers (another data file, or one recorded without a fingerprint): a new "
-                                  "collection needs a new collection: name, and costs its ε")
-            return Fraction(0), True
-    if not asked.memoised:
-        return asked.epsilon, False
-    first = next((r for r in records if (r.collection, r.question) == (asked.memo_of, asked.question)), None)
-    if first is None or first.memoised:
-        raise LedgerError(f"collection {asked.collection!r} says memoised: true with memo_of: {asked.memo_of!r}, but "
-                          f"{asked.memo_of!r} is not a recorded, non-memoised collection of {asked.question!r}; record "
-                          "it first, or set memoised: false (charged again)")
-    if first.protocol != asked.protocol:
-        raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
-                          f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
-    return Fraction(0), False
-
-
-def provenance_of(registered: tuple[AnswerSet, ...], asked: LocalCollection) -> AnswerSet | None:
-    """The registration of ``asked``'s answers (its collection, question, protocol and answers
-    file), or None: a ``kind: local`` table reads no other answers."""
-    return next((a for a in registered if (a.collection, a.question, a.protocol, a.answers)
-                 == (asked.collection, asked.question, asked.protocol, asked.answers)), None)
-
-
-def memo_honoured(provenance: AnswerSet, asked: LocalCollection) -> bool:
-    """``memoised: true`` costs nothing new only for answers produced from the memo its
-    ``memo_of`` names; any others are a fresh collection (charged their ε)."""
-    return asked.memoised and provenance.memo_of is not None and provenance.memo_of == asked.memo_of
-
-
-def unregistered_message(dataset: str, asked: LocalCollection, table: str | None = None) -> str:
-    what = f"table {table} ({asked.question!r})" if table else repr(asked.question)
-    return (f"the answers to {what} in this data file match no registered answers of collection "
-            f"{asked.collection!r} of dataset {dataset!r} ({asked.protocol}): a kind: local table reads only answers "
-            "whose provenance the ledger records. Randomize the true answers with `dprelease randomize SPEC TABLE "
-            "--input TRUE.csv --output ANSWERS.csv` (it registers its output), or register answers randomized "
-            "elsewhere (on the respondents' devices) with `dprelease ledger register-answers SPEC TABLE --answers "
-            "FILE --statement TEXT` (who randomized them, and how). A file changed after its registration matches "
-            "none. Nothing was spent.")
 
 
 class Ledger:
@@ -539,7 +489,7 @@ class Ledger:
             if state is None:
                 _insert_dataset(conn, dataset, definition, by)
             terms = state.definition if state else definition
-            if _is_approx(terms):
+            if is_approx(terms):
                 delta = delta if delta is not None else state.delta_budget if state else None
                 if delta is None:
                     raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its cap needs a δ too (--delta D)")
@@ -573,7 +523,7 @@ class Ledger:
         full = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in charges]  # type: ignore[misc]
         total = sum((e for _, e, _ in full), Fraction(0))
         total_delta = sum((d for _, _, d in full if d is not None), Fraction(0))
-        if _is_approx(definition) and lifetime_delta_from_spec is None and lifetime_from_spec is not None:
+        if is_approx(definition) and lifetime_delta_from_spec is None and lifetime_from_spec is not None:
             raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its lifetime budget needs a δ")
         run_id = uuid.uuid4().hex
         with self._write() as conn:
@@ -704,37 +654,6 @@ class Ledger:
                                   f"{state}{why}")
             conn.execute(events_t.insert().values(run_id=run_id, state=state, at=now(), by=by or current_user(),
                                                   reason=reason, data_fingerprint=data_fingerprint))
-
-
-def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None,
-                           delta_from_spec: Fraction | None = None) -> None:
-    """A spec may restate the ledger's cap, never silently ask for a different one."""
-    if from_spec is not None and delta_from_spec is not None and delta_from_spec != state.delta_budget:
-        last = state.caps[-1]
-        raise LedgerError(
-            f"dataset {state.name!r} has a lifetime δ of {fraction_text(state.delta_budget or Fraction(0))} in the "
-            f"ledger (set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
-            f"{fraction_text(delta_from_spec)}. Make dataset.lifetime_budget.delta match, or change the cap with "
-            f"`dprelease ledger set-budget {state.name} --epsilon E --delta D --reason TEXT`")
-    if from_spec is not None and from_spec != state.budget:
-        last = state.caps[-1]
-        raise LedgerError(
-            f"dataset {state.name!r} has a lifetime budget of ε = {fraction_text(state.budget)} in the ledger "
-            f"(set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
-            f"{fraction_text(from_spec)}. Make dataset.lifetime_budget match, or change the cap with "
-            f"`dprelease ledger set-budget {state.name} --epsilon E --reason TEXT`")
-
-
-def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bool = False) -> str:
-    if delta:
-        assert state.delta_budget is not None
-        return (f"over the lifetime δ of dataset {state.name!r}: requested δ = {fraction_text(requested)}, remaining "
-                f"{fraction_text(state.delta_budget - state.delta_spent)} (cap {fraction_text(state.delta_budget)}, "
-                f"spent {fraction_text(state.delta_spent)})")
-    over = state.spent + requested - state.budget
-    return (f"over the lifetime budget of dataset {state.name!r}: requested ε = {fraction_text(requested)}, "
-            f"remaining {fraction_text(state.remaining)} (cap {fraction_text(state.budget)}, spent "
-            f"{fraction_text(state.spent)}); over by {fraction_text(over)}")
 
 
 # ---------------------------------------------------------------- internals
@@ -1027,10 +946,6 @@ def _other_dataset_with(conn: Connection, dataset: str, data_fingerprint: str) -
     """A dataset (not ``dataset`` or one of its periods) with a live run that read this data."""
     base = dataset.partition("/")[0]
     return next((d for d, _ in _runs_with_data(conn, data_fingerprint) if d.partition("/")[0] != base), None)
-
-
-def _is_approx(terms: str) -> bool:
-    return terms.startswith("approx")
 
 
 # ---------------------------------------------------------------- answers under local DP: provenance
