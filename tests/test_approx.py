@@ -15,7 +15,7 @@ import pytest
 
 from dprelease.accounting import approx_to_zcdp, fraction_text, zcdp_epsilon, zcdp_to_pure
 from dprelease.ledger import Ledger, resolve_location
-from dprelease.ledger.store import SCHEMA_VERSION
+from dprelease.ledger.schema import SCHEMA_VERSION
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec
 from dprelease.spec.model import SumMeasure
