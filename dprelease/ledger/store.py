@@ -25,9 +25,9 @@ from typing import Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dprelease.accounting import fraction_text, parse_exact
+from dprelease.accounting import fraction_text
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
-from dprelease.ledger import keys, lease, schema
+from dprelease.ledger import keys, lease, queries, schema
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.policy import (
     check_lifetime_matches,
@@ -39,12 +39,10 @@ from dprelease.ledger.policy import (
     unregistered_message,
 )
 from dprelease.ledger.records import (
-    LIVE_STATES,
     REGISTERED,
     UNFINISHED,
     AnswerSet,
     Approval,
-    CapChange,
     DatasetState,
     Evaluation,
     LocalCollection,
@@ -146,7 +144,7 @@ class Ledger:
 
     def state(self, dataset: str) -> DatasetState | None:
         with self.engine.connect() as conn:
-            return _state(conn, dataset)
+            return queries.dataset_state(conn, dataset)
 
     def find_run(self, run_id: str) -> tuple[str, RunRecord]:
         """(dataset, run) of the run whose id is ``run_id`` or starts with it (at least 8 characters)."""
@@ -158,7 +156,7 @@ class Ledger:
             if len(rows) != 1:
                 raise LedgerError(f"no run {run_id!r} in the ledger at {self.location.shown}" if not rows else
                                   f"{len(rows)} runs start with {run_id!r}; give more of the id")
-            state = _state(conn, rows[0].dataset)
+            state = queries.dataset_state(conn, rows[0].dataset)
         assert state is not None
         return rows[0].dataset, next(r for r in state.runs if r.run_id == rows[0].run_id)
 
@@ -193,7 +191,7 @@ class Ledger:
     def runs_with_data(self, data_fingerprint: str) -> list[tuple[str, str]]:
         """(dataset, release) of every run, in any state but voided, that read this (keyed) data."""
         with self.engine.connect() as conn:
-            return _runs_with_data(conn, data_fingerprint)
+            return queries.runs_with_data(conn, data_fingerprint)
 
     def evaluations_of(self, dataset: str, data_fingerprint: str | None = None) -> list[Evaluation]:
         """Evaluations recorded under ``dataset``'s name or of the same (keyed) data."""
@@ -250,14 +248,14 @@ class Ledger:
 
     def policies(self, dataset: str) -> tuple[Policy, ...]:
         with self.engine.connect() as conn:
-            return _policies(conn, dataset.partition("/")[0])
+            return queries.policies(conn, dataset.partition("/")[0])
 
     # -- answers under local DP (their provenance)
 
     def answer_sets(self, dataset: str | None = None, answers: str | None = None) -> tuple[AnswerSet, ...]:
         """Registered answer sets, in order: of ``dataset`` and/or of the (keyed) answers file."""
         with self.engine.connect() as conn:
-            return _answer_sets(conn, dataset, answers)
+            return queries.answer_sets(conn, dataset, answers)
 
     def register_answers(self, entries: tuple[AnswerSet, ...], *, by: str | None = None) -> tuple[AnswerSet, ...]:
         """Record the provenance of answer files (append-only, one transaction). Refused: answers
@@ -279,7 +277,7 @@ class Ledger:
                 if e.how == REGISTERED and not (e.statement or "").strip():
                     raise LedgerError("say who randomized the answers, and how: --statement TEXT")
                 _refuse_confidential_answers(conn, e.dataset, e.answers, e.question)
-                twin = next((a for a in _answer_sets(conn, e.dataset, e.answers)
+                twin = next((a for a in queries.answer_sets(conn, e.dataset, e.answers)
                              if (a.collection, a.question) == (e.collection, e.question)), None)
                 if twin is not None:
                     raise LedgerError(f"these answers to {e.question!r} are already registered for collection "
@@ -303,7 +301,7 @@ class Ledger:
         """(dataset, release) of every run (not voided) that charged a central budget: of
         ``dataset``'s family by name, or of this (keyed) data under any name."""
         with self.engine.connect() as conn:
-            return _central_releases(conn, dataset, data_fingerprint)
+            return queries.central_releases(conn, dataset, data_fingerprint)
 
 
     def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
@@ -319,7 +317,7 @@ class Ledger:
         by = by or current_user()
         with self._write() as conn:
             _lock_dataset(conn, dataset)
-            state = _state(conn, dataset)
+            state = queries.dataset_state(conn, dataset)
             if state is None:
                 _insert_dataset(conn, dataset, definition, by)
             terms = state.definition if state else definition
@@ -332,7 +330,7 @@ class Ledger:
             conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(epsilon),
                                                 delta=None if delta is None else fraction_text(delta),
                                                 reason=reason, set_by=by, set_at=now()))
-            state = _state(conn, dataset)
+            state = queries.dataset_state(conn, dataset)
         assert state is not None
         return state
 
@@ -367,14 +365,14 @@ class Ledger:
             _check_partition_family(conn, dataset)
             if data_fingerprint is not None:
                 _lock_dataset(conn, "data:" + data_fingerprint)  # two names, one data: one writer at a time
-                other = _other_dataset_with(conn, dataset, data_fingerprint)
+                other = queries.other_dataset_with(conn, dataset, data_fingerprint)
                 if other is not None:
                     raise LedgerError(
                         f"this data was already released as dataset {other!r} in this ledger (id {self.id}); the "
                         f"same people have one lifetime budget, whatever the dataset is called. Release it as "
                         f"dataset.name: {other.partition('/')[0]} (its budget is `dprelease ledger --dataset "
                         f"{other}`). Nothing was spent.")
-            state = _state(conn, dataset)
+            state = queries.dataset_state(conn, dataset)
             if state is None:
                 if lifetime_from_spec is None:
                     raise LedgerError(f"dataset {dataset!r} is new to this ledger and the spec declares no "
@@ -385,7 +383,7 @@ class Ledger:
                                                     else fraction_text(lifetime_delta_from_spec),
                                                     reason=f"initial cap from {spec_path or 'the spec'}",
                                                     set_by=by, set_at=now()))
-                state = _state(conn, dataset)
+                state = queries.dataset_state(conn, dataset)
                 assert state is not None
             check_lifetime_matches(state, lifetime_from_spec, lifetime_delta_from_spec)
             if state.definition != definition:  # checked again here: two first releases may race
@@ -480,7 +478,7 @@ class Ledger:
             if row is None:
                 raise LedgerError(f"no run {run_id!r} in the ledger at {self.location.shown}")
             _lock_dataset(conn, row[0])
-            current = _run_state(conn, run_id)
+            current = queries.run_state(conn, run_id)
             if current not in allowed:
                 why = (" (noise was drawn: its budget is spent; settle it with --fail, or --commit if it was "
                        "published)" if current == "drawing" else "")
@@ -526,108 +524,13 @@ def _insert_dataset(conn: Connection, dataset: str, definition: str, by: str) ->
                                             created_by=by))
 
 
-def _run_state(conn: Connection, run_id: str) -> str:
-    return _events(conn, run_id)[-1].state
-
-
-def _events(conn: Connection, run_id: str) -> list:  # type: ignore[type-arg]
-    return list(conn.execute(sa.select(events_t).where(events_t.c.run_id == run_id).order_by(events_t.c.id)))
-
-
-def _state(conn: Connection, dataset: str) -> DatasetState | None:
-    row = conn.execute(sa.select(datasets_t).where(datasets_t.c.name == dataset)).first()
-    if row is None:
-        return None
-    caps = tuple(CapChange(parse_exact(c.epsilon), c.reason, c.set_by, c.set_at,
-                           None if c.delta is None else parse_exact(c.delta)) for c in conn.execute(
-        sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
-    if not caps:
-        raise LedgerError(f"dataset {dataset!r} has no lifetime cap in the ledger; the ledger is damaged")
-    runs = []
-    for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
-        rows = list(conn.execute(sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
-        charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in rows)
-        run_delta = sum((parse_exact(c.delta) for c in rows if c.delta is not None), Fraction(0))
-        events = _events(conn, run.run_id)
-        data = run.data_fingerprint or next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
-        runs.append(RunRecord(run.run_id, run.release, events[-1].state, sum((e for _, e in charges), Fraction(0)),
-                              charges, run.spec_fingerprint, data, run.created_at, run.created_by,
-                              run.output_dir, events[-1].at, events[-1].reason, run_delta, run.approved_by,
-                              run.approved_at))
-    spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
-    delta_spent = sum((r.delta for r in runs if r.state in LIVE_STATES), Fraction(0))
-    local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon), parse_exact(r.charged),
-                              bool(r.memoised), r.run_id, r.recorded_at, r.recorded_by, r.answers)
-                  for r in conn.execute(sa.select(local_t).where(local_t.c.dataset == dataset).order_by(local_t.c.id)))
-    base = dataset.partition("/")[0]  # a period shares its dataset's evaluations and policies
-    evaluations = tuple(Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
-                        for e in conn.execute(sa.select(evaluations_t).where(evaluations_t.c.dataset == base)
-                                              .order_by(evaluations_t.c.id)))
-    return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
-                        delta_spent, local, evaluations, _policies(conn, base))
-
-
-def _policies(conn: Connection, base: str) -> tuple[Policy, ...]:
-    return tuple(Policy(p.dataset, p.policy, p.value, p.reason, p.set_by, p.set_at)
-                 for p in conn.execute(sa.select(policies_t).where(policies_t.c.dataset == base)
-                                       .order_by(policies_t.c.id)))
-
-
-def _read_data(data_fingerprint: str):  # type: ignore[no-untyped-def]
-    """Runs that read this (keyed) data: recorded at their reservation (schema 4) or, before
-    that, at their commit or failure (the only events that carry it)."""
-    recorded = sa.select(events_t.c.run_id).where(events_t.c.data_fingerprint == data_fingerprint)
-    return sa.or_(runs_t.c.data_fingerprint == data_fingerprint, runs_t.c.run_id.in_(recorded))
-
-
-def _not_voided():  # type: ignore[no-untyped-def]
-    return runs_t.c.run_id.not_in(sa.select(events_t.c.run_id).where(events_t.c.state == "voided"))
-
-
-def _runs_with_data(conn: Connection, data_fingerprint: str) -> list[tuple[str, str]]:
-    """(dataset, release) of every run, in any state but voided, that read this (keyed) data."""
-    rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
-        _read_data(data_fingerprint), _not_voided())).all()
-    return sorted({(r[0], r[1]) for r in rows})
-
-
-def _other_dataset_with(conn: Connection, dataset: str, data_fingerprint: str) -> str | None:
-    """A dataset (not ``dataset`` or one of its periods) with a live run that read this data."""
-    base = dataset.partition("/")[0]
-    return next((d for d, _ in _runs_with_data(conn, data_fingerprint) if d.partition("/")[0] != base), None)
-
-
 # ---------------------------------------------------------------- answers under local DP: provenance
-
-
-def _answer_sets(conn: Connection, dataset: str | None, answers: str | None) -> tuple[AnswerSet, ...]:
-    if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger: none yet
-        return ()
-    query = sa.select(answer_sets_t).order_by(answer_sets_t.c.id)
-    if dataset is not None:
-        query = query.where(answer_sets_t.c.dataset == dataset)
-    if answers is not None:
-        query = query.where(answer_sets_t.c.answers == answers)
-    return tuple(AnswerSet(r.dataset, r.collection, r.question, r.protocol, parse_exact(r.epsilon), r.answers, r.how,
-                           r.memo_of, r.statement, r.registered_by, r.registered_at) for r in conn.execute(query))
-
-
-def _central_releases(conn: Connection, dataset: str, data_fingerprint: str | None) -> list[tuple[str, str]]:
-    """(dataset, release) of the runs, not voided, that charged a central budget: of the dataset's
-    family (the dataset and its periods) by name, or that read this (keyed) data under any name."""
-    base = dataset.partition("/")[0]
-    where = sa.or_(runs_t.c.dataset == base, runs_t.c.dataset.startswith(base + "/", autoescape=True))
-    if data_fingerprint is not None:
-        where = sa.or_(where, _read_data(data_fingerprint))
-    rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
-        where, runs_t.c.run_id.in_(sa.select(charges_t.c.run_id)), _not_voided())).all()
-    return sorted({(r[0], r[1]) for r in rows})
 
 
 def _refuse_confidential_answers(conn: Connection, dataset: str, answers: str | None, question: str) -> None:
     """A column of a dataset with central releases (by name, or the same data under any name) is
     never accepted as local answers: its exact counts would go out with central ε = 0."""
-    central = _central_releases(conn, dataset, answers)
+    central = queries.central_releases(conn, dataset, answers)
     if central:
         name, release = central[0]
         same = "this dataset" if name.partition("/")[0] == dataset.partition("/")[0] else "this very data file"
@@ -655,7 +558,7 @@ def _check_answers(conn: Connection, dataset: str, local: tuple[LocalCollection,
         base = dataset.partition("/")[0]
         held = conn.execute(sa.select(local_t.c.dataset, local_t.c.collection).where(sa.or_(
             local_t.c.dataset == base, local_t.c.dataset.startswith(base + "/", autoescape=True)))).first()
-        registered = _answer_sets(conn, None, data_fingerprint) if data_fingerprint else ()
+        registered = queries.answer_sets(conn, None, data_fingerprint) if data_fingerprint else ()
         if held is not None or registered:
             name, collection = held if held is not None else (registered[0].dataset, registered[0].collection)
             raise LedgerError(
@@ -666,7 +569,7 @@ def _check_answers(conn: Connection, dataset: str, local: tuple[LocalCollection,
         return
     for asked in local:
         _refuse_confidential_answers(conn, dataset, asked.answers, asked.question)
-        found = provenance_of(_answer_sets(conn, dataset, asked.answers), asked) if asked.answers else None
+        found = provenance_of(queries.answer_sets(conn, dataset, asked.answers), asked) if asked.answers else None
         if found is None:
             raise LedgerError(unregistered_message(dataset, asked))
         if asked.memoised and not memo_honoured(found, asked):
