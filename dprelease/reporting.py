@@ -20,7 +20,7 @@ from typing import Any
 from dprelease.accounting import decimal_text, fraction_text
 from dprelease.errors import UserError
 from dprelease.ledger import DatasetState
-from dprelease.ledger.store import LIVE_STATES
+from dprelease.ledger.records import LIVE_STATES
 
 LARGE_TABLE_EPSILON = Fraction(1)  # a single table above this is flagged for review
 LOW_REMAINING = Fraction(1, 10)  # flag when less than this share of the lifetime cap remains

@@ -18,7 +18,7 @@ from dprelease.accounting import Neighbouring
 from dprelease.plan.measurements import sum_l1, sum_l2_squared
 from dprelease.accounting import approx_to_zcdp, zcdp_epsilon, zcdp_to_pure
 from dprelease.ledger import Ledger, resolve_location
-from dprelease.ledger.store import SCHEMA_VERSION
+from dprelease.ledger.schema import SCHEMA_VERSION
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec
 from dprelease.spec.model import SumMeasure

@@ -382,7 +382,7 @@ def test_an_existing_default_ledger_never_starts_a_budget(tmp_path, run_env):
 
 
 def test_a_deleted_ledger_beside_its_key_is_not_recreated(tmp_path, monkeypatch):
-    from dprelease.ledger import store
+    from dprelease.ledger import schema as store
 
     monkeypatch.setattr(store, "CREATION_WAIT", 0.3)
     path = tmp_path / "ledger.sqlite"

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from dprelease.accounting import Neighbouring, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import DatasetState, LedgerLocation
-from dprelease.ledger.store import LIVE_STATES
+from dprelease.ledger.records import LIVE_STATES
 from dprelease.plan import Plan
 
 

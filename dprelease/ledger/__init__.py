@@ -1,20 +1,7 @@
 """The lifetime privacy ledger and where it lives."""
 
 from dprelease.ledger.location import ENV, LedgerLocation, default_path, resolve_location
-from dprelease.ledger.store import (
-    RANDOMIZED,
-    REGISTERED,
-    AnswerSet,
-    Approval,
-    CapChange,
-    DatasetState,
-    Evaluation,
-    Ledger,
-    LocalCollection,
-    LocalRecord,
-    Policy,
-    Reservation,
-    RunRecord,
+from dprelease.ledger.policy import (
     check_lifetime_matches,
     local_charge,
     memo_honoured,
@@ -22,6 +9,21 @@ from dprelease.ledger.store import (
     provenance_of,
     unregistered_message,
 )
+from dprelease.ledger.records import (
+    RANDOMIZED,
+    REGISTERED,
+    AnswerSet,
+    Approval,
+    CapChange,
+    DatasetState,
+    Evaluation,
+    LocalCollection,
+    LocalRecord,
+    Policy,
+    Reservation,
+    RunRecord,
+)
+from dprelease.ledger.store import Ledger
 
 __all__ = [
     "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",

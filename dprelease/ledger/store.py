@@ -12,387 +12,49 @@ One database (SQLite by default, PostgreSQL for a team) through SQLAlchemy Core.
 * A reserved run counts as spent until it is committed or explicitly voided. A run that
   failed after drawing noise is ``failed``: still spent (re-drawing until a result pleases
   would leak), never published.
+
+This module is the :class:`Ledger` itself, the one way in. Its parts: the tables and opening
+(``schema``), the record types (``records``), the pure rules (``policy``), reads inside a
+transaction (``queries``) and the bodies of its write transactions (``transactions``).
 """
 
 from __future__ import annotations
 
-import getpass
-import os
-import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import replace
 from fractions import Fraction
-from pathlib import Path
 from typing import Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dprelease.accounting import fraction_text, parse_exact
-from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError, first_line
-from dprelease.ledger import keys, lease
+from dprelease.accounting import fraction_text
+from dprelease.errors import LedgerError
+from dprelease.ledger import keys, lease, queries, schema, transactions
 from dprelease.ledger.location import LedgerLocation
-
-SCHEMA_VERSION = 4  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
-# 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval
-LIVE_STATES = ("reserved", "drawing", "committed", "failed")  # states whose charges count as spent
-UNFINISHED = ("reserved", "drawing")
-CREATION_WAIT = 15.0  # seconds a creator waits for another process's ledger to appear beside its key  # drawing: noise is being drawn; never voided from then on
-
-metadata = sa.MetaData()
-meta_t = sa.Table("dprelease_meta", metadata,
-                  sa.Column("key", sa.String(64), primary_key=True),
-                  sa.Column("value", sa.Text, nullable=False))
-datasets_t = sa.Table("datasets", metadata,
-                      sa.Column("name", sa.String(100), primary_key=True),
-                      sa.Column("definition", sa.String(200), nullable=False),
-                      sa.Column("created_at", sa.String(40), nullable=False),
-                      sa.Column("created_by", sa.String(200), nullable=False))
-caps_t = sa.Table("budget_caps", metadata,
-                  sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                  sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
-                  sa.Column("epsilon", sa.String(200), nullable=False),
-                  sa.Column("delta", sa.String(200)),
-                  sa.Column("reason", sa.Text, nullable=False),
-                  sa.Column("set_by", sa.String(200), nullable=False),
-                  sa.Column("set_at", sa.String(40), nullable=False))
-runs_t = sa.Table("runs", metadata,
-                  sa.Column("run_id", sa.String(64), primary_key=True),
-                  sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
-                  sa.Column("release", sa.String(100), nullable=False),
-                  sa.Column("spec_fingerprint", sa.String(80), nullable=False),
-                  sa.Column("spec_path", sa.Text),
-                  sa.Column("output_dir", sa.Text),
-                  sa.Column("created_at", sa.String(40), nullable=False),
-                  sa.Column("created_by", sa.String(200), nullable=False),
-                  sa.Column("data_fingerprint", sa.String(80)),  # keyed (keys.py), from the reservation on
-                  sa.Column("approved_by", sa.String(200)),  # the approval the run was reserved under, if any
-                  sa.Column("approved_at", sa.String(40)),
-                  sa.Index("ix_runs_dataset_release", "dataset", "release"))
-charges_t = sa.Table("charges", metadata,
-                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
-                     sa.Column("table_name", sa.String(100), nullable=False),
-                     sa.Column("epsilon", sa.String(200), nullable=False),
-                     sa.Column("delta", sa.String(200)))
-local_t = sa.Table("local_collections", metadata,
-                   sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                   sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
-                   sa.Column("collection", sa.String(100), nullable=False),
-                   sa.Column("question", sa.String(100), nullable=False),
-                   sa.Column("protocol", sa.String(200), nullable=False),
-                   sa.Column("epsilon", sa.String(200), nullable=False),  # per respondent, a rational upper bound
-                   sa.Column("charged", sa.String(200), nullable=False),  # 0 when memoised or already recorded
-                   sa.Column("memoised", sa.Boolean, nullable=False),
-                   sa.Column("answers", sa.String(80)),  # fingerprint of the file of answers
-                   sa.Column("run_id", sa.String(64), nullable=False),
-                   sa.Column("recorded_at", sa.String(40), nullable=False),
-                   sa.Column("recorded_by", sa.String(200), nullable=False),
-                   sa.UniqueConstraint("dataset", "collection", "question"))
-approvals_t = sa.Table("approvals", metadata,
-                       sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                       sa.Column("dataset", sa.String(100), nullable=False),  # may not be in datasets yet
-                       sa.Column("release", sa.String(100), nullable=False),
-                       sa.Column("spec_fingerprint", sa.String(80), nullable=False),
-                       sa.Column("spec_path", sa.Text),
-                       sa.Column("approved_by", sa.String(200), nullable=False),
-                       sa.Column("approved_at", sa.String(40), nullable=False),
-                       sa.Index("ix_approvals_fingerprint", "dataset", "spec_fingerprint"))
-evaluations_t = sa.Table("evaluations", metadata,  # `dprelease evaluate`: data read in the open (nothing spent)
-                         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                         sa.Column("dataset", sa.String(100), nullable=False),
-                         sa.Column("data_fingerprint", sa.String(80), nullable=False),  # keyed
-                         sa.Column("spec_path", sa.Text),
-                         sa.Column("trials", sa.Integer, nullable=False),
-                         sa.Column("evaluated_at", sa.String(40), nullable=False),
-                         sa.Column("evaluated_by", sa.String(200), nullable=False))
-policies_t = sa.Table("policies", metadata,  # append-only: the latest row of a (dataset, policy) holds
-                      sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                      sa.Column("dataset", sa.String(100), nullable=False),
-                      sa.Column("policy", sa.String(40), nullable=False),  # "approval"
-                      sa.Column("value", sa.String(40), nullable=False),  # "required" | "optional"
-                      sa.Column("reason", sa.Text, nullable=False),
-                      sa.Column("set_by", sa.String(200), nullable=False),
-                      sa.Column("set_at", sa.String(40), nullable=False))
-leases_t = sa.Table("leases", metadata,  # not accounting: who holds a reservation (lease.py); renewed in place
-                    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), primary_key=True),
-                    sa.Column("host", sa.String(255), nullable=False),
-                    sa.Column("pid", sa.Integer, nullable=False),
-                    sa.Column("start", sa.String(80), nullable=False),
-                    sa.Column("renewed_at", sa.String(40), nullable=False),
-                    sa.Column("ended_at", sa.String(40)))
-answer_sets_t = sa.Table("answer_sets", metadata,  # provenance of local answers (append-only)
-                        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                        sa.Column("dataset", sa.String(100), nullable=False),  # may not be in datasets yet
-                        sa.Column("collection", sa.String(100), nullable=False),
-                        sa.Column("question", sa.String(100), nullable=False),  # the column of answers
-                        sa.Column("protocol", sa.String(200), nullable=False),  # as LocalCollection.protocol
-                        sa.Column("epsilon", sa.String(200), nullable=False),  # per respondent, an upper bound
-                        sa.Column("answers", sa.String(80), nullable=False),  # keyed fingerprint of the file
-                        sa.Column("memo_of", sa.String(100)),  # the collection whose memo was reused, if any
-                        sa.Column("how", sa.String(40), nullable=False),  # "dprelease randomize" | "registered"
-                        sa.Column("statement", sa.Text),  # who randomized them and how (registered ones)
-                        sa.Column("registered_by", sa.String(200), nullable=False),
-                        sa.Column("registered_at", sa.String(40), nullable=False),
-                        sa.Index("ix_answer_sets_answers", "answers"))
-events_t = sa.Table("run_events", metadata,
-                    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
-                    sa.Column("state", sa.String(16), nullable=False),
-                    sa.Column("at", sa.String(40), nullable=False),
-                    sa.Column("by", sa.String(200), nullable=False),
-                    sa.Column("reason", sa.Text),
-                    sa.Column("data_fingerprint", sa.String(80)))
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
-def current_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no login name (containers): fall back to the uid
-        return f"uid:{os.getuid()}"
-
-
-@dataclass(frozen=True, slots=True)
-class CapChange:
-    epsilon: Fraction
-    reason: str
-    set_by: str
-    set_at: str
-    delta: Fraction | None = None  # approx terms only
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    run_id: str
-    release: str
-    state: str
-    epsilon: Fraction
-    charges: tuple[tuple[str, Fraction], ...]
-    spec_fingerprint: str
-    data_fingerprint: str | None
-    created_at: str
-    created_by: str
-    output_dir: str | None = None
-    state_at: str | None = None  # when the current state was reached
-    reason: str | None = None  # of the latest state change, if one was given
-    delta: Fraction = Fraction(0)  # the sum of its charges' δ (approx terms)
-    approved_by: str | None = None  # the approval of its plan recorded at its reservation
-    approved_at: str | None = None
-
-    @property
-    def unfinished(self) -> bool:
-        return self.state in UNFINISHED
-
-    @property
-    def noise_drawn(self) -> bool:
-        """The ledger recorded that noise was (being) drawn: spent, published or not."""
-        return self.state in ("drawing", "failed") or self.state == "committed"
-
-
-@dataclass(frozen=True, slots=True)
-class LocalCollection:
-    """One question asked in one collection under local DP: what a release's local table declares."""
-
-    collection: str
-    question: str  # the column of randomized answers
-    protocol: str  # protocol and ε ("k_rr:1", "coin_flip"): a memoised collection must match the first
-    epsilon: Fraction  # per respondent, a rational upper bound
-    memoised: bool = False
-    answers: str | None = None  # fingerprint of the collected answers (None when planning without data)
-    memo_of: str | None = None  # memoised: the collection whose randomized answers are repeated
-
-
-@dataclass(frozen=True, slots=True)
-class LocalRecord:
-    collection: str
-    question: str
-    protocol: str
-    epsilon: Fraction
-    charged: Fraction
-    memoised: bool
-    run_id: str
-    recorded_at: str
-    recorded_by: str
-    answers: str | None = None
-
-
-def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tuple[Fraction, bool]:
-    """(ε charged per respondent, whether the collection is already recorded) for ``asked``.
-
-    Collections of the same people compose: a new collection of a question costs its ε again.
-    A memoised collection repeats, for respondents held in the memo of the collection its
-    ``memo_of`` names (``dprelease randomize --memo`` admits no others), their randomized
-    answer from that collection, whatever their answer is now: its reports are a function of
-    that draw, so it costs nothing new. A collection already recorded with the same answers
-    (estimated again in a later release) costs nothing new; with other or unknown answers it is
-    refused. Raises LedgerError for a memoised collection whose ``memo_of`` is not a recorded,
-    non-memoised collection of the question with the same protocol.
-    """
-    for r in records:
-        if (r.collection, r.question) == (asked.collection, asked.question):
-            if r.protocol != asked.protocol:
-                raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with protocol "
-                                  f"{r.protocol!r}, not {asked.protocol!r}; one collection has one protocol")
-            if asked.answers is not None and r.answers != asked.answers:  # unknown (older) counts as different
-                raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with other "
-                                  "answers (another data file, or one recorded without a fingerprint): a new "
-                                  "collection needs a new collection: name, and costs its ε")
-            return Fraction(0), True
-    if not asked.memoised:
-        return asked.epsilon, False
-    first = next((r for r in records if (r.collection, r.question) == (asked.memo_of, asked.question)), None)
-    if first is None or first.memoised:
-        raise LedgerError(f"collection {asked.collection!r} says memoised: true with memo_of: {asked.memo_of!r}, but "
-                          f"{asked.memo_of!r} is not a recorded, non-memoised collection of {asked.question!r}; record "
-                          "it first, or set memoised: false (charged again)")
-    if first.protocol != asked.protocol:
-        raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
-                          f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
-    return Fraction(0), False
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerSet:
-    """The provenance of one file of answers to one question of one local collection: what a
-    ``kind: local`` table may read. Written by ``dprelease randomize`` (``how``) for its output,
-    or registered with a statement of who randomized the answers and how (on the respondents'
-    devices). ``answers`` is the file's keyed fingerprint (never a plain hash)."""
-
-    dataset: str
-    collection: str
-    question: str
-    protocol: str  # as LocalCollection.protocol ("k_rr:1/k=10")
-    epsilon: Fraction  # per respondent, a rational upper bound
-    answers: str  # keyed fingerprint of the answers file
-    how: str  # RANDOMIZED or REGISTERED
-    memo_of: str | None = None  # the collection whose memo (first randomized answers) was reused
-    statement: str | None = None
-    registered_by: str = ""
-    registered_at: str = ""
-
-
-RANDOMIZED = "dprelease randomize"
-REGISTERED = "registered"
-
-
-def provenance_of(registered: tuple[AnswerSet, ...], asked: LocalCollection) -> AnswerSet | None:
-    """The registration of ``asked``'s answers (its collection, question, protocol and answers
-    file), or None: a ``kind: local`` table reads no other answers."""
-    return next((a for a in registered if (a.collection, a.question, a.protocol, a.answers)
-                 == (asked.collection, asked.question, asked.protocol, asked.answers)), None)
-
-
-def memo_honoured(provenance: AnswerSet, asked: LocalCollection) -> bool:
-    """``memoised: true`` costs nothing new only for answers produced from the memo its
-    ``memo_of`` names; any others are a fresh collection (charged their ε)."""
-    return asked.memoised and provenance.memo_of is not None and provenance.memo_of == asked.memo_of
-
-
-def unregistered_message(dataset: str, asked: LocalCollection, table: str | None = None) -> str:
-    what = f"table {table} ({asked.question!r})" if table else repr(asked.question)
-    return (f"the answers to {what} in this data file match no registered answers of collection "
-            f"{asked.collection!r} of dataset {dataset!r} ({asked.protocol}): a kind: local table reads only answers "
-            "whose provenance the ledger records. Randomize the true answers with `dprelease randomize SPEC TABLE "
-            "--input TRUE.csv --output ANSWERS.csv` (it registers its output), or register answers randomized "
-            "elsewhere (on the respondents' devices) with `dprelease ledger register-answers SPEC TABLE --answers "
-            "FILE --statement TEXT` (who randomized them, and how). A file changed after its registration matches "
-            "none. Nothing was spent.")
-
-
-@dataclass(frozen=True, slots=True)
-class Approval:
-    """A reviewer's approval of one plan: the spec fingerprint it covers, who and when."""
-
-    dataset: str
-    release: str
-    spec_fingerprint: str
-    approved_by: str
-    approved_at: str
-    spec_path: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """A `dprelease evaluate` of a dataset's data: read in the open (NOT private), nothing spent."""
-
-    dataset: str
-    data_fingerprint: str  # keyed
-    evaluated_at: str
-    evaluated_by: str
-    trials: int
-    spec_path: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """A recorded decision about a dataset (``approval: required``), with who and why."""
-
-    dataset: str
-    policy: str
-    value: str
-    reason: str
-    set_by: str
-    set_at: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """A granted reservation and the lifetime state it was checked against (in its transaction)."""
-
-    run_id: str
-    spent_before: Fraction
-    budget: Fraction
-    delta_spent_before: Fraction = Fraction(0)  # approx terms only
-    delta_budget: Fraction | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DatasetState:
-    name: str
-    definition: str
-    budget: Fraction
-    spent: Fraction
-    caps: tuple[CapChange, ...]
-    runs: tuple[RunRecord, ...] = field(default=())
-    delta_budget: Fraction | None = None  # approx terms: the lifetime δ
-    delta_spent: Fraction = Fraction(0)
-    local: tuple[LocalRecord, ...] = ()  # collections under local DP, in order
-    evaluations: tuple[Evaluation, ...] = ()  # evaluations recorded under this dataset's name
-    policies: tuple[Policy, ...] = ()  # every recorded decision, in order
-
-    @property
-    def approval_required(self) -> Policy | None:
-        """The latest approval policy of the dataset (or of its whole family, for a period), if
-        it requires approval."""
-        latest = next((p for p in reversed(self.policies) if p.policy == "approval"), None)
-        return latest if latest is not None and latest.value == "required" else None
-
-    @property
-    def local_epsilon(self) -> Fraction:
-        """Each respondent's ε over every recorded local collection (sequential composition)."""
-        return sum((r.charged for r in self.local), Fraction(0))
-
-    @property
-    def remaining(self) -> Fraction:
-        return self.budget - self.spent
-
-    @property
-    def delta_remaining(self) -> Fraction | None:
-        return None if self.delta_budget is None else self.delta_budget - self.delta_spent
-
-    def live_run(self, release: str) -> RunRecord | None:
-        """The reserved or committed run of ``release``, if any."""
-        return next((r for r in self.runs if r.release == release and r.state in LIVE_STATES), None)
-
-    @property
-    def data_versions(self) -> int:
-        return len({r.data_fingerprint for r in self.runs if r.data_fingerprint})
+from dprelease.ledger.policy import is_approx
+from dprelease.ledger.records import (
+    AnswerSet,
+    Approval,
+    DatasetState,
+    Evaluation,
+    LocalCollection,
+    Policy,
+    Reservation,
+    RunRecord,
+    current_user,
+    now,
+)
+from dprelease.ledger.schema import (
+    approvals_t,
+    datasets_t,
+    evaluations_t,
+    leases_t,
+    meta_t,
+    policies_t,
+    runs_t,
+)
 
 
 class Ledger:
@@ -416,76 +78,8 @@ class Ledger:
         ledger is refused (never taken for a fresh ledger). Never adds ledger tables to a
         database that already holds other tables.
         """
-        path = location.sqlite_path
-        created = False
-        if path is not None and not path.exists():
-            if not create:
-                return None
-            if not _orphaned_key_wait(location):
-                created = _create_sqlite_ledger(location)
-        elif path is not None:
-            _refuse_non_ledger_file(path, location)
-        engine = _engine(location)
-        try:
-            if sa.inspect(engine).has_table("dprelease_meta"):
-                cls._check_version(engine, location)
-            elif path is not None:
-                others = sa.inspect(engine).get_table_names()
-                raise LedgerError(f"{location.shown} is a database with other tables ({', '.join(others[:5])}) and no "
-                                  "dprelease ledger; refusing to add one there" if others else
-                                  f"{location.shown} is an empty database, not a dprelease ledger; it is never taken "
-                                  "for a fresh ledger (restore the ledger from a backup, or remove the file if no "
-                                  "release ever used it). Nothing was spent.")
-            elif not create:
-                engine.dispose()
-                return None
-            else:
-                created = cls._create_schema(engine, location) or created
-        except sa.exc.DBAPIError as exc:
-            engine.dispose()
-            raise LedgerError(f"cannot open the ledger at {location.shown}: {first_line(exc.orig)}. A damaged ledger is "
-                              "never replaced by a fresh one: restore it from a backup. Nothing was spent.") from None
-        except LedgerError:
-            engine.dispose()
-            raise
-        return cls(location, engine, created)
-
-    @staticmethod
-    def _create_schema(engine: Engine, location: LedgerLocation) -> bool:
-        """Create the tables in one locked transaction; False if another process won the race."""
-        with engine.connect() as conn:
-            conn = conn.execution_options(dprelease_write=True)
-            with conn.begin():
-                if conn.dialect.name == "postgresql":
-                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
-                inspector = sa.inspect(conn)
-                if inspector.has_table("dprelease_meta"):
-                    return False
-                others = inspector.get_table_names()
-                if others:
-                    raise LedgerError(f"{location.shown} is a database with other tables ({', '.join(others[:5])}) "
-                                      "and no dprelease ledger; refusing to add one there")
-                metadata.create_all(conn)
-                ledger_id = uuid.uuid4().hex
-                key = _key_for_new_ledger(location, ledger_id)
-                conn.execute(meta_t.insert(), [
-                    {"key": "schema_version", "value": str(SCHEMA_VERSION)},
-                    {"key": "ledger_id", "value": ledger_id},
-                    {"key": "created_at", "value": now()},
-                    {"key": "key_check", "value": keys.check_value(key, ledger_id)}])
-        return True
-
-    @staticmethod
-    def _check_version(engine: Engine, location: LedgerLocation) -> None:
-        with engine.connect() as conn:
-            row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
-        version = int(row[0]) if row else 0
-        if version in (1, 2, 3):
-            _migrate(engine, location)
-            version = SCHEMA_VERSION
-        if version != SCHEMA_VERSION:
-            raise LedgerError(f"the ledger at {location.shown} has schema version {version}; this dprelease "
-                              f"reads version {SCHEMA_VERSION}. Use the dprelease that wrote it.")
+        opened = schema.open_engine(location, create=create)
+        return None if opened is None else cls(location, *opened)
 
     # -- identity
 
@@ -510,7 +104,7 @@ class Ledger:
     def fingerprint(self, plain: str) -> str:
         """The keyed fingerprint (see :mod:`dprelease.ledger.keys`) of a plain ``sha256:`` one."""
         if self._key is None:
-            self._key = _read_checked_key(self.location, self.id, self._meta("key_check"))
+            self._key = schema.read_checked_key(self.location, self.id, self._meta("key_check"))
         return keys.keyed(self._key, plain)
 
     def close(self) -> None:
@@ -538,7 +132,7 @@ class Ledger:
 
     def state(self, dataset: str) -> DatasetState | None:
         with self.engine.connect() as conn:
-            return _state(conn, dataset)
+            return queries.dataset_state(conn, dataset)
 
     def find_run(self, run_id: str) -> tuple[str, RunRecord]:
         """(dataset, run) of the run whose id is ``run_id`` or starts with it (at least 8 characters)."""
@@ -550,7 +144,7 @@ class Ledger:
             if len(rows) != 1:
                 raise LedgerError(f"no run {run_id!r} in the ledger at {self.location.shown}" if not rows else
                                   f"{len(rows)} runs start with {run_id!r}; give more of the id")
-            state = _state(conn, rows[0].dataset)
+            state = queries.dataset_state(conn, rows[0].dataset)
         assert state is not None
         return rows[0].dataset, next(r for r in state.runs if r.run_id == rows[0].run_id)
 
@@ -585,7 +179,7 @@ class Ledger:
     def runs_with_data(self, data_fingerprint: str) -> list[tuple[str, str]]:
         """(dataset, release) of every run, in any state but voided, that read this (keyed) data."""
         with self.engine.connect() as conn:
-            return _runs_with_data(conn, data_fingerprint)
+            return queries.runs_with_data(conn, data_fingerprint)
 
     def evaluations_of(self, dataset: str, data_fingerprint: str | None = None) -> list[Evaluation]:
         """Evaluations recorded under ``dataset``'s name or of the same (keyed) data."""
@@ -642,14 +236,14 @@ class Ledger:
 
     def policies(self, dataset: str) -> tuple[Policy, ...]:
         with self.engine.connect() as conn:
-            return _policies(conn, dataset.partition("/")[0])
+            return queries.policies(conn, dataset.partition("/")[0])
 
     # -- answers under local DP (their provenance)
 
     def answer_sets(self, dataset: str | None = None, answers: str | None = None) -> tuple[AnswerSet, ...]:
         """Registered answer sets, in order: of ``dataset`` and/or of the (keyed) answers file."""
         with self.engine.connect() as conn:
-            return _answer_sets(conn, dataset, answers)
+            return queries.answer_sets(conn, dataset, answers)
 
     def register_answers(self, entries: tuple[AnswerSet, ...], *, by: str | None = None) -> tuple[AnswerSet, ...]:
         """Record the provenance of answer files (append-only, one transaction). Refused: answers
@@ -662,40 +256,14 @@ class Ledger:
         at = now()
         done = tuple(replace(e, registered_by=by, registered_at=at) for e in entries)
         with self._write() as conn:
-            if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger
-                answer_sets_t.create(conn)
-            for e in done:
-                _lock_dataset(conn, e.dataset.partition("/")[0])
-                if not e.answers.startswith(keys.PREFIX):
-                    raise LedgerError("an answers file is registered by its keyed fingerprint (Ledger.fingerprint)")
-                if e.how == REGISTERED and not (e.statement or "").strip():
-                    raise LedgerError("say who randomized the answers, and how: --statement TEXT")
-                _refuse_confidential_answers(conn, e.dataset, e.answers, e.question)
-                twin = next((a for a in _answer_sets(conn, e.dataset, e.answers)
-                             if (a.collection, a.question) == (e.collection, e.question)), None)
-                if twin is not None:
-                    raise LedgerError(f"these answers to {e.question!r} are already registered for collection "
-                                      f"{e.collection!r} of dataset {e.dataset!r} ({twin.how}, {twin.registered_at[:19]} "
-                                      f"by {twin.registered_by})")
-                used = conn.execute(sa.select(local_t.c.answers).where(
-                    local_t.c.dataset == e.dataset, local_t.c.collection == e.collection,
-                    local_t.c.question == e.question)).first()
-                if used is not None and used[0] != e.answers:  # estimated (and published) from other answers
-                    raise LedgerError(f"collection {e.collection!r} of {e.question!r} in dataset {e.dataset!r} was already "
-                                      "estimated from other answers: one collection has one set of answers. Answers "
-                                      "collected anew are a new collection: give them a new collection: name in the "
-                                      "spec (each respondent's ε of it is recorded too). Nothing was registered.")
-                conn.execute(answer_sets_t.insert().values(
-                    dataset=e.dataset, collection=e.collection, question=e.question, protocol=e.protocol,
-                    epsilon=fraction_text(e.epsilon), answers=e.answers, memo_of=e.memo_of, how=e.how,
-                    statement=e.statement, registered_by=by, registered_at=at))
+            transactions.register_answers(conn, done)
         return done
 
     def central_releases(self, dataset: str, data_fingerprint: str | None = None) -> list[tuple[str, str]]:
         """(dataset, release) of every run (not voided) that charged a central budget: of
         ``dataset``'s family by name, or of this (keyed) data under any name."""
         with self.engine.connect() as conn:
-            return _central_releases(conn, dataset, data_fingerprint)
+            return queries.central_releases(conn, dataset, data_fingerprint)
 
 
     def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
@@ -710,21 +278,8 @@ class Ledger:
             raise LedgerError("say why the cap changes: --reason TEXT")
         by = by or current_user()
         with self._write() as conn:
-            _lock_dataset(conn, dataset)
-            state = _state(conn, dataset)
-            if state is None:
-                _insert_dataset(conn, dataset, definition, by)
-            terms = state.definition if state else definition
-            if _is_approx(terms):
-                delta = delta if delta is not None else state.delta_budget if state else None
-                if delta is None:
-                    raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its cap needs a δ too (--delta D)")
-            elif delta is not None:
-                raise LedgerError(f"dataset {dataset!r} has {terms!r} terms, whose budgets have no δ")
-            conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(epsilon),
-                                                delta=None if delta is None else fraction_text(delta),
-                                                reason=reason, set_by=by, set_at=now()))
-            state = _state(conn, dataset)
+            state = transactions.set_budget(conn, dataset, epsilon, reason=reason, by=by,
+                                            definition=definition, delta=delta)
         assert state is not None
         return state
 
@@ -747,80 +302,24 @@ class Ledger:
         """
         by = by or current_user()
         full = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in charges]  # type: ignore[misc]
-        total = sum((e for _, e, _ in full), Fraction(0))
-        total_delta = sum((d for _, _, d in full if d is not None), Fraction(0))
-        if _is_approx(definition) and lifetime_delta_from_spec is None and lifetime_from_spec is not None:
+        if is_approx(definition) and lifetime_delta_from_spec is None and lifetime_from_spec is not None:
             raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its lifetime budget needs a δ")
         run_id = uuid.uuid4().hex
         with self._write() as conn:
-            _lock_dataset(conn, dataset.partition("/")[0])  # a dataset and its periods: one writer
-            if "/" in dataset:
-                _lock_dataset(conn, dataset)
-            _check_partition_family(conn, dataset)
+            transactions.lock_for_reservation(conn, dataset, data_fingerprint)
             if data_fingerprint is not None:
-                _lock_dataset(conn, "data:" + data_fingerprint)  # two names, one data: one writer at a time
-                other = _other_dataset_with(conn, dataset, data_fingerprint)
+                other = queries.other_dataset_with(conn, dataset, data_fingerprint)
                 if other is not None:
                     raise LedgerError(
                         f"this data was already released as dataset {other!r} in this ledger (id {self.id}); the "
                         f"same people have one lifetime budget, whatever the dataset is called. Release it as "
                         f"dataset.name: {other.partition('/')[0]} (its budget is `dprelease ledger --dataset "
                         f"{other}`). Nothing was spent.")
-            state = _state(conn, dataset)
-            if state is None:
-                if lifetime_from_spec is None:
-                    raise LedgerError(f"dataset {dataset!r} is new to this ledger and the spec declares no "
-                                      "dataset.lifetime_budget; declare one")
-                _insert_dataset(conn, dataset, definition, by)
-                conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(lifetime_from_spec),
-                                                    delta=None if lifetime_delta_from_spec is None
-                                                    else fraction_text(lifetime_delta_from_spec),
-                                                    reason=f"initial cap from {spec_path or 'the spec'}",
-                                                    set_by=by, set_at=now()))
-                state = _state(conn, dataset)
-                assert state is not None
-            check_lifetime_matches(state, lifetime_from_spec, lifetime_delta_from_spec)
-            if state.definition != definition:  # checked again here: two first releases may race
-                raise LedgerError(f"dataset {dataset!r} is in the ledger under {state.definition!r} terms; this run was "
-                                  f"planned under {definition!r}. Plan it again")
-            live = state.live_run(release)
-            if live is not None:
-                raise AlreadyReleasedError(
-                    f"release {release!r} of dataset {dataset!r} is already {live.state} in the ledger "
-                    f"(run {live.run_id}, {live.created_at}); choose a new release name")
-            if state.spent + total > state.budget:
-                raise OverBudgetError(over_lifetime_message(state, total))
-            if state.delta_budget is not None and state.delta_spent + total_delta > state.delta_budget:
-                raise OverBudgetError(over_lifetime_message(state, total_delta, delta=True))
-            if state.delta_budget is None and total_delta:
-                raise LedgerError(f"dataset {dataset!r} has {state.definition!r} terms, which have no δ to charge")
-            _check_answers(conn, dataset, local, bool(full), data_fingerprint)  # local answers carry provenance
-            at = now()
-            conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
-                                                spec_fingerprint=spec_fingerprint, spec_path=spec_path,
-                                                output_dir=output_dir, created_at=at, created_by=by,
-                                                data_fingerprint=data_fingerprint,
-                                                approved_by=approval.approved_by if approval else None,
-                                                approved_at=approval.approved_at if approval else None))
-            if full:  # a release of local tables only charges no central budget
-                conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e),
-                                                   "delta": None if d is None else fraction_text(d)}
-                                                  for t, e, d in full])
-            conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
-            holder = lease.this_process()
-            conn.execute(leases_t.insert().values(run_id=run_id, host=holder.host, pid=holder.pid, start=holder.start,
-                                                  renewed_at=at))
-            records = state.local
-            for asked in local:  # recorded now: the respondents spent it when they answered
-                charged, known = local_charge(records, asked)
-                if known:
-                    continue
-                conn.execute(local_t.insert().values(
-                    dataset=dataset, collection=asked.collection, question=asked.question, protocol=asked.protocol,
-                    epsilon=fraction_text(asked.epsilon), charged=fraction_text(charged), memoised=asked.memoised,
-                    answers=asked.answers, run_id=run_id, recorded_at=at, recorded_by=by))
-                records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charged,
-                                        asked.memoised, run_id, at, by, asked.answers),)
+            state = transactions.reserve(
+                conn, run_id, dataset=dataset, release=release, full=full, spec_fingerprint=spec_fingerprint,
+                lifetime_from_spec=lifetime_from_spec, spec_path=spec_path, output_dir=output_dir,
+                definition=definition, by=by, lifetime_delta_from_spec=lifetime_delta_from_spec, local=local,
+                data_fingerprint=data_fingerprint, approval=approval)
         return Reservation(run_id, state.spent, state.budget, state.delta_spent, state.delta_budget)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None,
@@ -866,424 +365,7 @@ class Ledger:
 
     def _transition(self, run_id: str, state: str, *, by: str | None, reason: str | None,
                     data_fingerprint: str | None = None) -> None:
-        allowed = {"drawing": ("reserved",), "voided": ("reserved",)}.get(state, UNFINISHED)
         with self._write() as conn:
-            row = conn.execute(sa.select(runs_t.c.dataset).where(runs_t.c.run_id == run_id)).first()
-            if row is None:
-                raise LedgerError(f"no run {run_id!r} in the ledger at {self.location.shown}")
-            _lock_dataset(conn, row[0])
-            current = _run_state(conn, run_id)
-            if current not in allowed:
-                why = (" (noise was drawn: its budget is spent; settle it with --fail, or --commit if it was "
-                       "published)" if current == "drawing" else "")
-                raise LedgerError(f"run {run_id} is {current}; only a {' or '.join(allowed)} run can become "
-                                  f"{state}{why}")
-            conn.execute(events_t.insert().values(run_id=run_id, state=state, at=now(), by=by or current_user(),
-                                                  reason=reason, data_fingerprint=data_fingerprint))
+            transactions.transition(conn, self.location, run_id, state, by=by, reason=reason,
+                                    data_fingerprint=data_fingerprint)
 
-
-def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None,
-                           delta_from_spec: Fraction | None = None) -> None:
-    """A spec may restate the ledger's cap, never silently ask for a different one."""
-    if from_spec is not None and delta_from_spec is not None and delta_from_spec != state.delta_budget:
-        last = state.caps[-1]
-        raise LedgerError(
-            f"dataset {state.name!r} has a lifetime δ of {fraction_text(state.delta_budget or Fraction(0))} in the "
-            f"ledger (set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
-            f"{fraction_text(delta_from_spec)}. Make dataset.lifetime_budget.delta match, or change the cap with "
-            f"`dprelease ledger set-budget {state.name} --epsilon E --delta D --reason TEXT`")
-    if from_spec is not None and from_spec != state.budget:
-        last = state.caps[-1]
-        raise LedgerError(
-            f"dataset {state.name!r} has a lifetime budget of ε = {fraction_text(state.budget)} in the ledger "
-            f"(set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
-            f"{fraction_text(from_spec)}. Make dataset.lifetime_budget match, or change the cap with "
-            f"`dprelease ledger set-budget {state.name} --epsilon E --reason TEXT`")
-
-
-def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bool = False) -> str:
-    if delta:
-        assert state.delta_budget is not None
-        return (f"over the lifetime δ of dataset {state.name!r}: requested δ = {fraction_text(requested)}, remaining "
-                f"{fraction_text(state.delta_budget - state.delta_spent)} (cap {fraction_text(state.delta_budget)}, "
-                f"spent {fraction_text(state.delta_spent)})")
-    over = state.spent + requested - state.budget
-    return (f"over the lifetime budget of dataset {state.name!r}: requested ε = {fraction_text(requested)}, "
-            f"remaining {fraction_text(state.remaining)} (cap {fraction_text(state.budget)}, spent "
-            f"{fraction_text(state.spent)}); over by {fraction_text(over)}")
-
-
-# ---------------------------------------------------------------- internals
-
-
-def _migrate(engine: Engine, location: LedgerLocation) -> None:
-    """Schema 1, 2 or 3 → 4, in one locked transaction; nothing recorded changes, and a second
-    process finds it done. 1 → 2: the (NULL) δ columns of caps and charges, a wider terms column.
-    2 → 3: the tables of plan approvals and of local collections, or, where a pre-release 2
-    had the latter, its answers fingerprint (NULL: such a collection counts as having unknown
-    answers). 3 → 4: the ledger gets its id and fingerprint key; every plain data and answers
-    fingerprint is replaced by its keyed form (the same function later runs compute, so
-    nothing is lost); the tables of evaluations and policies; a run's data and approval."""
-    with engine.connect() as conn:
-        conn = conn.execution_options(dprelease_write=True)
-        with conn.begin():
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
-            row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
-            if row is None or row[0] not in ("1", "2", "3"):
-                return
-            if row[0] == "1":
-                conn.execute(sa.text("ALTER TABLE budget_caps ADD COLUMN delta VARCHAR(200)"))
-                conn.execute(sa.text("ALTER TABLE charges ADD COLUMN delta VARCHAR(200)"))
-                if conn.dialect.name == "postgresql":
-                    conn.execute(sa.text("ALTER TABLE datasets ALTER COLUMN definition TYPE VARCHAR(200)"))
-            if row[0] in ("1", "2"):
-                if not sa.inspect(conn).has_table("approvals"):
-                    approvals_t.create(conn)
-                if not sa.inspect(conn).has_table("local_collections"):
-                    local_t.create(conn)
-                elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
-                    conn.execute(sa.text("ALTER TABLE local_collections ADD COLUMN answers VARCHAR(80)"))
-            if conn.dialect.name == "sqlite":  # the plain hashes replaced below leave no copy in freed pages
-                conn.exec_driver_sql("PRAGMA secure_delete = ON")
-            _migrate_to_4(conn, location)
-            conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
-    if engine.dialect.name == "sqlite":  # nor in the journal's or the file's slack: rewrite the file
-        raw = engine.raw_connection()  # outside SQLAlchemy's transaction (VACUUM refuses one)
-        try:
-            raw.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
-        finally:
-            raw.close()
-
-
-def _migrate_to_4(conn: Connection, location: LedgerLocation) -> None:
-    """Idempotent: a pre-release ledger may have some of schema 4's parts already."""
-    inspector = sa.inspect(conn)
-    present = {c["name"] for c in inspector.get_columns("runs")}
-    for column, kind in (("data_fingerprint", "VARCHAR(80)"), ("approved_by", "VARCHAR(200)"),
-                         ("approved_at", "VARCHAR(40)")):
-        if column not in present:
-            conn.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
-    for table in (evaluations_t, policies_t, leases_t, answer_sets_t):
-        if not inspector.has_table(table.name):
-            table.create(conn)
-    meta = dict(conn.execute(sa.select(meta_t.c.key, meta_t.c.value)).all())
-    ledger_id = meta.get("ledger_id") or uuid.uuid4().hex
-    key = _key_for_new_ledger(location, ledger_id)
-    if "ledger_id" not in meta:
-        conn.execute(meta_t.insert().values(key="ledger_id", value=ledger_id))
-    if "key_check" not in meta:
-        conn.execute(meta_t.insert().values(key="key_check", value=keys.check_value(key, ledger_id)))
-    for table, column in ((events_t, events_t.c.data_fingerprint), (local_t, local_t.c.answers),
-                          (runs_t, runs_t.c.data_fingerprint)):
-        for row_key, plain in conn.execute(sa.select(table.primary_key.columns.values()[0], column)
-                                           .where(column.startswith("sha256:"))).all():
-            pk = table.primary_key.columns.values()[0]
-            conn.execute(table.update().where(pk == row_key).values({column.name: keys.keyed(key, plain)}))
-
-
-def _key_for_new_ledger(location: LedgerLocation, ledger_id: str) -> bytes:
-    """The key a new (or newly migrated) ledger records: the one already at its key path (a
-    team's shared key, or another process's that won a creation race), else a new one."""
-    path = keys.key_path(location, ledger_id)
-    return keys.read_key(path) or keys.create_key(path)
-
-
-def _read_checked_key(location: LedgerLocation, ledger_id: str, check: str | None) -> bytes:
-    path = keys.key_path(location, ledger_id)
-    key = keys.read_key(path)
-    if key is None:
-        raise LedgerError(f"the fingerprint key of ledger {ledger_id} ({location.shown}) is not at {path}, so this "
-                          "run cannot recognise its data. Copy the key file from where the ledger was created to "
-                          f"{path} (owner-only), or set ${keys.KEY_ENV} to its path. Nothing was spent.")
-    if check is None or keys.keys_differ(keys.check_value(key, ledger_id), check):
-        raise LedgerError(f"{path} is not the fingerprint key of ledger {ledger_id} ({location.shown}); with another "
-                          "key the same data would not be recognised. Use the key created with this ledger. "
-                          "Nothing was spent.")
-    return key
-
-
-def _orphaned_key_wait(location: LedgerLocation) -> bool:
-    """Where a SQLite ledger's own key file exists but the ledger does not, a ledger was there
-    (deleted, moved, or being created by another process this instant): wait briefly for the
-    latter (True: it appeared), else refuse — a fresh ledger there would restart every budget."""
-    path = location.sqlite_path
-    assert path is not None
-    key = path.with_name(path.name + ".key")
-    if os.environ.get(keys.KEY_ENV) or not key.exists():
-        return False
-    deadline = time.monotonic() + CREATION_WAIT
-    while time.monotonic() < deadline:
-        if path.exists():
-            return True
-        time.sleep(0.1)
-    raise LedgerError(f"{key} exists but the ledger {path} does not: the ledger was deleted or moved, and a fresh one "
-                      "here would restart every lifetime budget it held. Restore the ledger from a backup (or point "
-                      "--ledger / ledger: to where it is now). Only if no release ever used it: remove the key file, "
-                      "and a new ledger starts. Nothing was spent.")
-
-
-def _create_sqlite_ledger(location: LedgerLocation) -> bool:
-    """Build a new SQLite ledger in a temporary file and link it into place whole (False: another
-    process's ledger got there first). The location never holds a half-made ledger."""
-    path = location.sqlite_path
-    assert path is not None
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
-        os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except OSError as exc:
-        raise LedgerError(f"cannot create the ledger at {location.shown}: {exc.strerror or exc}") from None
-    try:
-        engine = _engine(LedgerLocation(location.url.set(database=str(temporary)), location.source))
-        try:
-            Ledger._create_schema(engine, location)  # the key belongs to the real location
-        finally:
-            engine.dispose()
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            raise LedgerError(f"cannot create the ledger at {location.shown}: {exc.strerror or exc}") from None
-        return True
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def _refuse_non_ledger_file(path: Path, location: LedgerLocation) -> None:
-    """An existing file at a SQLite ledger's location must be a SQLite database: an empty or
-    foreign file is refused, never taken for a fresh ledger (that would restart the budget)."""
-    try:
-        if not path.is_file():
-            raise LedgerError(f"{path} is not a file; a SQLite ledger location holds a ledger or nothing")
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        raise LedgerError(f"cannot read the ledger at {location.shown}: {exc.strerror or exc}") from None
-    if not head:
-        raise LedgerError(f"the ledger file {path} is empty (0 bytes): a truncated file or a failed copy, not a "
-                          "ledger. It is never taken for a fresh ledger, which would restart the lifetime budget: "
-                          "restore the ledger from a backup (if no release ever used this location, remove the "
-                          "file). Nothing was spent.")
-    if head != SQLITE_HEADER:
-        raise LedgerError(f"cannot open the ledger at {location.shown}: not a SQLite database, so not a dprelease "
-                          "ledger; restore the ledger from a backup or point to another location. Nothing was spent.")
-
-
-def _engine(location: LedgerLocation) -> Engine:
-    url = location.url
-    if url.get_backend_name() == "sqlite":
-        engine = sa.create_engine(url, connect_args={"timeout": 60}, poolclass=sa.pool.NullPool)
-
-        @sa.event.listens_for(engine, "connect")
-        def _no_implicit_transactions(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-            dbapi_conn.execute("PRAGMA foreign_keys = ON")
-
-        @sa.event.listens_for(engine, "begin")
-        def _begin(conn):  # type: ignore[no-untyped-def]
-            # writers take the write lock before they read what they check
-            write = conn.get_execution_options().get("dprelease_write")
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-        return engine
-    try:
-        return sa.create_engine(url, poolclass=sa.pool.NullPool)
-    except ModuleNotFoundError as exc:
-        raise LedgerError(f"the ledger URL needs the {exc.name!r} driver: "
-                          "pip install 'dprelease[postgres]'") from None
-
-
-def _lock_dataset(conn: Connection, dataset: str) -> None:
-    """Serialise writers of one dataset. SQLite holds a database write lock already."""
-    if conn.dialect.name == "postgresql":
-        # a transaction-scoped advisory lock also covers a dataset that has no row yet
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": "dprelease:" + dataset})
-
-
-def _check_partition_family(conn: Connection, dataset: str) -> None:
-    """A dataset's periods have budgets of their own (``name/COLUMN=value``, declared disjoint in
-    people) only if nothing spends from the whole dataset's budget (``name``) and every period is
-    cut by the same column; otherwise one person's releases would spread over unlinked budgets."""
-    base, _, part = dataset.partition("/")
-    names = [r[0] for r in conn.execute(sa.select(datasets_t.c.name).where(sa.or_(
-        datasets_t.c.name == base, datasets_t.c.name.startswith(base + "/", autoescape=True))))]
-    others = [n for n in names if n != dataset]
-    if part:
-        if base in others:
-            raise LedgerError(f"dataset {base!r} has releases from its one lifetime budget, so its periods cannot have "
-                              "budgets of their own: remove disjoint_units (every period then spends from that budget)")
-        column = part.partition("=")[0]
-        clash = [n for n in others if n.partition("/")[2].partition("=")[0] != column]
-        if clash:
-            raise LedgerError(f"dataset {base!r} has per-period budgets by another column ({clash[0]!r}): periods of one "
-                              "dataset are cut by one column, or the same people would have two budgets")
-    elif any("/" in n for n in others):
-        per = next(n for n in others if "/" in n)
-        raise LedgerError(f"dataset {base!r} has per-period budgets ({per!r}, declared disjoint in people): a release "
-                          "from its whole budget would not be covered by them; release by period too: declare the same "
-                          "partition with disjoint_units (each period spends from its own recorded budget)")
-
-
-def _insert_dataset(conn: Connection, dataset: str, definition: str, by: str) -> None:
-    conn.execute(datasets_t.insert().values(name=dataset, definition=definition, created_at=now(),
-                                            created_by=by))
-
-
-def _run_state(conn: Connection, run_id: str) -> str:
-    return _events(conn, run_id)[-1].state
-
-
-def _events(conn: Connection, run_id: str) -> list:  # type: ignore[type-arg]
-    return list(conn.execute(sa.select(events_t).where(events_t.c.run_id == run_id).order_by(events_t.c.id)))
-
-
-def _state(conn: Connection, dataset: str) -> DatasetState | None:
-    row = conn.execute(sa.select(datasets_t).where(datasets_t.c.name == dataset)).first()
-    if row is None:
-        return None
-    caps = tuple(CapChange(parse_exact(c.epsilon), c.reason, c.set_by, c.set_at,
-                           None if c.delta is None else parse_exact(c.delta)) for c in conn.execute(
-        sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
-    if not caps:
-        raise LedgerError(f"dataset {dataset!r} has no lifetime cap in the ledger; the ledger is damaged")
-    runs = []
-    for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
-        rows = list(conn.execute(sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
-        charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in rows)
-        run_delta = sum((parse_exact(c.delta) for c in rows if c.delta is not None), Fraction(0))
-        events = _events(conn, run.run_id)
-        data = run.data_fingerprint or next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
-        runs.append(RunRecord(run.run_id, run.release, events[-1].state, sum((e for _, e in charges), Fraction(0)),
-                              charges, run.spec_fingerprint, data, run.created_at, run.created_by,
-                              run.output_dir, events[-1].at, events[-1].reason, run_delta, run.approved_by,
-                              run.approved_at))
-    spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
-    delta_spent = sum((r.delta for r in runs if r.state in LIVE_STATES), Fraction(0))
-    local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon), parse_exact(r.charged),
-                              bool(r.memoised), r.run_id, r.recorded_at, r.recorded_by, r.answers)
-                  for r in conn.execute(sa.select(local_t).where(local_t.c.dataset == dataset).order_by(local_t.c.id)))
-    base = dataset.partition("/")[0]  # a period shares its dataset's evaluations and policies
-    evaluations = tuple(Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
-                        for e in conn.execute(sa.select(evaluations_t).where(evaluations_t.c.dataset == base)
-                                              .order_by(evaluations_t.c.id)))
-    return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
-                        delta_spent, local, evaluations, _policies(conn, base))
-
-
-def _policies(conn: Connection, base: str) -> tuple[Policy, ...]:
-    return tuple(Policy(p.dataset, p.policy, p.value, p.reason, p.set_by, p.set_at)
-                 for p in conn.execute(sa.select(policies_t).where(policies_t.c.dataset == base)
-                                       .order_by(policies_t.c.id)))
-
-
-def _read_data(data_fingerprint: str):  # type: ignore[no-untyped-def]
-    """Runs that read this (keyed) data: recorded at their reservation (schema 4) or, before
-    that, at their commit or failure (the only events that carry it)."""
-    recorded = sa.select(events_t.c.run_id).where(events_t.c.data_fingerprint == data_fingerprint)
-    return sa.or_(runs_t.c.data_fingerprint == data_fingerprint, runs_t.c.run_id.in_(recorded))
-
-
-def _not_voided():  # type: ignore[no-untyped-def]
-    return runs_t.c.run_id.not_in(sa.select(events_t.c.run_id).where(events_t.c.state == "voided"))
-
-
-def _runs_with_data(conn: Connection, data_fingerprint: str) -> list[tuple[str, str]]:
-    """(dataset, release) of every run, in any state but voided, that read this (keyed) data."""
-    rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
-        _read_data(data_fingerprint), _not_voided())).all()
-    return sorted({(r[0], r[1]) for r in rows})
-
-
-def _other_dataset_with(conn: Connection, dataset: str, data_fingerprint: str) -> str | None:
-    """A dataset (not ``dataset`` or one of its periods) with a live run that read this data."""
-    base = dataset.partition("/")[0]
-    return next((d for d, _ in _runs_with_data(conn, data_fingerprint) if d.partition("/")[0] != base), None)
-
-
-def _is_approx(terms: str) -> bool:
-    return terms.startswith("approx")
-
-
-# ---------------------------------------------------------------- answers under local DP: provenance
-
-
-def _answer_sets(conn: Connection, dataset: str | None, answers: str | None) -> tuple[AnswerSet, ...]:
-    if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger: none yet
-        return ()
-    query = sa.select(answer_sets_t).order_by(answer_sets_t.c.id)
-    if dataset is not None:
-        query = query.where(answer_sets_t.c.dataset == dataset)
-    if answers is not None:
-        query = query.where(answer_sets_t.c.answers == answers)
-    return tuple(AnswerSet(r.dataset, r.collection, r.question, r.protocol, parse_exact(r.epsilon), r.answers, r.how,
-                           r.memo_of, r.statement, r.registered_by, r.registered_at) for r in conn.execute(query))
-
-
-def _central_releases(conn: Connection, dataset: str, data_fingerprint: str | None) -> list[tuple[str, str]]:
-    """(dataset, release) of the runs, not voided, that charged a central budget: of the dataset's
-    family (the dataset and its periods) by name, or that read this (keyed) data under any name."""
-    base = dataset.partition("/")[0]
-    where = sa.or_(runs_t.c.dataset == base, runs_t.c.dataset.startswith(base + "/", autoescape=True))
-    if data_fingerprint is not None:
-        where = sa.or_(where, _read_data(data_fingerprint))
-    rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
-        where, runs_t.c.run_id.in_(sa.select(charges_t.c.run_id)), _not_voided())).all()
-    return sorted({(r[0], r[1]) for r in rows})
-
-
-def _refuse_confidential_answers(conn: Connection, dataset: str, answers: str | None, question: str) -> None:
-    """A column of a dataset with central releases (by name, or the same data under any name) is
-    never accepted as local answers: its exact counts would go out with central ε = 0."""
-    central = _central_releases(conn, dataset, answers)
-    if central:
-        name, release = central[0]
-        same = "this dataset" if name.partition("/")[0] == dataset.partition("/")[0] else "this very data file"
-        raise LedgerError(
-            f"dataset {name!r} ({same}) has central releases (release {release!r}, charged to its lifetime budget): "
-            f"its records are confidential data, never answers the respondents randomized, so {question!r} is not "
-            f"read as local answers. Publish {question!r} as a central table of dataset {name!r} (charged to its "
-            "lifetime budget; `dprelease ledger set-budget` records a cap change), or estimate it from a registered "
-            "collection of answers the respondents randomized themselves. Nothing was spent.")
-
-
-def _check_answers(conn: Connection, dataset: str, local: tuple[LocalCollection, ...], central: bool,
-                   data_fingerprint: str | None) -> None:
-    """In the reservation's transaction: every local table's answers are registered (collection,
-    question, protocol, answers file) and come from no dataset with central releases; a memoised
-    collection's registration says its answers came from that memo. A central release is refused
-    over a file registered as local answers, and in a dataset that holds local collections."""
-    if local and central:
-        raise LedgerError(
-            f"this release of dataset {dataset!r} has central tables and kind: local tables over one data file: a file "
-            "of answers the respondents randomized is never also released as confidential records. Publish the local "
-            "tables from the registered answers file in a release of their own, and the central tables from the "
-            "confidential data under its own dataset. Nothing was spent.")
-    if central:
-        base = dataset.partition("/")[0]
-        held = conn.execute(sa.select(local_t.c.dataset, local_t.c.collection).where(sa.or_(
-            local_t.c.dataset == base, local_t.c.dataset.startswith(base + "/", autoescape=True)))).first()
-        registered = _answer_sets(conn, None, data_fingerprint) if data_fingerprint else ()
-        if held is not None or registered:
-            name, collection = held if held is not None else (registered[0].dataset, registered[0].collection)
-            raise LedgerError(
-                f"dataset {name!r} holds local collections (collection {collection!r}: answers the respondents "
-                f"randomized{', this very file' if held is None else ''}): its answers are estimated by kind: local "
-                "tables, never released as confidential records. Release central tables from the confidential data "
-                "under its own dataset. Nothing was spent.")
-        return
-    for asked in local:
-        _refuse_confidential_answers(conn, dataset, asked.answers, asked.question)
-        found = provenance_of(_answer_sets(conn, dataset, asked.answers), asked) if asked.answers else None
-        if found is None:
-            raise LedgerError(unregistered_message(dataset, asked))
-        if asked.memoised and not memo_honoured(found, asked):
-            raise LedgerError(
-                f"collection {asked.collection!r} says memoised: true with memo_of: {asked.memo_of!r}, but its "
-                f"registered answers were {'produced from the memo of ' + repr(found.memo_of) if found.memo_of else 'randomized afresh'}"
-                f" ({found.how}, {found.registered_at[:19]} by {found.registered_by}): they are a fresh collection, "
-                "charged its ε. Plan the run again.")

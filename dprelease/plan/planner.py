@@ -43,7 +43,7 @@ from dprelease.accounting import (
     zcdp_to_pure,
 )
 from dprelease.errors import InternalError, LedgerError, UserError
-from dprelease.ledger.store import (
+from dprelease.ledger import (
     AnswerSet,
     CapChange,
     DatasetState,
@@ -287,7 +287,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
 def local_plans(spec: Spec, state: DatasetState | None, registered: tuple[AnswerSet, ...] | None = None,
                 answers: str | None = None) -> tuple[LocalPlan, ...]:
     """Each local table's collection and what recording it costs each respondent (see
-    :func:`~dprelease.ledger.store.local_charge`; raises LedgerError where the ledger refuses).
+    :func:`~dprelease.ledger.policy.local_charge`; raises LedgerError where the ledger refuses).
 
     Local answers carry provenance. A dataset with central releases has confidential records,
     never local answers: refused. With ``registered`` (the answer sets registered for the data

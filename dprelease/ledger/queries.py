@@ -1,0 +1,130 @@
+"""Reading the ledger inside a transaction: a dataset's whole state, a run's state, policies,
+answer sets, and which runs read some data or charged a central budget. Functions of an open
+Connection (the caller holds the transaction and any lock); nothing here writes.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from dprelease.accounting import parse_exact
+from dprelease.errors import LedgerError
+from dprelease.ledger.records import (
+    LIVE_STATES,
+    AnswerSet,
+    CapChange,
+    DatasetState,
+    Evaluation,
+    LocalRecord,
+    Policy,
+    RunRecord,
+)
+from dprelease.ledger.schema import (
+    answer_sets_t,
+    caps_t,
+    charges_t,
+    datasets_t,
+    evaluations_t,
+    events_t,
+    local_t,
+    policies_t,
+    runs_t,
+)
+
+
+def run_state(conn: Connection, run_id: str) -> str:
+    return _events(conn, run_id)[-1].state
+
+
+def _events(conn: Connection, run_id: str) -> list:  # type: ignore[type-arg]
+    return list(conn.execute(sa.select(events_t).where(events_t.c.run_id == run_id).order_by(events_t.c.id)))
+
+
+def dataset_state(conn: Connection, dataset: str) -> DatasetState | None:
+    row = conn.execute(sa.select(datasets_t).where(datasets_t.c.name == dataset)).first()
+    if row is None:
+        return None
+    caps = tuple(CapChange(parse_exact(c.epsilon), c.reason, c.set_by, c.set_at,
+                           None if c.delta is None else parse_exact(c.delta)) for c in conn.execute(
+        sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
+    if not caps:
+        raise LedgerError(f"dataset {dataset!r} has no lifetime cap in the ledger; the ledger is damaged")
+    runs = []
+    for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
+        rows = list(conn.execute(sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
+        charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in rows)
+        run_delta = sum((parse_exact(c.delta) for c in rows if c.delta is not None), Fraction(0))
+        events = _events(conn, run.run_id)
+        data = run.data_fingerprint or next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
+        runs.append(RunRecord(run.run_id, run.release, events[-1].state, sum((e for _, e in charges), Fraction(0)),
+                              charges, run.spec_fingerprint, data, run.created_at, run.created_by,
+                              run.output_dir, events[-1].at, events[-1].reason, run_delta, run.approved_by,
+                              run.approved_at))
+    spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
+    delta_spent = sum((r.delta for r in runs if r.state in LIVE_STATES), Fraction(0))
+    local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon), parse_exact(r.charged),
+                              bool(r.memoised), r.run_id, r.recorded_at, r.recorded_by, r.answers)
+                  for r in conn.execute(sa.select(local_t).where(local_t.c.dataset == dataset).order_by(local_t.c.id)))
+    base = dataset.partition("/")[0]  # a period shares its dataset's evaluations and policies
+    evaluations = tuple(Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
+                        for e in conn.execute(sa.select(evaluations_t).where(evaluations_t.c.dataset == base)
+                                              .order_by(evaluations_t.c.id)))
+    return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
+                        delta_spent, local, evaluations, policies(conn, base))
+
+
+def policies(conn: Connection, base: str) -> tuple[Policy, ...]:
+    return tuple(Policy(p.dataset, p.policy, p.value, p.reason, p.set_by, p.set_at)
+                 for p in conn.execute(sa.select(policies_t).where(policies_t.c.dataset == base)
+                                       .order_by(policies_t.c.id)))
+
+
+def _read_data(data_fingerprint: str):  # type: ignore[no-untyped-def]
+    """Runs that read this (keyed) data: recorded at their reservation (schema 4) or, before
+    that, at their commit or failure (the only events that carry it)."""
+    recorded = sa.select(events_t.c.run_id).where(events_t.c.data_fingerprint == data_fingerprint)
+    return sa.or_(runs_t.c.data_fingerprint == data_fingerprint, runs_t.c.run_id.in_(recorded))
+
+
+def _not_voided():  # type: ignore[no-untyped-def]
+    return runs_t.c.run_id.not_in(sa.select(events_t.c.run_id).where(events_t.c.state == "voided"))
+
+
+def runs_with_data(conn: Connection, data_fingerprint: str) -> list[tuple[str, str]]:
+    """(dataset, release) of every run, in any state but voided, that read this (keyed) data."""
+    rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
+        _read_data(data_fingerprint), _not_voided())).all()
+    return sorted({(r[0], r[1]) for r in rows})
+
+
+def other_dataset_with(conn: Connection, dataset: str, data_fingerprint: str) -> str | None:
+    """A dataset (not ``dataset`` or one of its periods) with a live run that read this data."""
+    base = dataset.partition("/")[0]
+    return next((d for d, _ in runs_with_data(conn, data_fingerprint) if d.partition("/")[0] != base), None)
+
+
+def answer_sets(conn: Connection, dataset: str | None, answers: str | None) -> tuple[AnswerSet, ...]:
+    if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger: none yet
+        return ()
+    query = sa.select(answer_sets_t).order_by(answer_sets_t.c.id)
+    if dataset is not None:
+        query = query.where(answer_sets_t.c.dataset == dataset)
+    if answers is not None:
+        query = query.where(answer_sets_t.c.answers == answers)
+    return tuple(AnswerSet(r.dataset, r.collection, r.question, r.protocol, parse_exact(r.epsilon), r.answers, r.how,
+                           r.memo_of, r.statement, r.registered_by, r.registered_at) for r in conn.execute(query))
+
+
+def central_releases(conn: Connection, dataset: str, data_fingerprint: str | None) -> list[tuple[str, str]]:
+    """(dataset, release) of the runs, not voided, that charged a central budget: of the dataset's
+    family (the dataset and its periods) by name, or that read this (keyed) data under any name."""
+    base = dataset.partition("/")[0]
+    where = sa.or_(runs_t.c.dataset == base, runs_t.c.dataset.startswith(base + "/", autoescape=True))
+    if data_fingerprint is not None:
+        where = sa.or_(where, _read_data(data_fingerprint))
+    rows = conn.execute(sa.select(runs_t.c.dataset, runs_t.c.release).where(
+        where, runs_t.c.run_id.in_(sa.select(charges_t.c.run_id)), _not_voided())).all()
+    return sorted({(r[0], r[1]) for r in rows})
