@@ -265,7 +265,7 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     state = opened.state("nist-acs-approx")
     opened.close()
-    assert state.definition == "approx" and state.spent == 1 and state.delta_spent == Fraction(1, 10**6)
+    assert state.terms == Terms("approx") and state.spent == 1 and state.delta_spent == Fraction(1, 10**6)
     shown = cli("ledger", "--ledger", ledger)
     assert shown.code == 0 and "cap δ = 1/500000" in shown.stdout, shown
 
@@ -300,7 +300,7 @@ def test_pure_releases_on_an_approx_ledger_cost_no_delta(tmp_path):
     first = plan_release(approx, None)
     ledger.reserve(dataset=approx.dataset.name, release=approx.release,
                    charges=[(t.key, t.charge, t.delta) for t in first.tables], spec_fingerprint=first.fingerprint,
-                   lifetime_from_spec=approx.dataset.lifetime_epsilon, definition=first.terms.text,
+                   lifetime_from_spec=approx.dataset.lifetime_epsilon, terms=first.terms,
                    lifetime_delta_from_spec=approx.dataset.lifetime_delta)
     pure_path = tmp_path / "pure.yaml"
     pure_path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
@@ -318,12 +318,12 @@ def test_the_ledger_refuses_a_delta_overspend_in_its_transaction(tmp_path):
     from dprelease.errors import OverBudgetError
 
     ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
-    ledger.set_budget("d", Fraction(10), reason="test", definition="approx", delta=Fraction(1, 10**6))
+    ledger.set_budget("d", Fraction(10), reason="test", terms=Terms("approx"), delta=Fraction(1, 10**6))
     ledger.reserve(dataset="d", release="a", charges=[("t", Fraction(1), Fraction(6, 10**7))], spec_fingerprint="x",
-                   lifetime_from_spec=None, definition="approx")
+                   lifetime_from_spec=None, terms=Terms("approx"))
     with pytest.raises(OverBudgetError, match="δ"):
         ledger.reserve(dataset="d", release="b", charges=[("t", Fraction(1), Fraction(6, 10**7))],
-                       spec_fingerprint="x", lifetime_from_spec=None, definition="approx")
+                       spec_fingerprint="x", lifetime_from_spec=None, terms=Terms("approx"))
     state = ledger.state("d")
     assert state.delta_spent == Fraction(6, 10**7) and [r.release for r in state.runs] == ["a"]
     ledger.close()
@@ -342,7 +342,7 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     con.execute("ALTER TABLE charges DROP COLUMN delta")
     con.execute("UPDATE dprelease_meta SET value = '1' WHERE key = 'schema_version'")
     con.commit()
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     con.close()
     reopened = Ledger.open(resolve_location(str(path)), create=False)
     state = reopened.state("d")

@@ -158,7 +158,7 @@ def test_a_dataset_keeps_its_privacy_unit(synthetic):
     assert plan.terms == Terms("pure", unit_id="PID")
     ledger.reserve(dataset=person.dataset.name, release=person.release, charges=[(t.key, t.charge) for t in plan.tables],
                    spec_fingerprint=plan.fingerprint, lifetime_from_spec=person.dataset.lifetime_epsilon,
-                   definition=plan.terms.text)
+                   terms=plan.terms)
     state = ledger.state(row.dataset.name)
     ledger.close()
     with pytest.raises(LedgerError, match="privacy unit"):

@@ -187,14 +187,14 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     assert first.terms == Terms("pure", change=True)
     ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=[(t.key, t.epsilon) for t in first.tables],
                    spec_fingerprint=first.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
-                   definition=first.terms.text)
+                   terms=first.terms)
     later = plan_release(plain, ledger.state(plain.dataset.name))  # no invariants of its own
     assert later.terms == Terms("pure", change=True) and {t.sensitivity for t in later.tables} == {2}
     assert "change one record" in later.neighbouring
     with pytest.raises(LedgerError):  # the reservation re-checks the terms in its transaction
         ledger.reserve(dataset=plain.dataset.name, release="sneaky", charges=[("t", Fraction(1, 10))],
                        spec_fingerprint="sha256:x", lifetime_from_spec=plain.dataset.lifetime_epsilon,
-                       definition="pure")
+                       terms=Terms("pure"))
     ledger.close()
     # end to end: the plain census release on the bounded dataset is published with sensitivity 2
     out = tmp_path / "out"

@@ -110,8 +110,8 @@ def test_amounts_are_stored_as_exact_text(url):
     ledger = open_ledger(url)
     reserve(ledger, charges=[("t", Fraction(1, 3))])
     with ledger.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT epsilon FROM charges")).scalar_one() == "1/3"
-        assert conn.execute(sa.text("SELECT value FROM dprelease_meta WHERE key = 'schema_version'")).scalar_one() == "4"
+        assert conn.execute(sa.text("SELECT amount FROM charges")).scalar_one() == "1/3"
+        assert conn.execute(sa.text("SELECT value FROM dprelease_meta WHERE key = 'schema_version'")).scalar_one() == "5"
     ledger.close()
 
 
@@ -267,3 +267,33 @@ def test_processes_creating_one_new_ledger_at_once_all_succeed(url):
         assert conn.execute(sa.text("SELECT COUNT(*) FROM dprelease_meta WHERE key = 'schema_version'")).scalar_one() == 1
         assert conn.execute(sa.text("SELECT COUNT(*) FROM dprelease_meta WHERE key = 'ledger_id'")).scalar_one() == 1
     ledger.close()
+
+
+def test_a_schema_4_ledger_gains_typed_terms_and_keeps_every_figure(url):
+    """Schema 4 → 5 on both engines: the one-string terms become typed columns, the caps' and
+    charges' ``epsilon`` column (ρ under zCDP terms) becomes ``amount``; figures unchanged, and a
+    second opening finds it done."""
+    from dprelease.accounting import Terms
+
+    ledger = open_ledger(url)
+    ledger.set_budget("z", Fraction(2), reason="test", terms=Terms("zcdp"))
+    ledger.reserve(dataset="z", release="r", charges=[("t", Fraction(1, 8))], spec_fingerprint="x",
+                   lifetime_from_spec=None, terms=Terms("zcdp"))
+    reserve(ledger, dataset="p", cap=Fraction(3), charges=[("t", Fraction(1, 3))])
+    before = [ledger.state(d) for d in ("z", "p")]
+    with ledger.engine.begin() as conn:  # back to schema 4's layout
+        for table in ("budget_caps", "charges"):
+            conn.execute(sa.text(f"ALTER TABLE {table} RENAME COLUMN amount TO epsilon"))
+        for column in ("guarantee", "change_one_record", "unit_id"):
+            conn.execute(sa.text(f"ALTER TABLE datasets DROP COLUMN {column}"))
+        conn.execute(sa.text("UPDATE dprelease_meta SET value = '4' WHERE key = 'schema_version'"))
+    ledger.close()
+    for _ in range(2):
+        reopened = open_ledger(url)
+        assert [reopened.state(d) for d in ("z", "p")] == before
+        assert before[0].terms == Terms("zcdp") and before[0].spent == Fraction(1, 8)
+        with reopened.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT amount FROM charges ORDER BY id")).scalars().all() == ["1/8", "1/3"]
+            assert conn.execute(sa.text("SELECT guarantee FROM datasets ORDER BY name")).scalars().all() == [
+                "pure", "zcdp"]
+        reopened.close()

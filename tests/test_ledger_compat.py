@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ledger_e617fc4"
@@ -41,6 +42,12 @@ def test_a_ledger_of_e617fc4_prints_the_same_figures(tmp_path, cli):
         shown = cli("ledger", "--ledger", ledger, "--json")
         assert shown.code == 0, shown
         assert figures(json.loads(shown.stdout)) == expected
+    with sqlite3.connect(ledger) as conn:  # migrated to schema 5: typed terms, figures under `amount`
+        assert conn.execute("SELECT value FROM dprelease_meta WHERE key = 'schema_version'").fetchone() == ("5",)
+        assert dict(conn.execute("SELECT name, guarantee || '/' || change_one_record || '/' || coalesce(unit_id, '') "
+                                 "FROM datasets")) == {"nist-acs-ma-2019": "zcdp/0/", "nist-acs-national-2019": "pure/0/",
+                                                       "survey-panel": "pure/1/", "synthetic-persons": "pure/0/PID"}
+        assert conn.execute("SELECT COUNT(*) FROM charges WHERE amount IS NOT NULL").fetchone()[0] == 9
 
 
 def test_the_fixture_is_what_figures_json_describes():

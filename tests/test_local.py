@@ -212,7 +212,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     assert charged == {("wave-1", "FAVOURITE"): 1, ("wave-1", "SMOKES"): ln3,
                        ("wave-2", "FAVOURITE"): 0, ("wave-2", "SMOKES"): 0}
     assert state.local_epsilon == 1 + ln3 and state.spent == 0
-    assert state.definition == "pure-bounded"  # the number of answers is public: change one record
+    assert state.terms == Terms("pure", change=True)  # the number of answers is public: change one record
     shown = cli("ledger", "--ledger", ledger, "--json")
     listed = json.loads(shown.stdout)["datasets"][0]
     assert Fraction(listed["local_epsilon_per_respondent"]) == 1 + ln3
@@ -277,12 +277,12 @@ def test_answers_recorded_before_fingerprints_are_treated_as_unknown(tmp_path):
 
     path = tmp_path / "l.sqlite"
     ledger = Ledger.open(resolve_location(str(path)), create=True)
-    ledger.set_budget("d", Fraction(1), reason="test", definition="pure-bounded")
+    ledger.set_budget("d", Fraction(1), reason="test", terms=Terms("pure", change=True))
     answers = ledger.fingerprint("sha256:aaa")
     asked = LocalCollection("wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers=answers)
     ledger.register_answers((AnswerSet("d", "wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers, RANDOMIZED),))
     ledger.reserve(dataset="d", release="a", charges=[], spec_fingerprint="x", lifetime_from_spec=None,
-                   definition="pure-bounded", local=(asked,))
+                   terms=Terms("pure", change=True), local=(asked,))
     ledger.close()
     con = sqlite3.connect(path)
     con.execute("ALTER TABLE local_collections DROP COLUMN answers")
@@ -293,7 +293,7 @@ def test_answers_recorded_before_fingerprints_are_treated_as_unknown(tmp_path):
     assert ledger.state("d").local_epsilon == 1
     with pytest.raises(LedgerError, match="other answers"):
         ledger.reserve(dataset="d", release="b", charges=[], spec_fingerprint="x", lifetime_from_spec=None,
-                       definition="pure-bounded", local=(asked,))
+                       terms=Terms("pure", change=True), local=(asked,))
     ledger.close()
 
 

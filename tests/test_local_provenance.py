@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.accounting import Terms
 from dprelease.accounting import ln_upper_bound
 from dprelease.data import file_fingerprint
 from dprelease.errors import LedgerError
@@ -128,11 +129,11 @@ def test_a_column_of_a_dataset_with_central_releases_is_never_local_answers(tmp_
     asked = LocalCollection("race-2019", "RAC1P", "k_rr:2/k=9", Fraction(2), answers=keyed)
     with pytest.raises(LedgerError, match="already released as dataset 'nist-acs'"):  # the same data, another name
         ledger.reserve(dataset="acs-race-survey", release="r", charges=[], spec_fingerprint="x",
-                       lifetime_from_spec=Fraction(1), definition="pure-bounded", local=(asked,),
+                       lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), local=(asked,),
                        data_fingerprint=keyed)
     with pytest.raises(LedgerError, match="'nist-acs' \\(this very data file\\) has central releases"):
         ledger.reserve(dataset="acs-race-survey", release="r", charges=[], spec_fingerprint="x",  # the answers' own
-                       lifetime_from_spec=Fraction(1), definition="pure-bounded", local=(asked,))
+                       lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), local=(asked,))
     assert [a for a in ledger.answer_sets()] == []
     assert len(ledger.run_ids()) == 1
     ledger.close()
@@ -240,13 +241,13 @@ def test_central_and_local_answers_never_mix(tmp_path, cli):
                        lifetime_from_spec=Fraction(1), data_fingerprint=keyed)
     asked = LocalCollection("wave-1", "FAVOURITE", "k_rr:1/k=10", Fraction(1), answers=keyed)
     ledger.reserve(dataset="survey-panel", release="l", charges=[], spec_fingerprint="x",
-                   lifetime_from_spec=Fraction(1), definition="pure-bounded", local=(asked,), data_fingerprint=keyed)
+                   lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), local=(asked,), data_fingerprint=keyed)
     with pytest.raises(LedgerError, match="dataset 'survey-panel' holds local collections"):
         ledger.reserve(dataset="survey-panel", release="c", charges=[("t", Fraction(1))], spec_fingerprint="x",
-                       lifetime_from_spec=Fraction(1), definition="pure-bounded", data_fingerprint="hmac-sha256:00")
+                       lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), data_fingerprint="hmac-sha256:00")
     with pytest.raises(LedgerError, match="central tables and kind: local tables"):
         ledger.reserve(dataset="survey-panel", release="m", charges=[("t", Fraction(1))], spec_fingerprint="x",
-                       lifetime_from_spec=Fraction(1), definition="pure-bounded", local=(asked,),
+                       lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), local=(asked,),
                        data_fingerprint=keyed)
     assert len(ledger.run_ids()) == 1
     ledger.close()

@@ -107,7 +107,7 @@ def test_a_zcdp_release_end_to_end(tmp_path, run_env, cli):
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     state = opened.state("nist-acs-zcdp")
     opened.close()
-    assert state.definition == "zcdp" and state.spent == Fraction(1, 2)  # charged in ρ
+    assert state.terms == Terms("zcdp") and state.spent == Fraction(1, 2)  # charged in ρ
     again = cli("postprocess", release)  # consistent weights from σ²: reproduces the tables
     assert again.code == 0, again
     for level in ("root", "STATE", "PUMA"):
@@ -129,7 +129,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     first = plan_release(zcdp, None)
     ledger.reserve(dataset=zcdp.dataset.name, release=zcdp.release, charges=[(t.key, t.charge) for t in first.tables],
                    spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime_epsilon,
-                   definition=first.terms.text)
+                   terms=first.terms)
     on_zcdp = plan_release(pure, ledger.state(pure.dataset.name))
     assert on_zcdp.terms == Terms("zcdp") and on_zcdp.ledger_symbol == "ρ"
     assert on_zcdp.charge == sum(t.epsilon ** 2 / 2 for t in on_zcdp.tables)
@@ -141,7 +141,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     ledger = Ledger.open(resolve_location(str(pure_ledger)), create=True)
     p = plan_release(pure, None)
     ledger.reserve(dataset=pure.dataset.name, release=pure.release, charges=[(t.key, t.charge) for t in p.tables],
-                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime_epsilon, definition=p.terms.text)
+                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime_epsilon, terms=p.terms)
     ledger.close()
     refused = cli("plan", write(tmp_path), "--ledger", pure_ledger)
     assert refused.code == 2 and "cannot be charged there" in refused.stderr, refused

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from dprelease.accounting import NotANumber, decimal_text, fraction_text, parse_budget
+from dprelease.accounting import Terms, NotANumber, decimal_text, fraction_text, parse_budget
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
 from dprelease.ledger import Ledger, LedgerLocation, resolve_location
 
@@ -637,7 +637,7 @@ def ledger_set_budget(
         raise typer.BadParameter("δ lies strictly between 0 and 1, e.g. 1e-6", param_hint="--delta")
     if terms is not None and terms not in ("pure", "zcdp", "approx"):
         raise typer.BadParameter(f"{terms!r} is not one of pure, zcdp, approx", param_hint="--terms")
-    definition = terms or ("approx" if cap_delta is not None else "pure")
+    new_terms = Terms("zcdp" if terms == "zcdp" else "approx" if terms == "approx" or cap_delta is not None else "pure")
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}(/[^/\x00]{1,100})?", dataset):
         raise typer.BadParameter(f"{dataset!r} is not a dataset name (lower-case letters, digits, '.', '_', '-')",
                                  param_hint="DATASET")
@@ -655,11 +655,10 @@ def ledger_set_budget(
             known = ", ".join(opened.datasets()) or "none"
             raise UserError(f"dataset {dataset!r} is not in the ledger (known: {known}); to add it with this "
                             "cap, add --create")
-        if before is not None and terms is not None and before.definition.partition("@")[0].removesuffix(
-                "-bounded") != terms:
-            raise UserError(f"dataset {dataset!r} already has {before.definition!r} terms; a ledger's terms are fixed "
+        if before is not None and terms is not None and before.terms.kind != terms:
+            raise UserError(f"dataset {dataset!r} already has {before.terms.text!r} terms; a ledger's terms are fixed "
                             "when the dataset is created")
-        state = opened.set_budget(dataset, cap, reason=reason, by=by, definition=definition, delta=cap_delta)
+        state = opened.set_budget(dataset, cap, reason=reason, by=by, terms=new_terms, delta=cap_delta)
     finally:
         opened.close()
     was = f"from {fraction_text(before.budget)} " if before else "(new dataset) "

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dprelease.accounting import Neighbouring, exact_and_decimal, fraction_text, percent_text
+from dprelease.accounting import Neighbouring, Terms, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.plan import Plan
@@ -25,9 +25,9 @@ TERMS_SHOWN = {"pure": "pure DP, add/remove one row", "pure-bounded": "pure DP, 
                "approx-bounded": "(ε, δ)-DP, change one record: totals public (invariants, or counts of local answers)"}
 
 
-def _terms_shown(terms: str) -> str:
-    base, _, unit = terms.partition("@")
-    return TERMS_SHOWN.get(base, base) + (f"; one person = one {unit}" if unit else "")
+def _terms_shown(terms: Terms) -> str:
+    base = terms.kind + ("-bounded" if terms.change else "")
+    return TERMS_SHOWN[base] + (f"; one person = one {terms.unit_id}" if terms.unit_id else "")
 
 
 def pinned_elsewhere(spec: Any, location: LedgerLocation) -> str | None:
@@ -295,7 +295,8 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
         "datasets": [
             {
                 "name": s.name,
-                "definition": s.definition,
+                "definition": s.terms.text,
+                "terms": {"guarantee": s.terms.kind, "change_one_record": s.terms.change, "unit_id": s.terms.unit_id},
                 "budget": fraction_text(s.budget),
                 "spent": fraction_text(s.spent),
                 "remaining": fraction_text(s.remaining),
@@ -345,8 +346,8 @@ def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[
         console.print("No datasets with releases in this ledger yet.")
         return
     for s in states:
-        symbol = "ρ" if s.definition.startswith("zcdp") else "ε"
-        console.print(f"\nDataset {s.name} ({_terms_shown(s.definition)}): cap {symbol} = {both(s.budget)}, spent "
+        symbol = s.terms.symbol
+        console.print(f"\nDataset {s.name} ({_terms_shown(s.terms)}): cap {symbol} = {both(s.budget)}, spent "
                       f"{both(s.spent)}, remaining {both(s.remaining)}", markup=False, highlight=False)
         if s.delta_budget is not None:
             console.print(f"  cap δ = {fraction_text(s.delta_budget)}, spent {fraction_text(s.delta_spent)}, "

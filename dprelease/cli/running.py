@@ -111,7 +111,7 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
                                  lifetime_delta_from_spec=spec.dataset.lifetime_delta,
                                  local=local, data_fingerprint=fingerprint, approval=approval,
                                  spec_path=str(spec.source.resolve()), output_dir=str(output_dir),
-                                 definition=plan.terms.text)
+                                 terms=plan.terms)
         caps = ledger.state(spec.dataset.name).caps  # type: ignore[union-attr]
         ledger_id = ledger.id
     finally:

@@ -101,7 +101,3 @@ def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bo
             f"remaining {fraction_text(state.remaining)} (cap {fraction_text(state.budget)}, spent "
             f"{fraction_text(state.spent)}); over by {fraction_text(over)}")
 
-
-def is_approx(terms: str) -> bool:
-    """(ε, δ) terms: every cap and charge of the dataset has a δ beside it."""
-    return terms.startswith("approx")

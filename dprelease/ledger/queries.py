@@ -10,6 +10,7 @@ from fractions import Fraction
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from dprelease.accounting import Terms
 from dprelease.accounting import parse_exact
 from dprelease.errors import LedgerError
 from dprelease.ledger.records import (
@@ -47,7 +48,11 @@ def dataset_state(conn: Connection, dataset: str) -> DatasetState | None:
     row = conn.execute(sa.select(datasets_t).where(datasets_t.c.name == dataset)).first()
     if row is None:
         return None
-    caps = tuple(CapChange(parse_exact(c.epsilon), c.reason, c.set_by, c.set_at,
+    if row.guarantee is None:
+        raise LedgerError(f"dataset {dataset!r} has ledger terms {row.definition!r}, which this version of dprelease "
+                          "does not know")
+    terms = Terms(row.guarantee, bool(row.change_one_record), row.unit_id)
+    caps = tuple(CapChange(parse_exact(c.amount), c.reason, c.set_by, c.set_at,
                            None if c.delta is None else parse_exact(c.delta)) for c in conn.execute(
         sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
     if not caps:
@@ -55,7 +60,7 @@ def dataset_state(conn: Connection, dataset: str) -> DatasetState | None:
     runs = []
     for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
         rows = list(conn.execute(sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
-        charges = tuple((c.table_name, parse_exact(c.epsilon)) for c in rows)
+        charges = tuple((c.table_name, parse_exact(c.amount)) for c in rows)
         run_delta = sum((parse_exact(c.delta) for c in rows if c.delta is not None), Fraction(0))
         events = _events(conn, run.run_id)
         data = run.data_fingerprint or next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
@@ -72,7 +77,7 @@ def dataset_state(conn: Connection, dataset: str) -> DatasetState | None:
     evaluations = tuple(Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
                         for e in conn.execute(sa.select(evaluations_t).where(evaluations_t.c.dataset == base)
                                               .order_by(evaluations_t.c.id)))
-    return DatasetState(dataset, row.definition, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
+    return DatasetState(dataset, terms, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
                         delta_spent, local, evaluations, policies(conn, base))
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from fractions import Fraction
 
+from dprelease.accounting import Terms
+
 LIVE_STATES = ("reserved", "drawing", "committed", "failed")  # states whose charges count as spent
 UNFINISHED = ("reserved", "drawing")  # drawing: noise is being drawn; never voided from then on
 RANDOMIZED = "dprelease randomize"  # AnswerSet.how: answers written by `dprelease randomize`
@@ -163,8 +165,11 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class DatasetState:
+    """A dataset's lifetime record: its terms, its cap and what its runs spent, every amount in
+    the unit of its terms (ε; ρ under zCDP terms; under approx terms the ε, beside the δ)."""
+
     name: str
-    definition: str
+    terms: Terms
     budget: Fraction
     spent: Fraction
     caps: tuple[CapChange, ...]

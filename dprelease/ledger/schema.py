@@ -19,8 +19,9 @@ from dprelease.ledger import keys
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.records import now
 
-SCHEMA_VERSION = 4  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
-# 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval
+SCHEMA_VERSION = 5  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
+# 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval;
+# 5: typed terms (guarantee, change_one_record, unit_id) and caps and charges in `amount` (ρ under zCDP terms)
 CREATION_WAIT = 15.0  # seconds a creator waits for another process's ledger to appear beside its key
 
 metadata = sa.MetaData()
@@ -29,13 +30,19 @@ meta_t = sa.Table("dprelease_meta", metadata,
                   sa.Column("value", sa.Text, nullable=False))
 datasets_t = sa.Table("datasets", metadata,
                       sa.Column("name", sa.String(100), primary_key=True),
+                      # schemas 1–4's one-string terms ("pure-bounded@SERIALNO"): still written, never read
                       sa.Column("definition", sa.String(200), nullable=False),
                       sa.Column("created_at", sa.String(40), nullable=False),
-                      sa.Column("created_by", sa.String(200), nullable=False))
+                      sa.Column("created_by", sa.String(200), nullable=False),
+                      # the dataset's terms (accounting.Terms), written for every dataset (nullable only
+                      # because schema 5 adds them to existing tables)
+                      sa.Column("guarantee", sa.String(10)),  # pure | zcdp | approx
+                      sa.Column("change_one_record", sa.Boolean),  # bounded DP (totals public)
+                      sa.Column("unit_id", sa.String(100)))  # the person id column; NULL: one row
 caps_t = sa.Table("budget_caps", metadata,
                   sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                   sa.Column("dataset", sa.String(100), sa.ForeignKey("datasets.name"), nullable=False),
-                  sa.Column("epsilon", sa.String(200), nullable=False),
+                  sa.Column("amount", sa.String(200), nullable=False),  # in the dataset's unit: ε, or ρ (zcdp)
                   sa.Column("delta", sa.String(200)),
                   sa.Column("reason", sa.Text, nullable=False),
                   sa.Column("set_by", sa.String(200), nullable=False),
@@ -57,7 +64,7 @@ charges_t = sa.Table("charges", metadata,
                      sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                      sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
                      sa.Column("table_name", sa.String(100), nullable=False),
-                     sa.Column("epsilon", sa.String(200), nullable=False),
+                     sa.Column("amount", sa.String(200), nullable=False),  # in the dataset's unit: ε, or ρ (zcdp)
                      sa.Column("delta", sa.String(200)))
 local_t = sa.Table("local_collections", metadata,
                    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -196,7 +203,7 @@ def _check_version(engine: Engine, location: LedgerLocation) -> None:
     with engine.connect() as conn:
         row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
     version = int(row[0]) if row else 0
-    if version in (1, 2, 3):
+    if version in (1, 2, 3, 4):
         _migrate(engine, location)
         version = SCHEMA_VERSION
     if version != SCHEMA_VERSION:
@@ -205,20 +212,23 @@ def _check_version(engine: Engine, location: LedgerLocation) -> None:
 
 
 def _migrate(engine: Engine, location: LedgerLocation) -> None:
-    """Schema 1, 2 or 3 → 4, in one locked transaction; nothing recorded changes, and a second
+    """Schema 1, 2, 3 or 4 → 5, in one locked transaction; nothing recorded changes, and a second
     process finds it done. 1 → 2: the (NULL) δ columns of caps and charges, a wider terms column.
     2 → 3: the tables of plan approvals and of local collections, or, where a pre-release 2
     had the latter, its answers fingerprint (NULL: such a collection counts as having unknown
     answers). 3 → 4: the ledger gets its id and fingerprint key; every plain data and answers
     fingerprint is replaced by its keyed form (the same function later runs compute, so
-    nothing is lost); the tables of evaluations and policies; a run's data and approval."""
+    nothing is lost); the tables of evaluations and policies; a run's data and approval. 4 → 5:
+    each dataset's one-string terms parsed into typed columns (:class:`~dprelease.accounting.Terms`),
+    and the caps' and charges' ``epsilon`` column, which holds ρ under zCDP terms, renamed
+    ``amount``: every figure stays as it was."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
             row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
-            if row is None or row[0] not in ("1", "2", "3"):
+            if row is None or row[0] not in ("1", "2", "3", "4"):
                 return
             if row[0] == "1":
                 conn.execute(sa.text("ALTER TABLE budget_caps ADD COLUMN delta VARCHAR(200)"))
@@ -232,9 +242,11 @@ def _migrate(engine: Engine, location: LedgerLocation) -> None:
                     local_t.create(conn)
                 elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
                     conn.execute(sa.text("ALTER TABLE local_collections ADD COLUMN answers VARCHAR(80)"))
-            if conn.dialect.name == "sqlite":  # the plain hashes replaced below leave no copy in freed pages
-                conn.exec_driver_sql("PRAGMA secure_delete = ON")
-            _migrate_to_4(conn, location)
+            if row[0] != "4":
+                if conn.dialect.name == "sqlite":  # the plain hashes replaced below leave no copy in freed pages
+                    conn.exec_driver_sql("PRAGMA secure_delete = ON")
+                _migrate_to_4(conn, location)
+            _migrate_to_5(conn)
             conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
     if engine.dialect.name == "sqlite":  # nor in the journal's or the file's slack: rewrite the file
         raw = engine.raw_connection()  # outside SQLAlchemy's transaction (VACUUM refuses one)
@@ -268,6 +280,28 @@ def _migrate_to_4(conn: Connection, location: LedgerLocation) -> None:
                                            .where(column.startswith("sha256:"))).all():
             pk = table.primary_key.columns.values()[0]
             conn.execute(table.update().where(pk == row_key).values({column.name: keys.keyed(key, plain)}))
+
+
+def _migrate_to_5(conn: Connection) -> None:
+    """Typed terms beside the old string, and ``amount`` for the caps' and charges' figures.
+    Idempotent. Terms this version does not know stay unparsed (NULL): the planner refuses them,
+    as before."""
+    from dprelease.accounting import Terms
+
+    present = {c["name"] for c in sa.inspect(conn).get_columns("datasets")}
+    for column, kind in (("guarantee", "VARCHAR(10)"), ("change_one_record", "BOOLEAN"), ("unit_id", "VARCHAR(100)")):
+        if column not in present:
+            conn.execute(sa.text(f"ALTER TABLE datasets ADD COLUMN {column} {kind}"))
+    for name, text in conn.execute(sa.select(datasets_t.c.name, datasets_t.c.definition)).all():
+        try:
+            terms = Terms.from_text(text)
+        except ValueError:
+            continue
+        conn.execute(datasets_t.update().where(datasets_t.c.name == name).values(
+            guarantee=terms.kind, change_one_record=terms.change, unit_id=terms.unit_id))
+    for table in ("budget_caps", "charges"):
+        if "epsilon" in {c["name"] for c in sa.inspect(conn).get_columns(table)}:
+            conn.execute(sa.text(f"ALTER TABLE {table} RENAME COLUMN epsilon TO amount"))
 
 
 def _key_for_new_ledger(location: LedgerLocation, ledger_id: str) -> bytes:

@@ -29,11 +29,11 @@ from typing import Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from dprelease.accounting import Terms
 from dprelease.accounting import fraction_text
 from dprelease.errors import LedgerError
 from dprelease.ledger import keys, lease, queries, schema, transactions
 from dprelease.ledger.location import LedgerLocation
-from dprelease.ledger.policy import is_approx
 from dprelease.ledger.records import (
     AnswerSet,
     Approval,
@@ -267,8 +267,8 @@ class Ledger:
 
 
     def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
-                   definition: str = "pure", delta: Fraction | None = None) -> DatasetState:
-        """Record a new lifetime cap for ``dataset`` (creating it if new). Spends are untouched.
+                   terms: Terms = Terms("pure"), delta: Fraction | None = None) -> DatasetState:
+        """Record a new lifetime cap for ``dataset`` (creating it if new, under ``terms``). Spends are untouched.
         An approx dataset's cap has a δ (kept as it was when ``delta`` is None); others have none."""
         if epsilon <= 0:
             raise LedgerError(f"a lifetime budget must be positive, not {fraction_text(epsilon)}")
@@ -279,7 +279,7 @@ class Ledger:
         by = by or current_user()
         with self._write() as conn:
             state = transactions.set_budget(conn, dataset, epsilon, reason=reason, by=by,
-                                            definition=definition, delta=delta)
+                                            terms=terms, delta=delta)
         assert state is not None
         return state
 
@@ -287,7 +287,7 @@ class Ledger:
                 charges: list[tuple[str, Fraction]] | list[tuple[str, Fraction, Fraction | None]],
                 spec_fingerprint: str, lifetime_from_spec: Fraction | None,
                 spec_path: str | None = None, output_dir: str | None = None,
-                definition: str = "pure", by: str | None = None,
+                terms: Terms = Terms("pure"), by: str | None = None,
                 lifetime_delta_from_spec: Fraction | None = None,
                 local: tuple[LocalCollection, ...] = (), data_fingerprint: str | None = None,
                 approval: Approval | None = None) -> Reservation:
@@ -302,7 +302,7 @@ class Ledger:
         """
         by = by or current_user()
         full = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in charges]  # type: ignore[misc]
-        if is_approx(definition) and lifetime_delta_from_spec is None and lifetime_from_spec is not None:
+        if terms.kind == "approx" and lifetime_delta_from_spec is None and lifetime_from_spec is not None:
             raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its lifetime budget needs a δ")
         run_id = uuid.uuid4().hex
         with self._write() as conn:
@@ -318,7 +318,7 @@ class Ledger:
             state = transactions.reserve(
                 conn, run_id, dataset=dataset, release=release, full=full, spec_fingerprint=spec_fingerprint,
                 lifetime_from_spec=lifetime_from_spec, spec_path=spec_path, output_dir=output_dir,
-                definition=definition, by=by, lifetime_delta_from_spec=lifetime_delta_from_spec, local=local,
+                terms=terms, by=by, lifetime_delta_from_spec=lifetime_delta_from_spec, local=local,
                 data_fingerprint=data_fingerprint, approval=approval)
         return Reservation(run_id, state.spent, state.budget, state.delta_spent, state.delta_budget)
 

@@ -11,13 +11,13 @@ from fractions import Fraction
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from dprelease.accounting import Terms
 from dprelease.accounting import fraction_text
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
 from dprelease.ledger import keys, lease, queries
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.policy import (
     check_lifetime_matches,
-    is_approx,
     local_charge,
     memo_honoured,
     over_lifetime_message,
@@ -61,7 +61,7 @@ def lock_for_reservation(conn: Connection, dataset: str, data_fingerprint: str |
 def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
             full: list[tuple[str, Fraction, Fraction | None]], spec_fingerprint: str,
             lifetime_from_spec: Fraction | None, spec_path: str | None, output_dir: str | None,
-            definition: str, by: str, lifetime_delta_from_spec: Fraction | None,
+            terms: Terms, by: str, lifetime_delta_from_spec: Fraction | None,
             local: tuple[LocalCollection, ...], data_fingerprint: str | None,
             approval: Approval | None) -> DatasetState:
     """The body of :meth:`dprelease.ledger.store.Ledger.reserve` after its locks: check, then
@@ -74,8 +74,8 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
         if lifetime_from_spec is None:
             raise LedgerError(f"dataset {dataset!r} is new to this ledger and the spec declares no "
                               "dataset.lifetime_budget; declare one")
-        _insert_dataset(conn, dataset, definition, by)
-        conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(lifetime_from_spec),
+        _insert_dataset(conn, dataset, terms, by)
+        conn.execute(caps_t.insert().values(dataset=dataset, amount=fraction_text(lifetime_from_spec),
                                             delta=None if lifetime_delta_from_spec is None
                                             else fraction_text(lifetime_delta_from_spec),
                                             reason=f"initial cap from {spec_path or 'the spec'}",
@@ -83,9 +83,9 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
         state = queries.dataset_state(conn, dataset)
         assert state is not None
     check_lifetime_matches(state, lifetime_from_spec, lifetime_delta_from_spec)
-    if state.definition != definition:  # checked again here: two first releases may race
-        raise LedgerError(f"dataset {dataset!r} is in the ledger under {state.definition!r} terms; this run was "
-                          f"planned under {definition!r}. Plan it again")
+    if state.terms != terms:  # checked again here: two first releases may race
+        raise LedgerError(f"dataset {dataset!r} is in the ledger under {state.terms.text!r} terms; this run was "
+                          f"planned under {terms.text!r}. Plan it again")
     live = state.live_run(release)
     if live is not None:
         raise AlreadyReleasedError(
@@ -96,7 +96,7 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
     if state.delta_budget is not None and state.delta_spent + total_delta > state.delta_budget:
         raise OverBudgetError(over_lifetime_message(state, total_delta, delta=True))
     if state.delta_budget is None and total_delta:
-        raise LedgerError(f"dataset {dataset!r} has {state.definition!r} terms, which have no δ to charge")
+        raise LedgerError(f"dataset {dataset!r} has {state.terms.text!r} terms, which have no δ to charge")
     _check_answers(conn, dataset, local, bool(full), data_fingerprint)  # local answers carry provenance
     at = now()
     conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
@@ -106,7 +106,7 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
                                         approved_by=approval.approved_by if approval else None,
                                         approved_at=approval.approved_at if approval else None))
     if full:  # a release of local tables only charges no central budget
-        conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "epsilon": fraction_text(e),
+        conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "amount": fraction_text(e),
                                            "delta": None if d is None else fraction_text(d)}
                                           for t, e, d in full])
     conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
@@ -127,21 +127,21 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
     return state
 
 
-def set_budget(conn: Connection, dataset: str, epsilon: Fraction, *, reason: str, by: str, definition: str,
+def set_budget(conn: Connection, dataset: str, epsilon: Fraction, *, reason: str, by: str, terms: Terms,
                delta: Fraction | None) -> DatasetState | None:
     """Append a cap row for ``dataset`` (creating the dataset if new); its state after."""
     _lock_dataset(conn, dataset)
     state = queries.dataset_state(conn, dataset)
     if state is None:
-        _insert_dataset(conn, dataset, definition, by)
-    terms = state.definition if state else definition
-    if is_approx(terms):
+        _insert_dataset(conn, dataset, terms, by)
+    terms = state.terms if state else terms
+    if terms.kind == "approx":
         delta = delta if delta is not None else state.delta_budget if state else None
         if delta is None:
             raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its cap needs a δ too (--delta D)")
     elif delta is not None:
-        raise LedgerError(f"dataset {dataset!r} has {terms!r} terms, whose budgets have no δ")
-    conn.execute(caps_t.insert().values(dataset=dataset, epsilon=fraction_text(epsilon),
+        raise LedgerError(f"dataset {dataset!r} has {terms.text!r} terms, whose budgets have no δ")
+    conn.execute(caps_t.insert().values(dataset=dataset, amount=fraction_text(epsilon),
                                         delta=None if delta is None else fraction_text(delta),
                                         reason=reason, set_by=by, set_at=now()))
     return queries.dataset_state(conn, dataset)
@@ -227,8 +227,9 @@ def _check_partition_family(conn: Connection, dataset: str) -> None:
                           "partition with disjoint_units (each period spends from its own recorded budget)")
 
 
-def _insert_dataset(conn: Connection, dataset: str, definition: str, by: str) -> None:
-    conn.execute(datasets_t.insert().values(name=dataset, definition=definition, created_at=now(),
+def _insert_dataset(conn: Connection, dataset: str, terms: Terms, by: str) -> None:
+    conn.execute(datasets_t.insert().values(name=dataset, definition=terms.text, guarantee=terms.kind,
+                                            change_one_record=terms.change, unit_id=terms.unit_id, created_at=now(),
                                             created_by=by))
 
 

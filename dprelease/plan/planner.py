@@ -420,7 +420,7 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbo
     """
     relation = spec.relation
     wanted = Terms(spec.definition, relation.change, relation.unit.id)
-    held = None if state is None else _held_terms(spec, state)
+    held = None if state is None else state.terms
     if held is None or held == wanted:
         return wanted, relation
     if held.unit_id != wanted.unit_id:
@@ -446,14 +446,6 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbo
     if held.change and not wanted.change:
         return held, Neighbouring(relation.unit, True, "ledger")
     return held, relation
-
-
-def _held_terms(spec: Spec, state: DatasetState) -> Terms:
-    try:
-        return Terms.from_text(state.definition)
-    except ValueError:
-        raise LedgerError(f"dataset {spec.dataset.name!r} has ledger terms {state.definition!r}, which this version "
-                          "of dprelease does not know") from None
 
 
 def _plan_table(spec: Spec, t: Table, epsilon: Fraction, cells: int, level: str | None, relation: Neighbouring,
