@@ -16,6 +16,44 @@ import numpy as np
 
 from dprelease.postprocess.estimation import Level
 
+# IPF runs a fixed number of sweeps (no convergence test, so results do not hang on a float
+# threshold); each limit bounds the work of one fit and how closely it meets its margins.
+PATTERN_SWEEPS = 60  # a place's detail fitted to its tables' marginals (its bottom-up pattern)
+CHILD_MARGINAL_SWEEPS = 100  # per table, its children's marginals fitted to their totals and the parent's
+CHILD_DETAIL_SWEEPS = 50  # the children's details fitted to those marginals and to the parent's cells
+
+# IPF only rescales: a cell that starts at 0 stays 0. These small masses (in persons) are added
+# to a start so that every cell its margins allow can take a share. Each bounds the mass a cell
+# that had none starts with: small enough to leave the start's pattern where the margins say
+# nothing, large enough for the sweeps to fill a cell the margins need.
+PATTERN_SEED = 1e-6  # every detail cell of a parent's start (the sum of its children's patterns)
+CHILD_MARGINAL_SEED = 1e-6  # every clipped marginal cell of a child, before its fit to the totals
+CHILD_DETAIL_SEED = 1e-3  # every clipped detail cell of a child, before its fit to the marginals
+
+
+def ipf(start: np.ndarray, sweeps: int, *, rows: np.ndarray | None = None,
+        marginals: list | tuple = (), columns: np.ndarray | None = None) -> np.ndarray:  # type: ignore[type-arg]
+    """``start`` (non-negative, a row per place or child) scaled by iterative proportional
+    fitting towards its margins: each sweep rescales, in this order, to the row sums ``rows``,
+    to each ``(a, target)`` of ``marginals`` (per row, the marginal ``a @ row``), and to the
+    column sums ``columns``. A cell whose margin is 0 becomes 0. It runs exactly ``sweeps``
+    sweeps and ends on the last margin given; the others are met approximately.
+    """
+    fitted = np.array(start, dtype=float)
+    for _ in range(sweeps):
+        if rows is not None:
+            fitted *= _ratio(rows, fitted.sum(axis=1))[:, None]
+        for a, target in marginals:
+            fitted *= np.asarray((a.T @ _ratio(target, np.asarray((a @ fitted.T).T)).T).T)
+        if columns is not None:
+            fitted *= _ratio(columns, fitted.sum(axis=0))[None, :]
+    return fitted
+
+
+def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """``target / current``, 0 where ``current`` is 0 (IPF then empties the cells behind it)."""
+    return np.divide(target, current, out=np.zeros_like(current), where=current > 0)
+
 
 def patterns(levels: list[Level], combined: list[np.ndarray], marginals: list) -> list[np.ndarray]:  # type: ignore[type-arg]
     """Non-negative details per place with each place's fitted marginals, built bottom-up so
@@ -31,7 +69,7 @@ def patterns(levels: list[Level], combined: list[np.ndarray], marginals: list) -
     return out
 
 
-def _max_entropy_detail(fitted: np.ndarray, marginals: list, iterations: int = 60,  # type: ignore[type-arg]
+def _max_entropy_detail(fitted: np.ndarray, marginals: list,  # type: ignore[type-arg]
                         start: np.ndarray | None = None) -> np.ndarray:
     """Per row, a non-negative detail with (approximately) the marginals of ``fitted``, by IPF
     from ``start`` (default uniform): the detail closest to ``start`` in relative entropy."""
@@ -44,17 +82,12 @@ def _max_entropy_detail(fitted: np.ndarray, marginals: list, iterations: int = 6
     if start is None:
         detail = np.repeat((totals / fitted.shape[1])[:, None], fitted.shape[1], axis=1)
     else:  # keep the start's pattern where the marginals say nothing; a little mass everywhere
-        detail = start.astype(float) + 1e-6
-    for _ in range(iterations):
-        for a, target in zip(marginals, targets):
-            current = np.asarray((a @ detail.T).T)
-            ratio = np.divide(target, current, out=np.zeros_like(target), where=current > 0)
-            detail *= np.asarray((a.T @ ratio.T).T)
-    return detail
+        detail = start.astype(float) + PATTERN_SEED
+    return ipf(detail, PATTERN_SWEEPS, marginals=list(zip(marginals, targets)))
 
 
 def fit_children(values: np.ndarray, totals: np.ndarray, marginals: list,  # type: ignore[type-arg]
-                 child_totals: np.ndarray | None = None, iterations: int = 50) -> np.ndarray:
+                 child_totals: np.ndarray | None = None) -> np.ndarray:
     """Non-negative children whose detail columns sum exactly to ``totals`` (the parent's
     detail) and whose marginals stay near those of ``values`` (which may be negative).
 
@@ -65,37 +98,18 @@ def fit_children(values: np.ndarray, totals: np.ndarray, marginals: list,  # typ
     does not have). ``child_totals`` (invariants) replace the projected totals. Then IPF on
     the detail to those targets, ending on the parent's cells.
     """
-    k, d = values.shape
     if child_totals is None:
         child_totals = project_columns(values.sum(axis=1).reshape(-1, 1), np.array([float(totals.sum())])).ravel()
     child_totals = np.asarray(child_totals, dtype=float)
     targets = []
     for a in marginals:
         parent_marginal = np.asarray(a @ totals.astype(float)).ravel()
-        start = np.maximum(np.asarray((a @ values.T).T), 0) + 1e-6
+        start = np.maximum(np.asarray((a @ values.T).T), 0) + CHILD_MARGINAL_SEED
         start[:, parent_marginal <= 0] = 0
-        targets.append(_ipf_2d(start, child_totals, parent_marginal))
-    fitted = np.maximum(values, 0) + 1e-3
+        targets.append(ipf(start, CHILD_MARGINAL_SWEEPS, rows=child_totals, columns=parent_marginal))
+    fitted = np.maximum(values, 0) + CHILD_DETAIL_SEED
     fitted[:, totals <= 0] = 0
-    for _ in range(iterations):
-        for a, target in zip(marginals, targets):
-            current = np.asarray((a @ fitted.T).T)
-            ratio = np.divide(target, current, out=np.zeros_like(target), where=current > 0)
-            fitted *= np.asarray((a.T @ ratio.T).T)
-        sums = fitted.sum(axis=0)
-        fitted *= np.divide(totals, sums, out=np.zeros(d), where=sums > 0)[None, :]
-    return fitted
-
-
-def _ipf_2d(start: np.ndarray, rows: np.ndarray, columns: np.ndarray, iterations: int = 100) -> np.ndarray:
-    """``start`` (non-negative) scaled to the given row and column sums (equal grand totals)."""
-    table = start.copy()
-    for _ in range(iterations):
-        r = table.sum(axis=1)
-        table *= np.divide(rows, r, out=np.zeros_like(rows), where=r > 0)[:, None]
-        c = table.sum(axis=0)
-        table *= np.divide(columns, c, out=np.zeros_like(columns), where=c > 0)[None, :]
-    return table
+    return ipf(fitted, CHILD_DETAIL_SWEEPS, marginals=list(zip(marginals, targets)), columns=totals)
 
 
 def project_columns(values: np.ndarray, totals: np.ndarray) -> np.ndarray:

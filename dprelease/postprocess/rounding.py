@@ -3,8 +3,9 @@
 One job: from non-negative (fractional) details of :mod:`.fitting`, integers such that every
 parent's detail cell is exactly the sum of its children's (:func:`round_children`), the root's
 detail sums exactly to its total (:func:`round_place`), and each place's total is exactly its
-invariant where the caller passes one; each cell moves by less than one unit and each
-table's marginals by little more (controlled rounding, steered by a maximum flow).
+invariant where the caller passes one. Cells stay within a unit of their values where they
+can, and each table's marginals move by little more (controlled rounding, steered by a
+maximum flow).
 
 May import numpy, scipy and :mod:`dprelease.arrays`; never the data readers
 (:mod:`dprelease.data`): it sees fitted estimates and declared invariants only.
@@ -17,6 +18,11 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from dprelease.arrays import rank_within
+
+# Float slack (in persons) of the fitted values: a value within this of an integer above it is
+# floored to that integer (2.9999999 → 3, not 2), and a fractional part no larger than it is no
+# fraction (the cell takes no unit). It bounds the float error the fits may leave in a cell.
+FLOAT_SLACK = 1e-9
 
 
 def marginal_cells(marginals: list) -> list[np.ndarray]:  # type: ignore[type-arg]
@@ -58,7 +64,7 @@ def round_children(values: np.ndarray, totals: np.ndarray, cells: list[np.ndarra
         if units <= 0:
             break
         score = sum(deficit[:, c[j]] for deficit, c in zip(deficits, cells))
-        blocked = fractions[:, j] <= 1e-9
+        blocked = fractions[:, j] <= FLOAT_SLACK
         if need is not None:
             blocked = blocked | (need <= 0)
         order = np.lexsort((-fractions[:, j], -score, blocked))[:units]
@@ -70,7 +76,7 @@ def round_children(values: np.ndarray, totals: np.ndarray, cells: list[np.ndarra
         for deficit, c in zip(deficits, cells):
             deficit[order, c[j]] -= 1
     if need is not None and remaining.any():
-        open_cells = (fractions > 1e-9) & (floors == np.floor(values + 1e-9))
+        open_cells = (fractions > FLOAT_SLACK) & (floors == np.floor(values + FLOAT_SLACK))
         for capacity in (open_cells.astype(np.int64), np.full(values.shape, int(remaining.sum()))):
             flow = _bipartite_flow(need, remaining, capacity)
             floors += flow
@@ -101,7 +107,7 @@ def _bipartite_flow(supply: np.ndarray, demand: np.ndarray, capacity: np.ndarray
 def _floors(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
     """Per column, floors that do not exceed the (integer) column total."""
     totals = np.asarray(np.round(totals), dtype=np.int64)
-    floors = np.maximum(np.floor(values + 1e-9).astype(np.int64), 0)  # slack against 2.9999999 → 2
+    floors = np.maximum(np.floor(values + FLOAT_SLACK).astype(np.int64), 0)
     remaining = totals - floors.sum(axis=0)
     while (remaining < 0).any():  # float slack overshot: take back from the largest cells
         cols = np.flatnonzero(remaining < 0)
@@ -123,12 +129,12 @@ def round_place(values: np.ndarray, total: int, cells: list[np.ndarray]) -> np.n
     place, and the choice among cells of one pair of marginal cells, go by largest fraction.
     A third table's marginals are not steered: they move by the sum of their cells' errors.
     """
-    floors = np.maximum(np.floor(values + 1e-9).astype(np.int64), 0)  # slack against 2.9999999 → 2
+    floors = np.maximum(np.floor(values + FLOAT_SLACK).astype(np.int64), 0)
     while floors.sum() > total:  # float slack overshot: take back from the largest cell
         floors[np.argmax(floors)] -= 1
     units = int(total - floors.sum())
     fractions = np.clip(values - floors, 0, 1)
-    eligible = fractions > 1e-9
+    eligible = fractions > FLOAT_SLACK
     if units == 0:
         return floors
     first, second = (cells + [np.zeros(values.size, dtype=np.int64)])[:2]
