@@ -1,4 +1,8 @@
-"""Census-style consistent post-processing (TopDown-like), a pure function of noisy measurements.
+"""Census-style consistent post-processing (TopDown-like) of noisy measurements and invariants.
+
+One job: run the three steps below for one consistency group, level by level; each step is
+its own module (:mod:`.estimation`, :mod:`.fitting`, :mod:`.rounding`). It may import those,
+:mod:`.invariants` and :mod:`dprelease.spec`; never the data readers (:mod:`dprelease.data`).
 
 For a consistency group (tables that are marginals of one detailed histogram: the cross
 product of the union of their dimensions), at every geographic level:
@@ -28,7 +32,9 @@ product of the union of their dimensions), at every geographic level:
 
 Every published table is then a marginal of one non-negative integer detail per place: PUMA
 cells sum to their STATE cell, and tables agree on every marginal they share. Floats appear
-here only as post-processing of published noisy values; nothing reads the confidential data.
+here only as post-processing of published noisy values. What it sees of the confidential data
+is the declared invariants (exact totals published outside DP, :class:`.invariants.Invariants`)
+when the caller passes them, and nothing else.
 """
 
 from __future__ import annotations
@@ -47,13 +53,14 @@ from dprelease.postprocess.estimation import (
     unstructural_detail,
 )
 from dprelease.postprocess.fitting import fit_children, patterns, project_columns
+from dprelease.postprocess.invariants import Invariants
 from dprelease.postprocess.rounding import marginal_cells, round_children, round_place
 from dprelease.spec import ROOT, Spec, Table
 
 
 def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str | None], np.ndarray],
                      scales: dict[tuple[str, str | None], Fraction],
-                     invariants: dict[str, np.ndarray] | None = None,
+                     invariants: Invariants | None = None,
                      structural: dict[tuple[str, str | None], np.ndarray | None] | None = None
                      ) -> dict[tuple[str, str | None], np.ndarray]:
     """Published (non-negative, integer, consistent) values for every measurement of the group.
@@ -65,10 +72,10 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
     consistent (their noisy values, which are zeros not drawn, are never read).
 
     ``invariants``: exact place totals per level (the root's as ``ROOT``), published outside
-    DP; the caller passes them only for a group whose tables count every row (no ``where``).
-    Each place's total then equals its invariant exactly.
+    DP and checked against the spec by the caller, who passes them only for a group whose
+    tables count every row (no ``where``). Each place's total then equals its invariant exactly.
+    They are the only values of the confidential data this sees; all else is noisy.
     """
-    invariants = invariants or {}
     mechanisms = {t.name: t.mechanism for t in spec.tables}
     variances = {key: noise_variance(mechanisms[key[0]], scale) for key, scale in scales.items()}
     dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
@@ -88,7 +95,7 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
     cells = marginal_cells(ms)
     details: list[np.ndarray] = []
     for i, level in enumerate(levels):
-        fixed = invariants.get(level.name or ROOT)
+        fixed = None if invariants is None else invariants.get(level.name or ROOT)
         if i == 0:
             total = int(fixed[0]) if fixed is not None else max(round(float(combined[0].sum())), 0)
             start = starts[0].reshape(-1, 1)

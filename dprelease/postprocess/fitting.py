@@ -55,7 +55,8 @@ def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
     return np.divide(target, current, out=np.zeros_like(current), where=current > 0)
 
 
-def patterns(levels: list[Level], combined: list[np.ndarray], marginals: list) -> list[np.ndarray]:  # type: ignore[type-arg]
+def patterns(levels: list[Level], combined: list[np.ndarray],
+             marginals: list) -> list[np.ndarray]:  # type: ignore[type-arg]
     """Non-negative details per place with each place's fitted marginals, built bottom-up so
     that where the marginals say nothing a parent looks like the sum of its children."""
     out: list[np.ndarray] = [np.empty(0)] * len(levels)
