@@ -19,7 +19,7 @@ from dprelease.data import Encoded, ExactCounts, count_exact
 from dprelease.data.count import count_encoded
 from dprelease.measure import measure_counts
 from dprelease.plan.planner import measurement_plans
-from dprelease.postprocess import postprocess_release
+from dprelease.postprocess import Invariants, postprocess_release
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec
 
 METHODS = ("clamp", "consistent")
@@ -59,7 +59,8 @@ def evaluate(spec: Spec, trials: int) -> list[Row]:
     for _ in range(trials):
         noisy = {k: measure_counts(v // plans[k].granularity, plans[k]) for k, v in exact.items()}
         for method in METHODS:
-            published = postprocess_release(spec, noisy, scales, method=method, invariants=invariants)
+            published = postprocess_release(spec, noisy, scales, method=method,
+                                            invariants=Invariants.from_totals(invariants))
             for t in spec.tables:
                 m = spec.dims_cells(t.group_by)
                 for level, _, _ in t.measured():

@@ -19,7 +19,7 @@ from dprelease.errors import LedgerError
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
 from dprelease.measure import check_structural, measure_counts, measure_mean, measure_mode
 from dprelease.mechanisms.local import Estimate, estimate_local
-from dprelease.postprocess import postprocess_release, structural_masks
+from dprelease.postprocess import Invariants, postprocess_release, structural_masks
 from dprelease.plan import Plan
 from dprelease.publish import (
     Layout,
@@ -138,11 +138,13 @@ class ReleaseRun:
         checkpoint("drawing")
 
     def postprocess(self) -> None:
-        """The published values: a pure function of the noisy measurements (no data, no budget)."""
+        """The published values: a pure function of the noisy measurements and of the declared
+        invariants (exact totals published outside DP; no other data, no budget)."""
         self.stage = "postprocess"
         start = time.perf_counter()
         scales = {(p.name, p.level): p.scale for p in self.plan.tables}
-        self.published_values = postprocess_release(self.spec, self.noisy, scales, invariants=self.invariants,
+        self.published_values = postprocess_release(self.spec, self.noisy, scales,
+                                                    invariants=Invariants.from_totals(self.invariants),
                                                     structural=structural_masks(self.plan))
         for p in self.plan.local:  # estimates from the randomized answers: post-processing
             self.local_estimates[p.name] = estimate_local(self.local_counts[p.name], p.keep_probability)

@@ -16,7 +16,10 @@ from dprelease.data import encode
 from dprelease.evaluate import exact_measurements
 from dprelease.mechanisms import discrete_laplace
 from dprelease.postprocess import postprocess_release
-from dprelease.postprocess.consistent import _marginal_cells, _project_columns, _round_children, _round_place
+from dprelease.postprocess.fitting import project_columns as _project_columns
+from dprelease.postprocess.rounding import marginal_cells as _marginal_cells
+from dprelease.postprocess.rounding import round_children as _round_children
+from dprelease.postprocess.rounding import round_place as _round_place
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
 from tests.test_run import run
@@ -102,7 +105,7 @@ def test_simplex_projection_and_controlled_rounding():
 
 def two_tables(sizes=(4, 10)):
     """Marginal matrices of a 2-dimensional detail onto each of its dimensions."""
-    from dprelease.postprocess.consistent import marginal_matrix
+    from dprelease.postprocess.estimation import marginal_matrix
     return [marginal_matrix(list(sizes), [0]), marginal_matrix(list(sizes), [1])]
 
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from dprelease.errors import UserError
 from dprelease.reporting import read_release_json
-from dprelease.postprocess import check_invariants, postprocess_release
+from dprelease.postprocess import Invariants, check_invariants, postprocess_release
 from dprelease.publish import read_invariant, sync_tree, utc_now, write_json, write_table
 from dprelease.spec import fingerprint
 from dprelease.spec.canonical import spec_from_canonical
@@ -64,7 +64,8 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     except ValueError as exc:
         raise UserError(f"{release_dir}/invariants: {exc}; the release directory has been altered") from None
     structural = _structural(release_dir, spec, manifest)
-    published = postprocess_release(spec, noisy, scales, method, invariants=invariants, structural=structural)
+    published = postprocess_release(spec, noisy, scales, method, invariants=Invariants.from_totals(invariants),
+                                    structural=structural)
     versions = release_dir / "postprocessed"
     number = 1 + max((int(p.name.split("-")[0]) for p in versions.glob("*-*") if p.name.split("-")[0].isdigit()),
                      default=0)

@@ -1,4 +1,7 @@
-"""Post-processing: pure functions of the noisy measurements (free: no budget, no data).
+"""Post-processing: pure functions of the noisy measurements and the declared invariants (free: no budget).
+
+What it sees of the confidential data is the invariants (:class:`Invariants`: exact totals
+the release publishes by decision, outside DP), and nothing else; all else is noisy.
 
 ``clamp`` (max(0, x) per cell), ``none``, and ``consistent`` (census-style: non-negative
 integer tables that agree across geographic levels and across the tables of a group).
@@ -9,6 +12,7 @@ zeros under every method (a mode's stay −1, a mean's empty): they are known, n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
 
 import numpy as np
@@ -16,7 +20,15 @@ import numpy as np
 from dprelease.plan import Plan
 from dprelease.plan.structural import measurement_masks
 from dprelease.postprocess.consistent import consistent_group
+from dprelease.postprocess.invariants import (
+    Invariants,
+    check_invariants,
+    declared_invariants,
+)
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, Table
+
+__all__ = ["Invariants", "check_invariants", "clamp_or_none", "groups", "mean_values", "overridable",
+           "postprocess_release", "structural_masks"]
 
 Key = tuple[str, str | None]  # (table, level); level None for a plain table
 Masks = dict[Key, "np.ndarray | None"]
@@ -67,15 +79,17 @@ def groups(spec: Spec) -> list[list[Table]]:
 
 def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[Key, Fraction],
                         method: str | None = None,
-                        invariants: dict[str, np.ndarray] | None = None,
+                        invariants: Invariants | Mapping[str, np.ndarray] | None = None,
                         structural: Masks | None = None) -> dict[Key, np.ndarray]:
     """The published values of every measurement. ``method`` overrides the spec's choices for
     the count tables with unbiased noise (discrete Laplace); sums and truncated-geometric tables
     keep their own (consistent post-processing is for counts; a truncated output is clamped).
 
-    ``invariants`` (exact place totals per level, published outside DP) bind consistent
-    post-processing of every group whose tables count all rows (no ``where``): each place's
-    total is then its invariant. Clamped tables are not adjusted (clamping is per cell).
+    ``invariants`` (:class:`Invariants`: exact place totals per level, published outside DP;
+    a plain mapping level → totals is taken as such) are checked against the spec
+    (ValueError) and bind consistent post-processing of every group whose tables count all
+    rows (no ``where``): each place's total is then its invariant. Clamped tables are not
+    adjusted (clamping is per cell). They are the only values of the data used here.
 
     ``structural``: the plan's structural cells (:func:`structural_masks`); by default the same
     function of the spec the planner uses. They are published as exact zeros (no category for
@@ -92,13 +106,12 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
         if chosen != "consistent":
             for level, _, _ in t.measured():
                 published[(t.name, level)] = clamp_or_none(noisy[(t.name, level)], chosen)
-    if invariants:
-        check_invariants(spec, invariants)
+    invariants = declared_invariants(spec, invariants)
     consistent = [g for g in groups(spec) if method in (None, "consistent")]
     if method == "consistent":  # every table, grouped as the spec says or alone
         consistent = [[t] for t in spec.tables if t.post_process != "consistent" and overridable(t)] + groups(spec)
     for group in consistent:
-        binding = invariants if invariants and not any(t.where for t in group) else None
+        binding = invariants if not any(t.where for t in group) else None
         published.update(consistent_group(spec, group, noisy, scales, binding, structural))
     for t in spec.tables:
         for level, _, _ in t.measured():
@@ -118,25 +131,3 @@ def _exact_zeros(values: np.ndarray, mask: np.ndarray, table: Table) -> None:
     else:
         values[mask] = 0
 
-
-def check_invariants(spec: Spec, invariants: dict[str, np.ndarray]) -> None:
-    """ValueError unless ``invariants`` are the spec's levels, non-negative integers, one per
-    place, each level summing, place by place, to the next coarser one."""
-    from dprelease.spec import ROOT, RollupColumn
-
-    if list(invariants) != list(spec.invariant_levels):
-        raise ValueError(f"invariants for {list(invariants)}, the spec declares {list(spec.invariant_levels)}")
-    for level, totals in invariants.items():
-        size = 1 if level == ROOT else spec.column(level).size
-        if totals.shape != (size,) or totals.dtype.kind not in "iu" or (totals < 0).any():
-            raise ValueError(f"the {level} invariants are not {size} non-negative integer totals")
-    levels = list(invariants)
-    for coarse, fine in zip(levels, levels[1:]):
-        if coarse == ROOT:
-            summed = np.array([invariants[fine].sum()])
-        else:
-            up = spec.column(coarse)
-            assert isinstance(up, RollupColumn) and up.source == fine
-            summed = np.bincount(np.asarray(up.parent_of), weights=invariants[fine], minlength=up.size)
-        if not np.array_equal(summed.astype(np.int64), invariants[coarse]):
-            raise ValueError(f"the {fine} invariants do not add up to the {coarse} invariants")
