@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
+from dprelease.mechanisms.discrete_laplace import variance as laplace_variance
 import scipy.linalg
 import scipy.sparse
 
@@ -32,15 +34,12 @@ class Level:
     parent: np.ndarray | None  # per unit, its parent unit at the previous level (None at the root)
 
 
-def discrete_laplace_variance(scale: Fraction) -> float:
-    p = math.exp(-1 / float(scale))
-    return 2 * p / (1 - p) ** 2
-
-
 def noise_variance(mechanism: str, scale: Fraction) -> float:
-    """The variance of a measurement's noise: the discrete Laplace's, or for the discrete
-    Gaussian (``scale`` is then σ²) σ², which bounds the discrete Gaussian's from above."""
-    return float(scale) if mechanism == "discrete_gaussian" else discrete_laplace_variance(scale)
+    """The variance of a count measurement's noise, from the mechanism and scale its plan (or its
+    manifest entry) records: the discrete Laplace's (:func:`dprelease.mechanisms.discrete_laplace.variance`,
+    as :meth:`dprelease.plan.measurements.DiscreteLaplace.variance`), or for the discrete Gaussian
+    (``scale`` is then σ²) σ², which bounds the discrete Gaussian's from above."""
+    return float(scale) if mechanism == "discrete_gaussian" else laplace_variance(scale)
 
 
 def marginal_matrix(sizes: list[int], subset: list[int]) -> scipy.sparse.csr_matrix:
