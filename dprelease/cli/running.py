@@ -28,10 +28,10 @@ from rich.console import Console
 
 from dprelease.accounting import fraction_text
 from dprelease.cli.render import both, ledger_line, pinned_elsewhere
-from dprelease.data import DataError
 from dprelease.data.rules import check_rules
 from dprelease.errors import (
     AlreadyReleasedError,
+    DataError,
     ExitCode,
     LedgerError,
     NotApprovedError,
