@@ -137,25 +137,21 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, requi
     """One scheduled run of a release spec: the release is named from the spec's template with the
     run's scheduled start (UTC); the plan must be approved unless the deployment says otherwise.
     Every refusal (not approved, over budget, already released) fails the run with nothing spent."""
+    import sys
     from datetime import timezone
     from pathlib import Path
 
+    from prefect import get_run_logger
     from prefect.runtime import flow_run
 
-    from dprelease.cli.running import run_release_command
-
-    from prefect import get_run_logger
+    from dprelease.lifecycle import Voice, run_spec
 
     start = flow_run.scheduled_start_time
     run_date = start.astimezone(timezone.utc) if start is not None else None
     logger = get_run_logger()
-
-    class _Quiet:
-        def print(self, text: str, **_: object) -> None:
-            logger.warning(text)
-
-    run_release_command(Path(spec_path), ledger, Path(output_dir), say=logger.warning, out=_Quiet(),  # type: ignore[arg-type]
-                        require_approval=require_approval, run_date=run_date)
+    voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
+    run_spec(Path(spec_path), ledger, Path(output_dir), orchestrate=run_release, voice=voice,
+             require_approval=require_approval, run_date=run_date)
 
 
 def artifact_key(release: str, kind: str = "budget-report") -> str:
@@ -173,10 +169,8 @@ def burn_down_md(run: ReleaseRun) -> str:
     ledger = Ledger.open(run.location, create=False)
     if ledger is None:
         return ""
-    try:
+    with ledger:
         state = ledger.state(run.spec.dataset.name)
-    finally:
-        ledger.close()
     manifest = json.loads((run.layout.final / "manifest.json").read_text("utf-8"))
     rows = [f"| {p.release} | {p.state} | {fraction_text(p.spent_after)} |" for p in burn_down(manifest, state)]
     return "\n".join(["", f"## Burn-down of {run.spec.dataset.name} (cap {manifest['lifetime']['budget']})", "",

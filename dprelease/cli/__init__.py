@@ -22,9 +22,10 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from dprelease.accounting import NotANumber, decimal_text, fraction_text, parse_budget
+from dprelease.accounting import NotANumber, fraction_text, parse_budget
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
 from dprelease.ledger import Ledger, LedgerLocation, resolve_location
+from dprelease.notices import large_delta_warnings
 
 app = typer.Typer(name="dprelease", add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -119,22 +120,6 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
         raise typer.Exit(ExitCode.INVALID)
 
 
-LARGE_DELTA = Fraction(1, 10**5)
-
-
-def large_delta_warnings(spec) -> list[str]:  # type: ignore[no-untyped-def]
-    """δ above 1e-5: (ε, δ)-DP allows a total failure (e.g. publishing one person's record) with
-    probability δ per person, so δ should be well below 1/(number of persons)."""
-    out = []
-    for what, delta in (("the release's δ", spec.delta if spec.definition == "approx" else None),
-                        ("the stated δ", spec.delta if spec.definition == "zcdp" else None),
-                        ("the lifetime δ", spec.dataset.lifetime_delta)):
-        if delta is not None and delta > LARGE_DELTA:
-            out.append(f"{what} = {decimal_text(delta)} is large: (ε, δ)-DP may fail outright with probability δ per person; "
-                       "choose δ well below 1/(number of persons), e.g. 1e-6 or less")
-    return out
-
-
 # ---------------------------------------------------------------- plan
 
 
@@ -173,7 +158,7 @@ def plan(
     if confidence is not None:
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = resolve_location(ledger, spec.ledger, spec.source.resolve().parent)
-    from dprelease.cli.render import pinned_elsewhere
+    from dprelease.notices import pinned_elsewhere
 
     if (elsewhere := pinned_elsewhere(spec, location)) is not None:
         say(elsewhere)
@@ -187,7 +172,7 @@ def plan(
         if opened:
             opened.close()
     if state is None and not location.pinned:  # a run would refuse it: so does its plan
-        from dprelease.cli.running import refuse_unpinned_new_ledger
+        from dprelease.lifecycle import refuse_unpinned_new_ledger
 
         refuse_unpinned_new_ledger(spec, location)
     the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
@@ -206,7 +191,7 @@ def plan(
         raise typer.Exit(ExitCode.ALREADY_RELEASED)
     if not the_plan.fits:
         if not as_json:
-            from dprelease.cli.running import over_budget_message
+            from dprelease.lifecycle import over_budget_message
 
             say("plan exceeds the " + over_budget_message(spec, the_plan).split(", over the ", 1)[1].split(". The data")[0])
         raise typer.Exit(ExitCode.OVER_BUDGET)
@@ -259,7 +244,7 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
 
 
 def _ledger_line(location: LedgerLocation, opened: Ledger | None, created: bool = False) -> str:
-    from dprelease.cli.render import ledger_line
+    from dprelease.notices import ledger_line
 
     return ledger_line(location, opened is not None, created, opened.id if opened is not None else None)
 
@@ -290,7 +275,7 @@ def run(
     4 already released or reserved; 5 not approved (with --require-approval; nothing spent);
     1 any other failure (nothing published).
     """
-    from dprelease.cli.running import run_release_command
+    from dprelease.lifecycle import RunFailed, Voice, run_spec
 
     when = None
     if run_date is not None:
@@ -304,8 +289,19 @@ def run(
     if dask_address is not None and not re.fullmatch(r"(tcp|tls)://[^\s/]+:[0-9]{1,5}", dask_address):
         raise typer.BadParameter(f"{dask_address!r} is not a Dask scheduler address, e.g. tcp://scheduler:8786",
                                  param_hint="--dask-address")
-    run_release_command(spec_path, ledger, output_dir, say=say, out=out, require_approval=require_approval,
-                        run_date=when, dask_address=dask_address)
+    voice = Voice(say=say, show=lambda text: out.print(text, markup=False), error=lambda text: print(text, file=sys.stderr))
+    try:
+        run_spec(spec_path, ledger, output_dir, orchestrate=_orchestrate, voice=voice,
+                 require_approval=require_approval, run_date=when, dask_address=dask_address)
+    except RunFailed as failed:  # its error and its settlement were said
+        raise typer.Exit(failed.exit_code) from None
+
+
+def _orchestrate(run) -> None:  # type: ignore[no-untyped-def]
+    """The Prefect flow of a reserved run: Prefect is imported only now."""
+    from dprelease.orchestrate import run_release
+
+    run_release(run)
 
 
 # ---------------------------------------------------------------- postprocess
@@ -770,7 +766,7 @@ def ledger_resolve(
     ledger: LedgerOpt = None,
 ) -> None:
     """Settle an unfinished (crashed) run's reservation, with who and why."""
-    from dprelease.cli.running import resolve_run
+    from dprelease.lifecycle import resolve_run
 
     if [void, commit, fail].count(True) != 1:
         raise typer.BadParameter("choose one of --void, --commit, --fail", param_hint="--void/--commit/--fail")
