@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from pathlib import Path
 
 # An empty PREFECT_API_URL means "no server" to a user, but breaks Prefect's event worker.
 if os.environ.get("PREFECT_API_URL", None) == "":
@@ -139,7 +140,6 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, requi
     Every refusal (not approved, over budget, already released) fails the run with nothing spent."""
     import sys
     from datetime import timezone
-    from pathlib import Path
 
     from prefect import get_run_logger
     from prefect.runtime import flow_run
@@ -152,6 +152,26 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, requi
     voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
     run_spec(Path(spec_path), ledger, Path(output_dir), orchestrate=run_release, voice=voice,
              require_approval=require_approval, run_date=run_date)
+
+
+def is_cron(cron: str) -> bool:
+    """Whether Prefect takes ``cron`` as a cron expression, e.g. "0 3 1 * *"."""
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:
+        CronSchedule(cron=cron)
+    except ValueError:
+        return False
+    return True
+
+
+def serve_schedule(deployment: str, cron: str, spec_path: Path, ledger: str | None, output_dir: Path,
+                   require_approval: bool) -> None:
+    """Register a cron-scheduled deployment of :func:`scheduled_release` on the Prefect server at
+    PREFECT_API_URL and serve it, until interrupted."""
+    scheduled_release.serve(name=deployment, cron=cron, parameters={
+        "spec_path": str(spec_path), "ledger": ledger, "output_dir": str(output_dir),
+        "require_approval": require_approval}, print_starting_message=False)
 
 
 def artifact_key(release: str, kind: str = "budget-report") -> str:

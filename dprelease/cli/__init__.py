@@ -358,20 +358,15 @@ def schedule(
         say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
             "scheduled run can publish; later runs are refused as already released")
     location = resolve_location(ledger, spec.ledger, spec.source.resolve().parent)  # where each run will look
-    from dprelease.orchestrate import scheduled_release
-    from prefect.client.schemas.schedules import CronSchedule
+    from dprelease import orchestrate  # imports Prefect: only now
 
-    try:
-        CronSchedule(cron=cron)
-    except ValueError:
-        raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron") from None
-
+    if not orchestrate.is_cron(cron):
+        raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron")
     deployment = name or spec_path.stem
     say(f"serving deployment dprelease-scheduled/{deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
         f"ledger {location.shown}; approval {'not required' if no_approval else 'required'}. Ctrl-C stops it.")
-    scheduled_release.serve(name=deployment, cron=cron, parameters={
-        "spec_path": str(spec.source.resolve()), "ledger": ledger, "output_dir": str(output_dir.resolve()),
-        "require_approval": not no_approval}, print_starting_message=False)
+    orchestrate.serve_schedule(deployment, cron, spec.source.resolve(), ledger, output_dir.resolve(),
+                               require_approval=not no_approval)
 
 
 # ---------------------------------------------------------------- report
