@@ -191,9 +191,9 @@ def plan(
         raise typer.Exit(ExitCode.ALREADY_RELEASED)
     if not the_plan.fits:
         if not as_json:
-            from dprelease.lifecycle import over_budget_message
+            from dprelease.lifecycle import budget_overruns
 
-            say("plan exceeds the " + over_budget_message(spec, the_plan).split(", over the ", 1)[1].split(". The data")[0])
+            say("plan exceeds the " + " and the ".join(budget_overruns(spec, the_plan)))
         raise typer.Exit(ExitCode.OVER_BUDGET)
     if approve:
         if opened is None and not location.pinned:
