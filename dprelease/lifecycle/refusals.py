@@ -20,6 +20,7 @@ from dprelease.data.rules import check_rules
 from dprelease.errors import (
     AlreadyReleasedError,
     DataError,
+    InternalError,
     LedgerError,
     NotApprovedError,
     OverBudgetError,
@@ -166,7 +167,8 @@ def over_budget_message(spec: Spec, plan: Plan) -> str:
 
 def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
     """Run post-processing once on all-zero measurements (no data): a spec that post-processing
-    cannot handle fails here, before any budget is reserved, not after the noise is drawn."""
+    cannot handle fails here, before any budget is reserved, not after the noise is drawn. A
+    validated spec always can: a failure is a bug in dprelease (exit 1), not the user's."""
     from dprelease.postprocess import postprocess_release
 
     scales = {(t.name, t.level): t.scale for t in plan.tables}
@@ -187,9 +189,11 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
         for p in plan.local:  # the local estimates too: one answer per value, and all on one value
             estimate_local(np.ones(p.categories, dtype=np.int64), p.keep_probability)
             estimate_local(np.eye(p.categories, 1, dtype=np.int64).ravel() * 1000, p.keep_probability)
+    except UserError:
+        raise
     except Exception as exc:  # noqa: BLE001 - whatever it is, nothing may be spent on it
-        raise UserError(f"{spec.source}: post-processing cannot handle this spec ({type(exc).__name__}: {exc}); "
-                        "nothing was spent. Please report it, with the spec.") from None
+        raise InternalError(f"{spec.source}: post-processing cannot handle this spec ({type(exc).__name__}: {exc}); "
+                            "nothing was spent. Please report it, with the spec.") from exc
 
 
 def _check_writable(output_dir: Path) -> None:
