@@ -12,7 +12,15 @@ from typing import Annotated, Optional
 import typer
 
 from dprelease.accounting import NotANumber, fraction_text, parse_budget
-from dprelease.cli.common import LedgerOpt, handled, ledger_at, ledger_if_any, out, say, spec_location
+from dprelease.cli.common import (
+    LedgerOpt,
+    handled,
+    ledger_at,
+    ledger_if_any,
+    out,
+    say,
+    spec_location,
+)
 from dprelease.errors import ExitCode, SpecError, UserError
 from dprelease.notices import large_delta_warnings, ledger_line, pinned_elsewhere
 

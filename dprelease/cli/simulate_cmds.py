@@ -10,7 +10,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from dprelease.cli.common import LedgerOpt, handled, out, say, spec_ledger, spec_location
+from dprelease.cli.common import (
+    LedgerOpt,
+    handled,
+    out,
+    say,
+    spec_ledger,
+    spec_location,
+)
 from dprelease.errors import UserError
 
 

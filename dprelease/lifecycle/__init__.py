@@ -28,7 +28,11 @@ from pathlib import Path
 from dprelease.lifecycle.execute import Orchestrator, execute
 from dprelease.lifecycle.prepare import Completed, load, open_ledger, prepare
 from dprelease.lifecycle.recover import resolve_run
-from dprelease.lifecycle.refusals import over_budget_message, budget_overruns, refuse_unpinned_new_ledger
+from dprelease.lifecycle.refusals import (
+    budget_overruns,
+    over_budget_message,
+    refuse_unpinned_new_ledger,
+)
 from dprelease.lifecycle.reserve import reserve, reserved_line
 from dprelease.lifecycle.settle import RunFailed, done_lines, finish
 from dprelease.lifecycle.voice import Voice

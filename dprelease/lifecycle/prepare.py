@@ -16,7 +16,10 @@ from dprelease.accounting import fraction_text
 from dprelease.data import file_fingerprint
 from dprelease.errors import InternalError
 from dprelease.ledger import Approval, Ledger, LedgerLocation, resolve_location
-from dprelease.lifecycle.recover import complete_interrupted_publication, discard_stale_staging
+from dprelease.lifecycle.recover import (
+    complete_interrupted_publication,
+    discard_stale_staging,
+)
 from dprelease.lifecycle.refusals import (
     approval_of,
     refuse_bad_inputs,

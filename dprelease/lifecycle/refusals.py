@@ -191,7 +191,7 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
             estimate_local(np.eye(p.categories, 1, dtype=np.int64).ravel() * 1000, p.keep_probability)
     except UserError:
         raise
-    except Exception as exc:  # noqa: BLE001 - whatever it is, nothing may be spent on it
+    except Exception as exc:  # whatever it is, nothing may be spent on it: a bug, reported as one
         raise InternalError(f"{spec.source}: post-processing cannot handle this spec ({type(exc).__name__}: {exc}); "
                             "nothing was spent. Please report it, with the spec.") from exc
 

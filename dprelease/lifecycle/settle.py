@@ -42,8 +42,8 @@ def finish(run: ReleaseRun, voice: Voice) -> None:
 def done_lines(spec: Spec, plan: Plan, final: Path, spent_now: bool = True) -> list[str]:
     """What was published, where, and (when this run spent it) the dataset's lifetime budget after it."""
     local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
-    lines = [f"published {spec.release}: {len(spec.tables)} tables{local}, {plan.symbol} = {both(plan.total_epsilon)} "
-             f"→ {final}"]
+    lines = [(f"published {spec.release}: {len(spec.tables)} tables{local}, {plan.symbol} = "
+              f"{both(plan.total_epsilon)} → {final}")]
     if spent_now:
         lines.append(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent + plan.charge)} of "
                      f"{both(plan.lifetime_budget)}, remaining {both(plan.lifetime_remaining_after)}")
