@@ -77,6 +77,10 @@ class LedgerError(UserError):
     """The ledger refuses an operation (unknown dataset, conflicting cap, bad URL)."""
 
 
+class DataError(UserError):
+    """The data does not match the spec (exit 2). May quote a value: terminal only."""
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (or its type), for one-line user errors."""
     text = str(exc).strip()

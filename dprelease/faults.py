@@ -1,27 +1,29 @@
-"""Fault injection for the crash tests. Inert unless ``DPRELEASE_FAULT_AT`` is set.
+"""Fault injection points for the crash tests: inert unless a test installs a hook.
 
-At the named stage the run writes the stage name to ``$DPRELEASE_FAULT_FLAG`` (if set) and
-then waits to be killed, so a test can SIGKILL it at a known point. Stages, in order:
-``reserved``, ``load``, ``histogram`` (a batch counted), ``measure`` (before a table's noise),
-``drawing`` (the ledger records that noise is being drawn; none drawn yet), ``noise`` (noise
-drawn for the first table), ``staging`` (the first table file staged),
+Production code marks each point a run may be stopped at with :func:`checkpoint`; it does
+nothing unless :func:`install` was called, which only test code does (``tests/faulty_cli.py``,
+the CLI the crash tests start in a child process). Nothing here reads the environment.
+Stages, in order: ``reserved``, ``load``, ``histogram`` (a batch counted), ``measure`` (before
+a table's noise), ``drawing`` (the ledger records that noise is being drawn; none drawn yet),
+``noise`` (noise drawn for the first table), ``staging`` (the first table file staged),
 ``publish`` (outputs staged, ledger not yet committed), ``commit`` (ledger committed, outputs
-not yet moved into place). With ``$DPRELEASE_FAULT_RESUME`` set, the run waits only until that
-file exists, then goes on (a paused run).
+not yet moved into place).
 """
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
+from typing import Callable
+
+_hook: Callable[[str], None] | None = None
+
+
+def install(hook: Callable[[str], None] | None) -> None:
+    """Test only: call ``hook(stage)`` at every checkpoint of this process (None removes it)."""
+    global _hook
+    _hook = hook
+
 
 def checkpoint(stage: str) -> None:
-    if os.environ.get("DPRELEASE_FAULT_AT") != stage:
-        return
-    flag = os.environ.get("DPRELEASE_FAULT_FLAG")
-    if flag:
-        Path(flag).write_text(stage)
-    resume = os.environ.get("DPRELEASE_FAULT_RESUME")
-    while not (resume and Path(resume).exists()):  # until killed, or resumed
-        time.sleep(0.2)
+    """A point a crash test may stop the run at; nothing happens unless a test installed a hook."""
+    if _hook is not None:
+        _hook(stage)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from pathlib import Path
 
 # An empty PREFECT_API_URL means "no server" to a user, but breaks Prefect's event worker.
 if os.environ.get("PREFECT_API_URL", None) == "":
@@ -137,25 +138,40 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, requi
     """One scheduled run of a release spec: the release is named from the spec's template with the
     run's scheduled start (UTC); the plan must be approved unless the deployment says otherwise.
     Every refusal (not approved, over budget, already released) fails the run with nothing spent."""
+    import sys
     from datetime import timezone
-    from pathlib import Path
-
-    from prefect.runtime import flow_run
-
-    from dprelease.cli.running import run_release_command
 
     from prefect import get_run_logger
+    from prefect.runtime import flow_run
+
+    from dprelease.lifecycle import Voice, run_spec
 
     start = flow_run.scheduled_start_time
     run_date = start.astimezone(timezone.utc) if start is not None else None
     logger = get_run_logger()
+    voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
+    run_spec(Path(spec_path), ledger, Path(output_dir), orchestrate=run_release, voice=voice,
+             require_approval=require_approval, run_date=run_date)
 
-    class _Quiet:
-        def print(self, text: str, **_: object) -> None:
-            logger.warning(text)
 
-    run_release_command(Path(spec_path), ledger, Path(output_dir), say=logger.warning, out=_Quiet(),  # type: ignore[arg-type]
-                        require_approval=require_approval, run_date=run_date)
+def is_cron(cron: str) -> bool:
+    """Whether Prefect takes ``cron`` as a cron expression, e.g. "0 3 1 * *"."""
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:
+        CronSchedule(cron=cron)
+    except ValueError:
+        return False
+    return True
+
+
+def serve_schedule(deployment: str, cron: str, spec_path: Path, ledger: str | None, output_dir: Path,
+                   require_approval: bool) -> None:
+    """Register a cron-scheduled deployment of :func:`scheduled_release` on the Prefect server at
+    PREFECT_API_URL and serve it, until interrupted."""
+    scheduled_release.serve(name=deployment, cron=cron, parameters={
+        "spec_path": str(spec_path), "ledger": ledger, "output_dir": str(output_dir),
+        "require_approval": require_approval}, print_starting_message=False)
 
 
 def artifact_key(release: str, kind: str = "budget-report") -> str:
@@ -173,10 +189,8 @@ def burn_down_md(run: ReleaseRun) -> str:
     ledger = Ledger.open(run.location, create=False)
     if ledger is None:
         return ""
-    try:
+    with ledger:
         state = ledger.state(run.spec.dataset.name)
-    finally:
-        ledger.close()
     manifest = json.loads((run.layout.final / "manifest.json").read_text("utf-8"))
     rows = [f"| {p.release} | {p.state} | {fraction_text(p.spent_after)} |" for p in burn_down(manifest, state)]
     return "\n".join(["", f"## Burn-down of {run.spec.dataset.name} (cap {manifest['lifetime']['budget']})", "",

@@ -13,9 +13,9 @@ from typing import Any, Callable
 import numpy as np
 
 from dprelease import __version__
-from dprelease.data import DataError, ExactCounts, count_exact, file_fingerprint
+from dprelease.data import ExactCounts, count_exact, file_fingerprint
 from dprelease.faults import checkpoint
-from dprelease.errors import LedgerError
+from dprelease.errors import DataError, LedgerError
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
 from dprelease.measure import check_structural, measure_counts, measure_mean, measure_mode
 from dprelease.mechanisms.local import Estimate, estimate_local

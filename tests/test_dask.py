@@ -14,9 +14,9 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
-from dprelease.data import DataError, count_exact
+from dprelease.data import count_exact
 from dprelease.data import scan
-from dprelease.errors import UserError
+from dprelease.errors import DataError, UserError
 from dprelease.spec import Engine, load_spec
 from dprelease.ledger import Ledger, resolve_location
 from tests.test_run import child_env, run

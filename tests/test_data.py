@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dprelease.data import DataError, encode, histogram
+from dprelease.data import encode, histogram
+from dprelease.errors import DataError
 from dprelease.spec import load_spec
 from tests.conftest import ROOT, write_spec
 

@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 
 from dprelease.data import count_exact
 from dprelease.spec import load_spec
-from dprelease.data import DataError
-from dprelease.errors import SpecError
+from dprelease.errors import DataError, SpecError
 from dprelease.ledger import Ledger, resolve_location
 from tests.test_run import ledger_state
 

@@ -30,7 +30,7 @@ def paused_at(stage: str, spec: Path, out: Path, run_env, tmp_path: Path) -> tup
     flag, resume = tmp_path / f"flag-{stage}", tmp_path / f"resume-{stage}"
     env = child_env({**run_env, "DPRELEASE_FAULT_AT": stage, "DPRELEASE_FAULT_FLAG": str(flag),
                      "DPRELEASE_FAULT_RESUME": str(resume)})
-    victim = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(spec), "--output-dir", str(out)],
+    victim = subprocess.Popen([sys.executable, "-m", "tests.faulty_cli", "run", str(spec), "--output-dir", str(out)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
     deadline = time.monotonic() + 120

@@ -188,7 +188,7 @@ def test_sigkill_during_noise_publishes_nothing_and_leaves_the_reservation_count
     spec = _spec(tmp_path, "killed")
     flag = tmp_path / "flag"
     env = {**os.environ, **run_env, "DPRELEASE_FAULT_AT": "noise", "DPRELEASE_FAULT_FLAG": str(flag)}
-    victim = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(spec), "--output-dir",
+    victim = subprocess.Popen([sys.executable, "-m", "tests.faulty_cli", "run", str(spec), "--output-dir",
                                str(tmp_path / "out")], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -227,7 +227,7 @@ def test_the_readme_command_runs_in_ephemeral_mode(tmp_path):
 def _killed_at(stage: str, spec: Path, out: Path, run_env, tmp_path: Path, sig=signal.SIGKILL) -> None:
     flag = tmp_path / f"flag-{stage}"
     env = child_env({**run_env, "DPRELEASE_FAULT_AT": stage, "DPRELEASE_FAULT_FLAG": str(flag)})
-    victim = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(spec), "--output-dir", str(out)],
+    victim = subprocess.Popen([sys.executable, "-m", "tests.faulty_cli", "run", str(spec), "--output-dir", str(out)],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)
     deadline = time.monotonic() + 120

@@ -11,11 +11,12 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
-from dprelease.data import DataError, count_exact, encode
+from dprelease.data import count_exact, encode
 from dprelease.data import count as count_module
 from dprelease.data import scan
 from dprelease.data.count import count_encoded
 from dprelease.data.load import read_table
+from dprelease.errors import DataError
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
 

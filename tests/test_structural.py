@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dprelease.data import DataError
 from dprelease.data.histogram import where_mask
 from dprelease.data.load import Encoded
 from dprelease.data.rules import check_rules
+from dprelease.errors import DataError
 from dprelease.mechanisms.discrete_laplace import margin_of_error
 from dprelease.plan.planner import measurement_plans
 from dprelease.plan.structural import satisfies

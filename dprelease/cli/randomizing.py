@@ -28,8 +28,7 @@ import pyarrow as pa
 from pyarrow import csv
 
 from dprelease.data import file_fingerprint
-from dprelease.data.load import DataError
-from dprelease.errors import LedgerError, UserError
+from dprelease.errors import DataError, LedgerError, UserError
 from dprelease.ledger import RANDOMIZED, AnswerSet, Ledger
 from dprelease.mechanisms.local import coin_flip, randomize
 from dprelease.spec import LocalTable, Spec

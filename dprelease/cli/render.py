@@ -30,33 +30,6 @@ def _terms_shown(terms: Terms) -> str:
     return TERMS_SHOWN[base] + (f"; one person = one {terms.unit_id}" if terms.unit_id else "")
 
 
-def pinned_elsewhere(spec: Any, location: LedgerLocation) -> str | None:
-    """A warning when --ledger or $DPRELEASE_LEDGER points away from the ledger the spec pins."""
-    from dprelease.ledger import resolve_location
-
-    if not spec.ledger or location.source not in ("--ledger", "$DPRELEASE_LEDGER"):
-        return None
-    pinned = resolve_location(None, spec.ledger, spec.source.resolve().parent)
-    if pinned.url == location.url:
-        return None
-    return (f"warning: {spec.source} pins its dataset's ledger at {pinned.shown}; this uses {location.shown} "
-            f"({location.how_chosen}). What is spent or recorded there does not count in the spec's ledger.")
-
-
-def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, ledger_id: str | None = None) -> str:
-    """Where the budget lives: location, how it was chosen, the ledger's id, and whether it exists."""
-    if created:
-        state = " — created now"
-    elif exists:
-        state = ""
-    elif location.pinned:
-        state = " — none yet; the first run creates it"
-    else:
-        state = " — none yet; a run will not create one here (pin `ledger:` in the spec)"
-    ident = f" id {ledger_id}" if ledger_id else ""
-    return f"ledger{ident}: {location.shown} (chosen by {location.how_chosen}){state}"
-
-
 # ---------------------------------------------------------------- plan
 
 

@@ -24,8 +24,8 @@ import pyarrow as pa
 from dprelease import __version__
 from dprelease.data.histogram import histogram, place_totals
 from dprelease.data.load import Encoded, columns_to_read, encode, encode_batch, source
-from dprelease.data.scan import DataError, Piece
-from dprelease.errors import UserError
+from dprelease.data.scan import Piece
+from dprelease.errors import DataError, UserError
 from dprelease.faults import checkpoint
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from dprelease.arrays import group_starts
-from dprelease.data.load import DataError, Encoded
+from dprelease.data.load import Encoded
+from dprelease.errors import DataError
 from dprelease.spec import ROOT, Condition, MeanMeasure, Spec, SumMeasure, Table
 from dprelease.spec.conditions import holds
 

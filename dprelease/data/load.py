@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dprelease.arrays import rank_within
-from dprelease.data.scan import DataError, Source
+from dprelease.data.scan import Source
 from dprelease.data.scan import fingerprint as file_fingerprint
-from dprelease.errors import first_line
+from dprelease.errors import DataError, first_line
 from dprelease.spec import (
     ROOT,
     BinnedColumn,
@@ -37,7 +37,7 @@ from dprelease.spec import (
     MeanMeasure,
 )
 
-__all__ = ["DataError", "Encoded", "encode", "encode_batch", "file_fingerprint", "needed_columns", "read_table"]
+__all__ = ["Encoded", "encode", "encode_batch", "file_fingerprint", "needed_columns", "read_table"]
 
 
 def code_dtype(size: int) -> np.dtype:

@@ -20,7 +20,7 @@ import numpy as np
 
 from dprelease.data.histogram import where_mask
 from dprelease.data.load import columns_to_read, encode_batch, source
-from dprelease.data.scan import DataError
+from dprelease.errors import DataError
 from dprelease.spec import Condition, Spec, Table
 
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from dprelease.errors import UserError, first_line
+from dprelease.errors import DataError, first_line
 
 BATCH_ROWS = 1 << 20  # rows per batch: big enough that per-batch work is noise, small enough for memory
 CSV_BLOCK_BYTES = 32 << 20  # bytes of CSV text per batch (about a million rows of a dozen short columns)
@@ -33,10 +33,6 @@ PIECE_ROWS = 1 << 22  # rows per piece when work is spread over a cluster (whole
 
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # how Hive, Spark and pyarrow write a null key
-
-
-class DataError(UserError):
-    """The data does not match the spec (exit 2). May quote a value: terminal only."""
 
 
 @dataclass(frozen=True, eq=False)

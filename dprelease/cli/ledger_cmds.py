@@ -1,0 +1,213 @@
+"""``dprelease ledger`` and its subcommands: list lifetime spend, change a cap, register answers,
+require approval, resolve a crashed run. Every change is a recorded decision (who, why)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dprelease.accounting import Terms, NotANumber, fraction_text, parse_budget
+from dprelease.cli.common import (
+    LedgerOpt,
+    handled,
+    ledger_at,
+    ledger_if_any,
+    out,
+    say,
+    spec_ledger,
+    spec_location,
+)
+from dprelease.errors import UserError
+from dprelease.ledger import resolve_location
+
+
+@handled
+def ledger_show(
+    ctx: typer.Context,
+    ledger: LedgerOpt = None,
+    dataset: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this dataset.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    spec_path: Annotated[Optional[Path], typer.Option(
+        "--spec", metavar="SPEC", help="The ledger this spec pins (its ledger:), and only its dataset.")] = None,
+) -> None:
+    """List lifetime spend per dataset and its releases."""
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = ledger
+        return
+    from dprelease.cli.render import ledger_json, print_ledger
+
+    if spec_path is not None:
+        from dprelease.spec import load_spec
+
+        spec = load_spec(spec_path)
+        location = spec_location(spec, ledger)
+        dataset = dataset or spec.dataset.name
+    else:
+        location = resolve_location(ledger)
+    states, undeclared, answer_sets = [], {}, ()
+    with ledger_if_any(location) as opened:
+        exists = opened is not None
+        ledger_id = opened.id if opened is not None else None
+        if opened is not None:
+            names = [dataset] if dataset else opened.datasets()
+            states = [s for s in (opened.state(n) for n in names) if s is not None]
+            undeclared = {n: r for n, r in opened.undeclared().items() if not dataset or n == dataset}
+            answer_sets = opened.answer_sets(dataset)
+    if dataset and not states and not undeclared and not answer_sets:
+        raise UserError(f"dataset {dataset!r} is not in the ledger at {location.shown}")
+    if as_json:
+        print(json.dumps(ledger_json(states, location, exists, ledger_id, undeclared, answer_sets),
+                         indent=2))
+    else:
+        print_ledger(out, states, undeclared, answer_sets)
+
+
+@handled
+def ledger_set_budget(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: Annotated[str, typer.Option(metavar="E", help="The new lifetime cap, e.g. 6 or \"11/2\".")],
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why the cap changes; shown in every report.")],
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
+    create: Annotated[bool, typer.Option("--create", help="Add the dataset if the ledger does not have it.")] = False,
+    delta: Annotated[Optional[str], typer.Option(
+        metavar="D", help="The lifetime δ of an (ε, δ) dataset, e.g. 1e-6 (kept as it was if omitted).")] = None,
+    terms: Annotated[Optional[str], typer.Option(
+        metavar="pure|zcdp|approx", help="With --create: the new dataset's terms (default: pure; approx with "
+        "--delta). --epsilon is then an ε, a ρ or an ε.")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """Change a dataset's lifetime cap: an explicit, recorded decision. Spends are never reduced."""
+    import re
+
+    try:
+        cap = parse_budget(epsilon, epsilon, what="--epsilon")
+    except NotANumber as exc:
+        raise typer.BadParameter(str(exc), param_hint="--epsilon") from None
+    try:
+        cap_delta = None if delta is None else parse_budget(delta, delta, what="--delta")
+    except NotANumber as exc:
+        raise typer.BadParameter(str(exc), param_hint="--delta") from None
+    if cap_delta is not None and not 0 < cap_delta < 1:
+        raise typer.BadParameter("δ lies strictly between 0 and 1, e.g. 1e-6", param_hint="--delta")
+    if terms is not None and terms not in ("pure", "zcdp", "approx"):
+        raise typer.BadParameter(f"{terms!r} is not one of pure, zcdp, approx", param_hint="--terms")
+    new_terms = Terms("zcdp" if terms == "zcdp" else "approx" if terms == "approx" or cap_delta is not None else "pure")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}(/[^/\x00]{1,100})?", dataset):
+        raise typer.BadParameter(f"{dataset!r} is not a dataset name (lower-case letters, digits, '.', '_', '-')",
+                                 param_hint="DATASET")
+    if not reason.strip():
+        raise typer.BadParameter("say why the cap changes", param_hint="--reason")
+    location = resolve_location(ledger or ctx.obj)
+    with ledger_at(location, create=create, missing=f"there is no ledger at {location.shown} yet; to start one with "
+                   f"dataset {dataset!r}, add --create") as opened:
+        before = opened.state(dataset)
+        if before is None and not create:
+            known = ", ".join(opened.datasets()) or "none"
+            raise UserError(f"dataset {dataset!r} is not in the ledger (known: {known}); to add it with this "
+                            "cap, add --create")
+        if before is not None and terms is not None and before.terms.kind != terms:
+            raise UserError(f"dataset {dataset!r} already has {before.terms.text!r} terms; a ledger's terms are fixed "
+                            "when the dataset is created")
+        state = opened.set_budget(dataset, cap, reason=reason, by=by, terms=new_terms, delta=cap_delta)
+    was = f"from {fraction_text(before.budget)} " if before else "(new dataset) "
+    out.print(f"lifetime cap of {dataset} set {was}to {fraction_text(state.budget)}; spent "
+              f"{fraction_text(state.spent)}, remaining {fraction_text(state.remaining)}", markup=False)
+    if state.delta_budget is not None:
+        out.print(f"lifetime δ of {dataset}: cap {fraction_text(state.delta_budget)}, spent "
+                  f"{fraction_text(state.delta_spent)}, remaining {fraction_text(state.delta_remaining)}", markup=False)
+    if state.remaining < 0:
+        say("warning: the new cap is below what is already spent; no further release can run")
+
+
+@handled
+def ledger_register_answers(
+    ctx: typer.Context,
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="The release spec declaring the local table.")],
+    table: Annotated[str, typer.Argument(metavar="TABLE", help="A table of kind: local in the spec.")],
+    answers: Annotated[Path, typer.Option("--answers", metavar="FILE", help="The file of randomized answers.")],
+    statement: Annotated[str, typer.Option(metavar="TEXT", help="Who randomized the answers, and how (e.g. the "
+                                           "device app and its version); kept in the ledger and every manifest.")],
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who registers (default: the login name).")] = None,
+    memo_of: Annotated[Optional[str], typer.Option(
+        "--memo-of", metavar="COLLECTION", help="The answers repeat each respondent's first randomized answer from "
+        "this collection (a memoised collection: no new ε).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """Register answers randomized elsewhere (on the respondents' devices) for a local table:
+    a recorded statement of who randomized them and how. A kind: local table reads only
+    registered answers; `dprelease randomize` registers its own output."""
+    from dprelease.cli.randomizing import protocol_key
+    from dprelease.data import file_fingerprint
+    from dprelease.ledger import REGISTERED, AnswerSet
+    from dprelease.spec import load_spec
+
+    if not statement.strip():
+        raise typer.BadParameter("say who randomized the answers, and how", param_hint="--statement")
+    spec = load_spec(spec_path)
+    local = next((t for t in spec.local_tables if t.name == table), None)
+    if local is None:
+        known = ", ".join(t.name for t in spec.local_tables) or "none"
+        raise UserError(f"{spec.source}: no local table {table!r} (local tables: {known})")
+    if memo_of is not None and memo_of != local.memo_of:
+        raise UserError(f"{spec.source}: table {table} {'repeats collection ' + repr(local.memo_of) if local.memo_of else 'is not memoised'}"
+                        f", not {memo_of!r}: --memo-of names the collection whose memo the answers were produced from")
+    if not (answers.is_file() or answers.is_dir()):  # a directory of answer files, as dataset.path may be
+        raise UserError(f"--answers {answers} is not a file or directory")
+    with spec_ledger(spec, spec_location(spec, ledger or ctx.obj), "answers are registered") as opened:
+        keyed = opened.fingerprint(file_fingerprint(answers))
+        done = opened.register_answers((AnswerSet(spec.dataset.name, local.collection, local.column,
+                                                  protocol_key(spec, local), local.epsilon_bound, keyed, REGISTERED,
+                                                  memo_of=memo_of, statement=statement.strip()),), by=by)
+    a = done[0]
+    out.print(f"registered {answers} as the answers to {a.question} of collection {a.collection} of dataset "
+              f"{a.dataset} ({a.protocol}" + (f", from the memo of {a.memo_of}" if a.memo_of else "")
+              + f"), by {a.registered_by}: {a.statement}", markup=False)
+
+
+@handled
+def ledger_require_approval(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(metavar="DATASET")],
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why; kept in the ledger and shown in listings.")],
+    off: Annotated[bool, typer.Option("--off", help="Lift the requirement (recorded too).")] = False,
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """Require (or, with --off, stop requiring) an approved plan for every run of DATASET and its
+    periods, scheduled runs included: a recorded decision, shown in `dprelease ledger`."""
+    if not reason.strip():
+        raise typer.BadParameter("say why", param_hint="--reason")
+    with ledger_at(resolve_location(ledger or ctx.obj)) as opened:
+        policy = opened.set_policy(dataset, "approval", "optional" if off else "required", reason=reason, by=by)
+    out.print(f"approval {policy.value} for every run of {policy.dataset} (set by {policy.set_by}: {policy.reason})",
+              markup=False)
+
+
+@handled
+def ledger_resolve(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (its id, or the first 8+ characters).")],
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why; kept in the ledger and shown in listings.")],
+    void: Annotated[bool, typer.Option("--void", help="Release the reservation: only when its outputs never "
+                                       "appeared (nothing published, nothing staged).")] = False,
+    commit: Annotated[bool, typer.Option("--commit", help="Record it as published: only when its release "
+                                         "directory is in place with this run's manifest.")] = False,
+    fail: Annotated[bool, typer.Option("--fail", help="Record it as failed: spent, never published (its staged "
+                                       "outputs are removed).")] = False,
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """Settle an unfinished (crashed) run's reservation, with who and why."""
+    from dprelease.lifecycle import resolve_run
+
+    if [void, commit, fail].count(True) != 1:
+        raise typer.BadParameter("choose one of --void, --commit, --fail", param_hint="--void/--commit/--fail")
+    if not reason.strip():
+        raise typer.BadParameter("say why", param_hint="--reason")
+    with ledger_at(resolve_location(ledger or ctx.obj)) as opened:
+        outcome = resolve_run(opened, run_id, "void" if void else "commit" if commit else "fail", reason, by)
+    out.print(outcome, markup=False)

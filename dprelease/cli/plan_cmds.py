@@ -1,0 +1,170 @@
+"""``dprelease validate`` and ``dprelease plan``: read a spec (and the ledger), never the data,
+and never import Prefect."""
+
+from __future__ import annotations
+
+import json
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dprelease.accounting import NotANumber, fraction_text, parse_budget
+from dprelease.cli.common import (
+    LedgerOpt,
+    handled,
+    ledger_at,
+    ledger_if_any,
+    out,
+    say,
+    spec_location,
+)
+from dprelease.errors import ExitCode, SpecError, UserError
+from dprelease.notices import large_delta_warnings, ledger_line, pinned_elsewhere
+
+
+@handled
+def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help="Release spec files.")]) -> None:
+    """Check release specs against the schema and the semantic rules. Never opens the data."""
+    from dprelease.spec import load_spec
+
+    failed = 0
+    for path in specs:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            failed += 1
+            print(exc, file=sys.stderr)
+            continue
+        total = sum((t.epsilon for t in spec.tables), Fraction(0))
+        local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
+        out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables{local}, total {spec.symbol} = "
+                  f"{fraction_text(total)} of {fraction_text(spec.budget_epsilon)}", markup=False)
+        if spec.invariants:
+            say(f"note: {path}: invariants — the number of persons per place at {', '.join(spec.invariant_levels)} "
+                "is published EXACTLY, not protected by differential privacy; every sensitivity is "
+                f"{spec.sensitivity} (change one record)")
+        if spec.unit == "person":
+            say(f"note: {path}: at most {spec.max_rows} rows per {spec.unit_id} are kept; every sensitivity is "
+                f"{spec.sensitivity}")
+        for warning in large_delta_warnings(spec):
+            say(f"warning: {path}: {warning}")
+        if total > spec.budget_epsilon:
+            say(f"warning: {path}: the tables' ε sum to {fraction_text(total)}, over the release budget of "
+                f"{fraction_text(spec.budget_epsilon)} by {fraction_text(total - spec.budget_epsilon)}; "
+                "`dprelease plan` and `run` will refuse it")
+    if failed:
+        say(f"{failed} of {len(specs)} spec(s) invalid")
+        raise typer.Exit(ExitCode.INVALID)
+
+
+@handled
+def plan(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
+    ledger: LedgerOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    target_moe: Annotated[Optional[int], typer.Option(
+        "--target-moe", min=0, metavar="N", help="Print the ε each table needs for a margin of error of N.")] = None,
+    confidence: Annotated[Optional[str], typer.Option(
+        metavar="C", help="Confidence level of the margins, e.g. 0.90 (default: the spec's, else 0.95).")] = None,
+    approve: Annotated[bool, typer.Option(
+        "--approve", help="Record in the ledger that this plan (its fingerprint) is approved; only a plan that "
+        "fits.")] = False,
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who approves (default: the login name).")] = None,
+) -> None:
+    """Show what a release would spend and how accurate it would be. Never opens the data.
+
+    Exit 0 if it fits, 3 if it exceeds the release or the lifetime budget, 4 if the release
+    already exists in the ledger, 2 if the spec is invalid. With --approve, a plan that fits
+    is recorded as approved: `run --require-approval` and scheduled runs need that.
+    """
+    if approve and (confidence is not None or target_moe is not None):
+        raise typer.BadParameter("approve the plan as the spec states it, without --confidence or --target-moe",
+                                 param_hint="--approve")
+    if by is not None and not approve:
+        raise typer.BadParameter("--by names who approves: use it with --approve", param_hint="--by")
+    import dataclasses
+
+    from dprelease.plan import plan_release
+    from dprelease.spec import load_spec
+
+    spec = load_spec(spec_path)
+    if confidence is not None:
+        spec = dataclasses.replace(spec, confidence=_confidence(confidence))
+    location = spec_location(spec, ledger)
+    if (elsewhere := pinned_elsewhere(spec, location)) is not None:
+        say(elsewhere)
+    with ledger_if_any(location) as opened:
+        exists = opened is not None
+        ledger_id = opened.id if opened is not None else None
+        state = opened.state(spec.dataset.name) if opened is not None else None
+        evaluations = tuple(opened.evaluations_of(spec.dataset.name)) if opened is not None else ()
+    if state is None and not location.pinned:  # a run would refuse it: so does its plan
+        from dprelease.lifecycle import refuse_unpinned_new_ledger
+
+        refuse_unpinned_new_ledger(spec, location)
+    the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
+    for warning in large_delta_warnings(spec):
+        say(f"warning: {spec_path}: {warning}")
+    if target_moe is not None:
+        _print_target(spec, the_plan, target_moe, as_json)
+        return
+    from dprelease.cli.render import plan_json, print_plan
+
+    if as_json:
+        print(json.dumps(plan_json(the_plan, location, exists, ledger_id), indent=2))
+    else:
+        print_plan(out, the_plan, str(spec_path), spec.dataset.partition_note,
+                   ledger_line(location, exists, ledger_id=ledger_id))
+    if the_plan.existing_run is not None:
+        raise typer.Exit(ExitCode.ALREADY_RELEASED)
+    if not the_plan.fits:
+        if not as_json:
+            from dprelease.lifecycle import budget_overruns
+
+            say("plan exceeds the " + " and the ".join(budget_overruns(spec, the_plan)))
+        raise typer.Exit(ExitCode.OVER_BUDGET)
+    if approve:
+        if not exists and not location.pinned:
+            raise UserError(f"no ledger exists at the per-user default {location.shown}, and an approval would start "
+                            "one there; pin the dataset's ledger in the spec (`ledger: PATH`) or pass --ledger")
+        with ledger_at(location, create=True, quiet=True) as approver:
+            granted = approver.approve(dataset=spec.dataset.base_name or spec.dataset.name, release=spec.release,
+                                       spec_fingerprint=the_plan.fingerprint, by=by,
+                                       spec_path=str(spec.source.resolve()))
+        say(f"approved plan {granted.spec_fingerprint} of release {spec.release} by {granted.approved_by} "
+            f"({granted.approved_at[:19]} UTC)" + (f", with its EXACT publications (NOT differentially private): "
+                                                  f"persons per place at {', '.join(spec.invariant_levels)}"
+                                                  if spec.invariants else ""))
+
+
+def _confidence(text: str) -> Fraction:
+    try:
+        value = parse_budget(text, text, what="confidence")
+    except NotANumber as exc:
+        raise typer.BadParameter(str(exc), param_hint="--confidence") from None
+    if not 0 < value < 1:
+        raise typer.BadParameter("must lie strictly between 0 and 1, e.g. 0.90", param_hint="--confidence")
+    return value
+
+
+def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from dprelease.cli.render import both, pct
+    from dprelease.plan import epsilon_for_target
+
+    needs = epsilon_for_target(the_plan, spec.confidence, target)
+    total = sum((e for _, e in needs), Fraction(0))
+    if as_json:
+        print(json.dumps({"target_moe": target, "confidence": fraction_text(spec.confidence),
+                          "total_epsilon": fraction_text(total),
+                          "tables": [{"name": n, "epsilon": fraction_text(e),
+                                      "current_epsilon": fraction_text(t.epsilon), "current_moe": t.moe}
+                                     for (n, e), t in zip(needs, the_plan.tables)]}, indent=2))
+        return
+    out.print(f"ε per table for a margin of error of ±{target} at {pct(spec.confidence)} "
+              "(rounded up to 3 significant digits, so the target is met):", markup=False)
+    for (name, need), t in zip(needs, the_plan.tables):
+        out.print(f"  {name}: ε = {both(need)} (now {both(t.epsilon)}, ±{t.moe})", markup=False)
+    out.print(f"  total: ε = {both(total)} (release budget {both(spec.budget_epsilon)})", markup=False)

@@ -1,0 +1,179 @@
+"""``dprelease run``, ``schedule``, ``postprocess`` and ``report``: publish a release (now, or on
+a cron schedule), re-run its post-processing, report on it. The run's lifecycle lives in
+:mod:`dprelease.lifecycle` and Prefect in :mod:`dprelease.orchestrate`; this module parses
+arguments and prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dprelease.cli.common import (
+    LedgerOpt,
+    OutputDirOpt,
+    handled,
+    ledger_if_any,
+    out,
+    say,
+    show,
+    spec_location,
+)
+from dprelease.errors import UserError
+from dprelease.ledger import resolve_location
+
+
+@handled
+def run(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
+    ledger: LedgerOpt = None,
+    output_dir: OutputDirOpt = Path("outputs"),
+    require_approval: Annotated[bool, typer.Option(
+        "--require-approval", help="Refuse (exit 5, nothing spent) unless `plan --approve` approved this exact "
+        "plan.")] = False,
+    run_date: Annotated[Optional[str], typer.Option(
+        "--run-date", metavar="DATE", help="The date (UTC) that {run_date:...} templates in the spec resolve with, "
+        "e.g. 2027-03-01 (default: now).")] = None,
+    dask_address: Annotated[Optional[str], typer.Option(
+        "--dask-address", metavar="ADDRESS", help="Count the data on this Dask cluster (e.g. tcp://scheduler:8786) "
+        "instead of streaming it here; noise is still drawn here. Overrides the spec's engine:.")] = None,
+) -> None:
+    """Publish a release: plan, reserve in the ledger, then measure and publish with Prefect.
+
+    Exit 0 published; 2 invalid spec or data (nothing spent); 3 over budget (data not read);
+    4 already released or reserved; 5 not approved (with --require-approval; nothing spent);
+    1 any other failure (nothing published).
+    """
+    from dprelease.lifecycle import RunFailed, Voice, run_spec
+
+    when = None
+    if run_date is not None:
+        from datetime import datetime, timezone
+
+        try:
+            when = datetime.fromisoformat(run_date)
+        except ValueError:
+            raise typer.BadParameter(f"{run_date!r} is not a date, e.g. 2027-03-01", param_hint="--run-date") from None
+        when = when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+    if dask_address is not None and not re.fullmatch(r"(tcp|tls)://[^\s/]+:[0-9]{1,5}", dask_address):
+        raise typer.BadParameter(f"{dask_address!r} is not a Dask scheduler address, e.g. tcp://scheduler:8786",
+                                 param_hint="--dask-address")
+    try:
+        run_spec(spec_path, ledger, output_dir, orchestrate=_orchestrate, voice=Voice(say=say, show=show, error=_error),
+                 require_approval=require_approval, run_date=when, dask_address=dask_address)
+    except RunFailed as failed:  # its error and its settlement were said
+        raise typer.Exit(failed.exit_code) from None
+
+
+def _orchestrate(run) -> None:  # type: ignore[no-untyped-def]
+    """The Prefect flow of a reserved run: Prefect is imported only now."""
+    from dprelease.orchestrate import run_release
+
+    run_release(run)
+
+
+def _error(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+@handled
+def postprocess(
+    release_dir: Annotated[Path, typer.Argument(metavar="RELEASE_DIR", help="A published release directory.")],
+    method: Annotated[Optional[str], typer.Option(
+        metavar="METHOD", help="clamp | none | consistent (default: what the spec says per table).")] = None,
+) -> None:
+    """Re-run post-processing from the saved noisy measurements: no data read, no budget spent.
+
+    Writes a new version of the tables beside the old ones, under RELEASE_DIR/postprocessed/.
+    """
+    if method not in (None, "clamp", "none", "consistent"):
+        raise typer.BadParameter("use clamp, none or consistent", param_hint="--method")
+    from dprelease.cli.postprocessing import postprocess_release_dir
+
+    final = postprocess_release_dir(release_dir, method)
+    out.print(f"new tables in {final} (no data read, no budget spent)", markup=False)
+
+
+@handled
+def schedule(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
+    cron: Annotated[str, typer.Option(metavar="CRON", help="When to run, e.g. \"0 3 1 * *\" (03:00 UTC on the 1st).")],
+    name: Annotated[Optional[str], typer.Option(metavar="NAME", help="Deployment name (default: the spec's "
+                                                "file name).")] = None,
+    ledger: LedgerOpt = None,
+    output_dir: OutputDirOpt = Path("outputs"),
+    no_approval: Annotated[bool, typer.Option(
+        "--no-approval", help="Run plans that were not approved with `plan --approve` (default: refuse them).")] = False,
+) -> None:
+    """Register a cron-scheduled deployment of SPEC on the Prefect server at PREFECT_API_URL and
+    serve it (runs until interrupted). Each run names its release from the spec's template, e.g.
+    release: "acs-monthly-{run_date:%Y-%m}", with its scheduled start (UTC), and by default
+    refuses a plan that is not approved (nothing spent)."""
+    from dprelease.spec import load_spec
+
+    spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UserError("schedules need a Prefect server: start one with `prefect server start` and set "
+                        "PREFECT_API_URL (e.g. http://127.0.0.1:4200/api), then run this again")
+    if spec.release_template is None:
+        say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
+            "scheduled run can publish; later runs are refused as already released")
+    location = spec_location(spec, ledger)  # where each run will look
+    from dprelease import orchestrate  # imports Prefect: only now
+
+    if not orchestrate.is_cron(cron):
+        raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron")
+    deployment = name or spec_path.stem
+    say(f"serving deployment dprelease-scheduled/{deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
+        f"ledger {location.shown}; approval {'not required' if no_approval else 'required'}. Ctrl-C stops it.")
+    orchestrate.serve_schedule(deployment, cron, spec.source.resolve(), ledger, output_dir.resolve(),
+                               require_approval=not no_approval)
+
+
+@handled
+def report(
+    release_dir: Annotated[Path, typer.Argument(metavar="RELEASE_DIR", help="A published release directory.")],
+    fmt: Annotated[str, typer.Option("--format", metavar="html|md|json", help="Default: html.")] = "html",
+    output: Annotated[Optional[Path], typer.Option(
+        metavar="FILE", help="Where to write it (html default: RELEASE_DIR/budget_report.html; md and json: "
+        "standard output).")] = None,
+    ledger: LedgerOpt = None,
+) -> None:
+    """A reviewable budget report: ε allocation, the dataset's burn-down, margins of error, warnings.
+
+    Reads the release's manifest and, when reachable, the ledger (burn-down across releases,
+    unfinished reservations). The HTML is one self-contained file with its plots inlined.
+    """
+    from dprelease import reporting
+
+    if fmt not in ("html", "md", "json"):
+        raise typer.BadParameter("use html, md or json", param_hint="--format")
+    manifest = reporting.read_manifest(release_dir)
+    recorded = (manifest.get("ledger") or {}).get("location")  # where the release's budget lives
+    location = resolve_location(ledger or (None if os.environ.get("DPRELEASE_LEDGER") else recorded))
+    if not ledger and recorded and not os.environ.get("DPRELEASE_LEDGER"):
+        location = dataclasses.replace(location, source="manifest")
+    with ledger_if_any(location) as opened:
+        state = opened.state(manifest["dataset"]) if opened is not None else None
+    if fmt == "json":
+        text = json.dumps(reporting.report_json(manifest, state), indent=2, ensure_ascii=False) + "\n"
+    else:
+        markdown = (release_dir / "budget_report.md").read_text("utf-8") if (release_dir / "budget_report.md").is_file() \
+            else ""
+        text = markdown if fmt == "md" else reporting.report_html(manifest, state, markdown)
+    if output is None and fmt == "html":
+        output = release_dir / "budget_report.html"
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {output}: {exc}") from None
+    out.print(f"wrote {output}", markup=False)

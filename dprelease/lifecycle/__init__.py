@@ -1,0 +1,74 @@
+"""The lifecycle of a release run: everything that can refuse a run happens before anything is spent.
+
+:func:`run_spec` runs its steps in order; the CLI's ``dprelease run`` and the scheduled
+Prefect flow both call it, each with its own :class:`Voice` (printing, or logging).
+
+1. :mod:`~dprelease.lifecycle.prepare` — load the spec, plan against the ledger, refuse
+   (already released: 4; over budget: 3; not approved: 5; no data file, unwritable output
+   directory, unreachable Prefect server: 2), fingerprint the data;
+2. :mod:`~dprelease.lifecycle.reserve` — one ledger transaction (a lost race is 3 or 4);
+3. :mod:`~dprelease.lifecycle.execute` — count, measure, post-process and publish, run by the
+   orchestrator (the Prefect flow), the ledger commit made before the final rename;
+4. :mod:`~dprelease.lifecycle.settle` — after a failure the reservation is voided only if no
+   noise was drawn; otherwise the run is recorded as failed and its budget stays spent;
+5. :mod:`~dprelease.lifecycle.recover` — a run interrupted between its ledger commit and the
+   final rename is completed by the next run of the same spec; a crashed run's reservation is
+   settled by an operator (:func:`resolve_run`).
+
+Every file and directory a run creates (outputs, staging, internal record, ledger) is
+owner-only: publishing a release to others is a deliberate copy.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from dprelease.lifecycle.execute import Orchestrator, execute
+from dprelease.lifecycle.prepare import Completed, load, open_ledger, prepare
+from dprelease.lifecycle.recover import resolve_run
+from dprelease.lifecycle.refusals import (
+    budget_overruns,
+    over_budget_message,
+    refuse_unpinned_new_ledger,
+)
+from dprelease.lifecycle.reserve import reserve, reserved_line
+from dprelease.lifecycle.settle import RunFailed, done_lines, finish
+from dprelease.lifecycle.voice import Voice
+from dprelease.notices import ledger_line
+
+__all__ = ["Orchestrator", "RunFailed", "Voice", "budget_overruns", "over_budget_message", "refuse_unpinned_new_ledger",
+           "resolve_run", "run_spec"]
+
+
+def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path, *, orchestrate: Orchestrator, voice: Voice,
+             require_approval: bool = False, run_date: datetime | None = None,
+             dask_address: str | None = None) -> None:
+    """Publish the release a spec describes, or refuse with nothing spent (a user error), or
+    settle a failed run and raise :class:`RunFailed`. ``orchestrate`` runs a reserved run's
+    steps (``dprelease.orchestrate.run_release``)."""
+    previous = os.umask(0o077)
+    try:
+        _run_spec(spec_path, ledger_url, output_dir, orchestrate=orchestrate, voice=voice,
+                  require_approval=require_approval, run_date=run_date, dask_address=dask_address)
+    finally:
+        os.umask(previous)
+
+
+def _run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path, *, orchestrate: Orchestrator, voice: Voice,
+              require_approval: bool, run_date: datetime | None, dask_address: str | None) -> None:
+    request = load(spec_path, ledger_url, output_dir, voice.say, run_date=run_date, dask_address=dask_address)
+    ledger, inputs_checked = open_ledger(request)
+    with ledger:
+        voice.say(ledger_line(request.location, True, created=ledger.created, ledger_id=ledger.id))
+        prepared = prepare(request, ledger, inputs_checked=inputs_checked, require_approval=require_approval,
+                           say=voice.say)
+        if isinstance(prepared, Completed):
+            for line in done_lines(request.spec, prepared.plan, prepared.final, spent_now=False):
+                voice.show(line)
+            return
+        run = reserve(prepared, ledger)
+    voice.say(reserved_line(run))
+    execute(run, orchestrate, voice)
+    finish(run, voice)

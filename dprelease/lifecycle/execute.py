@@ -1,0 +1,70 @@
+"""A reserved run's steps — count, measure, post-process, publish (with the ledger commit) —
+run by the orchestrator, which is passed in (``dprelease.orchestrate.run_release``), so that
+Prefect is imported only once the run is reserved and the library never imports it. While the
+steps run, the run holds a lease in the ledger (a heartbeat) and a SIGTERM settles it like a
+failure. Any failure is settled (:mod:`dprelease.lifecycle.settle`) before the lease ends.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Callable
+
+from dprelease.faults import checkpoint
+from dprelease.ledger import Ledger, LedgerLocation
+from dprelease.ledger.lease import Heartbeat
+from dprelease.lifecycle.settle import settle_failure
+from dprelease.lifecycle.voice import Voice
+from dprelease.release import ReleaseRun
+
+Orchestrator = Callable[[ReleaseRun], None]
+
+
+def execute(run: ReleaseRun, orchestrate: Orchestrator, voice: Voice) -> None:
+    """Run the steps; return once the release is published. A failure is settled, and raises
+    :class:`~dprelease.lifecycle.settle.RunFailed` unless the release got published after all."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite kill settles the reservation too
+    progress = _terminal_progress(run)
+    heartbeat = Heartbeat(lambda: _with_ledger(run.location, lambda ledger: ledger.renew_lease(run.run_id))).start()
+    try:
+        checkpoint("reserved")
+        orchestrate(run)
+    except BaseException as exc:  # noqa: BLE001 - every failure must settle the reservation
+        settle_failure(run, exc, voice)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        heartbeat.stop()
+        _with_ledger(run.location, lambda ledger: ledger.end_lease(run.run_id))
+        if progress is not None:
+            progress.stop()
+
+
+def _terminal_progress(run: ReleaseRun):  # type: ignore[no-untyped-def]
+    """A rich progress bar on stderr for an interactive terminal (load, each table, publish)."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console as RichConsole
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=RichConsole(stderr=True), transient=True)
+    task = bar.add_task(f"{run.spec.release}: loading", total=3 + len(run.spec.tables))
+    bar.start()
+    run.on_progress = lambda what, step, steps: bar.update(task, completed=step, description=f"{run.spec.release}: {what}")
+    return bar
+
+
+def _with_ledger(location: LedgerLocation, act: Callable[[Ledger], None]) -> None:
+    """Open the ledger, act on it, close it; a failure here (the lease's bookkeeping) is not the run's."""
+    try:
+        ledger = Ledger.open(location, create=False)
+        if ledger is not None:
+            with ledger:
+                act(ledger)
+    except Exception:  # noqa: BLE001 - the lease only guards; the ledger's states decide
+        pass
+
+
+def _interrupt(signum, frame):  # type: ignore[no-untyped-def]
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -1,0 +1,134 @@
+"""The first step of a run, before anything is reserved: load the spec, find (or, for a first
+run, create) the dataset's ledger, plan against it, complete or clean up what earlier runs left
+(:mod:`dprelease.lifecycle.recover`), refuse whatever can be refused without spending
+(:mod:`dprelease.lifecycle.refusals`), and fingerprint the data. The ledger is only read here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from dprelease.accounting import fraction_text
+from dprelease.data import file_fingerprint
+from dprelease.errors import InternalError
+from dprelease.ledger import Approval, Ledger, LedgerLocation, resolve_location
+from dprelease.lifecycle.recover import (
+    complete_interrupted_publication,
+    discard_stale_staging,
+)
+from dprelease.lifecycle.refusals import (
+    approval_of,
+    refuse_bad_inputs,
+    refuse_before_spending,
+    refuse_foreign_outputs,
+    refuse_links,
+    refuse_unpinned_new_ledger,
+)
+from dprelease.lifecycle.voice import Say
+from dprelease.notices import large_delta_warnings, pinned_elsewhere
+from dprelease.plan import Plan, plan_release, with_provenance
+from dprelease.spec import Engine, Spec, load_spec
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a run was asked to publish, and where: the spec, its ledger's location, the output directory."""
+
+    spec: Spec
+    location: LedgerLocation
+    output_dir: Path  # resolved
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run that passed every refusal: ready to be reserved."""
+
+    request: Request
+    plan: Plan
+    approval: Approval | None
+    data_digest: str  # plain SHA-256 of the data: this process's memory only
+    data_fingerprint: str  # keyed with the ledger's key: what the ledger and the run record hold
+    fingerprint_seconds: float
+
+
+@dataclass(frozen=True)
+class Completed:
+    """Nothing to reserve: an earlier run's interrupted publication was completed now."""
+
+    plan: Plan
+    final: Path
+
+
+def load(spec_path: Path, ledger_url: str | None, output_dir: Path, say: Say, *, run_date: datetime | None = None,
+         dask_address: str | None = None) -> Request:
+    """The spec (with the Dask cluster to count on, if given), where its ledger is, and the
+    output directory; warnings about a large δ or a ledger chosen away from the spec's are said."""
+    spec = load_spec(spec_path, run_date=run_date)
+    if dask_address is not None:  # where the counting runs: not part of the plan (or its approval)
+        spec = dataclasses.replace(spec, engine=Engine(kind="dask", address=dask_address))
+    for warning in large_delta_warnings(spec):
+        say(f"warning: {spec_path}: {warning}")
+    output_dir = output_dir.resolve()
+    location = resolve_location(ledger_url, spec.ledger, spec.source.resolve().parent)
+    if (elsewhere := pinned_elsewhere(spec, location)) is not None:
+        say(elsewhere)
+    return Request(spec, location, output_dir)
+
+
+def open_ledger(request: Request) -> tuple[Ledger, bool]:
+    """The dataset's ledger, open; and whether the data's path and engine were checked. A first
+    run (no ledger yet) refuses an unpinned location and unreadable data before the ledger is
+    even created."""
+    ledger = Ledger.open(request.location, create=False)
+    if ledger is not None:
+        return ledger, False
+    refuse_unpinned_new_ledger(request.spec, request.location)
+    refuse_bad_inputs(request.spec)
+    ledger = Ledger.open(request.location, create=True)
+    if ledger is None:
+        raise InternalError(f"Ledger.open(create=True) opened no ledger at {request.location.shown}")
+    return ledger, True
+
+
+def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_approval: bool,
+            say: Say) -> Prepared | Completed:
+    """Plan against the ledger, recover what earlier runs left, refuse (nothing spent) or return
+    what the reservation needs; the data's fingerprint is taken here, before anything is spent."""
+    spec, output_dir = request.spec, request.output_dir
+    state = ledger.state(spec.dataset.name)
+    if state is None:  # a new lifetime budget starts only in a pinned ledger, never a per-user default
+        refuse_unpinned_new_ledger(spec, request.location)
+    plan = plan_release(spec, state)
+    refuse_links(spec, output_dir)
+    final = complete_interrupted_publication(spec, plan, say)
+    if final is not None:
+        return Completed(plan, final)
+    discard_stale_staging(spec, state, output_dir)
+    refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked)
+    approval = approval_of(spec, plan, ledger, require_approval, say)
+    started = time.perf_counter()
+    digest = file_fingerprint(spec.dataset.resolved_path)  # plain: in this process's memory only
+    fingerprint_seconds = time.perf_counter() - started
+    fingerprint = ledger.fingerprint(digest)
+    refuse_foreign_outputs(spec, output_dir, ledger, digest)
+    if plan.local:  # local answers carry provenance: the data file must be registered answers
+        plan = with_provenance(spec, plan, state, ledger.answer_sets(spec.dataset.name, fingerprint), fingerprint)
+        _say_provenance(plan, say)
+    return Prepared(request, plan, approval, digest, fingerprint, fingerprint_seconds)
+
+
+def _say_provenance(plan: Plan, say: Say) -> None:
+    for p in plan.local:
+        if p.provenance is None:
+            continue
+        how = p.provenance.how + (f": {p.provenance.statement}" if p.provenance.statement else "")
+        say(f"local table {p.name}: answers registered {p.provenance.registered_at[:19]} UTC by "
+            f"{p.provenance.registered_by} ({how})")
+        if p.memo_not_honoured:
+            say(f"warning: local table {p.name} says memoised: true, but its registered answers were not produced "
+                "from the memo of the collection it names: charged as a fresh collection (ε = "
+                f"{fraction_text(p.collection.epsilon)} per respondent)")

@@ -1,0 +1,221 @@
+"""Every refusal of a run that needs no noise: each raises a user error, and nothing is
+reserved or spent (already released: 4; over budget: 3; not approved: 5; a missing data file,
+an unwritable output directory, an unreachable Prefect server: 2).
+
+Planning refusals read the spec, the plan and the ledger; the data checks look at the data's
+path and, for a spec with declared rules, its rows. No check here draws noise.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from dprelease.accounting import fraction_text
+from dprelease.data.rules import check_rules
+from dprelease.errors import (
+    AlreadyReleasedError,
+    DataError,
+    InternalError,
+    LedgerError,
+    NotApprovedError,
+    OverBudgetError,
+    UserError,
+)
+from dprelease.ledger import Approval, Ledger, LedgerLocation
+from dprelease.lifecycle.voice import Say
+from dprelease.plan import Plan
+from dprelease.spec import ROOT, Spec
+
+
+def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_checked: bool = False) -> None:
+    """Every refusal that needs no data: nothing is reserved, nothing spent."""
+    existing = plan.existing_run
+    if existing is not None:
+        where = (f"its outputs: {Path(existing.output_dir) / spec.release}"
+                 if existing.state == "committed" and existing.output_dir else "see `dprelease ledger`")
+        raise AlreadyReleasedError(f"release {spec.release!r} of dataset {spec.dataset.name!r} is already "
+                                   f"{existing.state} (run {existing.run_id}, {existing.created_at}); {where}. "
+                                   "Nothing was spent.")
+    if os.path.lexists(output_dir / spec.release):  # a dangling symlink too: nothing is written through one
+        raise AlreadyReleasedError(f"{output_dir / spec.release} already exists; refusing to overwrite a "
+                                   "published release. Nothing was spent.")
+    if not plan.fits:
+        raise OverBudgetError(over_budget_message(spec, plan))
+    if spec.local_tables and spec.tables:
+        raise UserError(f"{spec.source}: central tables and kind: local tables over one data file: a file of answers "
+                        "the respondents randomized is never also released as confidential records. Publish the "
+                        "local tables from the registered answers file in a release of their own, and the central "
+                        "tables from the confidential data under its own dataset. Nothing was spent.")
+    if not inputs_checked:  # a first run checked them before creating its ledger
+        refuse_bad_inputs(spec)
+    _check_writable(output_dir)
+    _rehearse_postprocessing(spec, plan)
+    _check_prefect_server()
+    check_rules(spec)  # the data against the spec's declared rules (structural zeros rely on them); no rules: no pass
+
+
+def refuse_links(spec: Spec, output_dir: Path) -> None:
+    """The directories a run writes into below the output directory must be real directories:
+    nothing is ever written (or deleted) through a symbolic link planted there."""
+    for part in (output_dir / ".staging", output_dir / "_internal", output_dir / "_internal" / spec.release):
+        if part.is_symlink() or (part.exists() and not part.is_dir()):
+            raise UserError(f"{part} is a symbolic link or not a directory; dprelease writes its staged and internal "
+                            "files only into real directories under the output directory. Remove it. Nothing was "
+                            "spent.")
+
+
+def refuse_bad_inputs(spec: Spec) -> None:
+    """The data path and the engine, checked without reading the data."""
+    from dprelease.data.count import engine_problem
+    from dprelease.data.load import source
+
+    path = spec.dataset.resolved_path
+    if not (path.is_file() or path.is_dir()):
+        what = "is not a file or directory" if path.exists() else "does not exist"
+        raise DataError(f"{spec.source}: dataset.path {spec.dataset.path!r} {what} (resolved to {path}). "
+                        "Nothing was spent.")
+    try:
+        source(spec).files()  # a directory must hold data files
+    except DataError as exc:
+        raise DataError(f"{exc}. Nothing was spent.") from None
+    problem = engine_problem(spec)
+    if problem:
+        raise UserError(f"{problem}. Nothing was spent.")
+
+
+def refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:
+    """A lifetime budget never starts silently in a per-user default ledger: another user, a CI
+    account or a container (another HOME) would start the same data from a fresh budget."""
+    if location.pinned:
+        return
+    raise LedgerError(
+        f"{spec.source}: dataset {spec.dataset.name!r} has no lifetime budget in the per-user default ledger "
+        f"{location.shown}, and the spec does not say where its lifetime budget lives. A run never starts a budget there: another user "
+        "or machine would start the same data from a fresh budget. Pin it in the spec with `ledger: PATH` (relative "
+        "to the spec file, e.g. ledger: ../ledgers/ledger.sqlite, or a database URL such as "
+        "postgresql://host/ledger) — or pass --ledger / set $DPRELEASE_LEDGER to the one ledger of this dataset. "
+        "Nothing was spent.")
+
+
+def approval_of(spec: Spec, plan: Plan, ledger: Ledger, required_by_flag: bool, say: Say) -> Approval | None:
+    """The approval of this exact plan, if any; refused (exit 5) when the flag, the spec's
+    ``approval: required`` or the dataset's recorded policy requires one and there is none."""
+    approval = ledger.approval(spec.dataset.base_name or spec.dataset.name, plan.fingerprint)  # every period
+    policy = next((p for p in reversed(ledger.policies(spec.dataset.name)) if p.policy == "approval"), None)
+    policy = policy if policy is not None and policy.value == "required" else None  # a dataset new to it too
+    why = ("--require-approval" if required_by_flag else f"the spec ({spec.source.name}: approval: required)"
+           if spec.approval_required else f"the ledger's policy for {policy.dataset} (set {policy.set_at[:10]} by "
+           f"{policy.set_by}: {policy.reason})" if policy is not None else
+           f"its exact publication of the invariants ({', '.join(spec.invariant_levels)} totals, outside differential "
+           "privacy)" if spec.invariants else None)
+    if approval is None and why is not None:
+        raise NotApprovedError(f"{spec.source}: this plan ({plan.fingerprint}) of release {spec.release} is not "
+                               f"approved, and {why} requires approval; review it with `dprelease plan SPEC` and "
+                               "approve it with `dprelease plan SPEC --approve --by NAME`. Nothing was spent.")
+    if approval is not None:
+        say(f"plan approved by {approval.approved_by} ({approval.approved_at[:19]} UTC)")
+    return approval
+
+
+def refuse_foreign_outputs(spec: Spec, output_dir: Path, ledger: Ledger, digest: str) -> None:
+    """Refuse to publish beside releases of this dataset (by name, or of the same data) that the
+    ledger in use does not record: they were spent from another ledger's budget, and a fresh
+    ledger here would restart it. Nothing is reserved."""
+    from dprelease.publish import foreign_releases
+
+    known = ledger.run_ids()
+    for found in foreign_releases(output_dir, known, spec.dataset.name, digest):
+        raise LedgerError(
+            f"{output_dir} holds release {found.release!r} of {found.why}, which the ledger in use ({ledger.id} at "
+            f"{ledger.location.shown}) does not record: it was spent from the ledger {found.ledger}. One dataset has "
+            f"one ledger: run with that ledger (--ledger, or `ledger:` in the spec). Nothing was spent.")
+
+
+def budget_overruns(spec: Spec, plan: Plan) -> list[str]:
+    """Each budget the plan overruns, in ε (or ρ) and, for (ε, δ) terms, in δ, and by how much:
+    e.g. "release budget by 1/2 ε"."""
+    over = []
+    if plan.total_epsilon > plan.release_budget:
+        over.append(f"release budget by {fraction_text(plan.total_epsilon - plan.release_budget)} {plan.symbol}")
+    if plan.approx and plan.delta is not None and plan.total_delta > plan.delta:  # type: ignore[operator]
+        over.append(f"release δ budget by {fraction_text(plan.total_delta - plan.delta)}")  # type: ignore[operator]
+    if plan.lifetime_spent + plan.charge > plan.lifetime_budget:
+        over.append(f"lifetime budget of {spec.dataset.name} by "
+                    f"{fraction_text(plan.lifetime_spent + plan.charge - plan.lifetime_budget)} {plan.ledger_symbol} "
+                    f"(remaining {fraction_text(plan.lifetime_remaining)})")
+    if plan.lifetime_delta_budget is not None and \
+            plan.lifetime_delta_spent + (plan.total_delta or 0) > plan.lifetime_delta_budget:
+        over.append(f"lifetime δ budget of {spec.dataset.name} by "
+                    f"{fraction_text(plan.lifetime_delta_spent + (plan.total_delta or 0) - plan.lifetime_delta_budget)} "
+                    f"(remaining {fraction_text(plan.lifetime_delta_budget - plan.lifetime_delta_spent)})")
+    return over
+
+
+def over_budget_message(spec: Spec, plan: Plan) -> str:
+    """What the release needs, and which budgets it overruns by how much."""
+    needs = f"{plan.symbol} = {fraction_text(plan.total_epsilon)}"
+    if plan.approx:
+        needs += f", δ = {fraction_text(plan.total_delta)}"
+    return (f"the release needs {needs}, over the {' and the '.join(budget_overruns(spec, plan))}. The data was not "
+            "read; nothing spent.")
+
+
+def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
+    """Run post-processing once on all-zero measurements (no data): a spec that post-processing
+    cannot handle fails here, before any budget is reserved, not after the noise is drawn. A
+    validated spec always can: a failure is a bug in dprelease (exit 1), not the user's."""
+    from dprelease.postprocess import Invariants, postprocess_release
+
+    scales = {(t.name, t.level): t.scale for t in plan.tables}
+    invariants = {level: np.zeros(1 if level == ROOT else spec.column(level).size, dtype=np.int64)
+                  for level in spec.invariant_levels}
+    try:
+        zeros = {(t.name, t.level): np.zeros((2, t.cells) if t.parts else t.cells, dtype=np.int64)
+                 for t in plan.tables}
+    except MemoryError:
+        cells = sum(t.cells * (2 if t.parts else 1) for t in plan.tables)
+        raise UserError(f"{spec.source}: the release's tables ({cells:,} cells in all) do not fit in this machine's "
+                        "memory; publish fewer or coarser tables (limits.max_cells bounds a table's cells). "
+                        "Nothing was spent.") from None
+    try:
+        postprocess_release(spec, zeros, scales, invariants=Invariants.from_totals(invariants))
+        from dprelease.mechanisms.local import estimate_local
+
+        for p in plan.local:  # the local estimates too: one answer per value, and all on one value
+            estimate_local(np.ones(p.categories, dtype=np.int64), p.keep_probability)
+            estimate_local(np.eye(p.categories, 1, dtype=np.int64).ravel() * 1000, p.keep_probability)
+    except UserError:
+        raise
+    except Exception as exc:  # whatever it is, nothing may be spent on it: a bug, reported as one
+        raise InternalError(f"{spec.source}: post-processing cannot handle this spec ({type(exc).__name__}: {exc}); "
+                            "nothing was spent. Please report it, with the spec.") from exc
+
+
+def _check_writable(output_dir: Path) -> None:
+    for directory in (output_dir, output_dir / ".staging", output_dir / "_internal"):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
+                pass
+        except OSError as exc:
+            raise UserError(f"cannot write to {directory}: {exc.strerror or exc}; choose another --output-dir. "
+                            "Nothing was spent.") from None
+
+
+def _check_prefect_server() -> None:
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        return  # ephemeral mode
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=10) as response:
+            if response.status == 200:
+                return
+    except OSError as exc:
+        raise UserError(f"the Prefect server at PREFECT_API_URL={url} does not answer ({exc}); start it, or unset "
+                        "PREFECT_API_URL to run without a server. Nothing was spent.") from None
+    raise UserError(f"the Prefect server at PREFECT_API_URL={url} is not healthy. Nothing was spent.")

@@ -1,0 +1,65 @@
+"""The reservation: one ledger transaction charges the plan against the dataset's lifetime
+budget (a lost race is refused: 3 or 4, nothing spent) and returns the run's id; from here on
+the budget counts until the run is settled. The run's state in this process is built from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dprelease.accounting import fraction_text
+from dprelease.errors import InternalError
+from dprelease.ledger import Ledger, LocalCollection
+from dprelease.lifecycle.prepare import Prepared
+from dprelease.plan import Plan
+from dprelease.publish import Layout, RunFacts
+from dprelease.release import ReleaseRun
+
+
+def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
+    """Reserve the plan's charge in the ledger; the run, with the lifetime figures the
+    reserving transaction saw (what its manifest states)."""
+    request, plan = prepared.request, prepared.plan
+    spec = request.spec
+    local = _local_collections(plan, prepared.data_fingerprint)
+    evaluations = ledger.evaluations_of(spec.dataset.name, prepared.data_fingerprint)
+    granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
+                             charges=[(t.key, t.charge, t.delta) for t in plan.tables],
+                             spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
+                             lifetime_delta_from_spec=spec.dataset.lifetime_delta,
+                             local=local, data_fingerprint=prepared.data_fingerprint, approval=prepared.approval,
+                             spec_path=str(spec.source.resolve()), output_dir=str(request.output_dir),
+                             terms=plan.terms)
+    state = ledger.state(spec.dataset.name)
+    if state is None:
+        raise InternalError(f"dataset {spec.dataset.name!r} is not in the ledger that just reserved run {granted.run_id}")
+    # what the manifest states about the lifetime budget comes from the reserving transaction
+    plan = dataclasses.replace(plan, lifetime_spent=granted.spent_before, lifetime_budget=granted.budget,
+                               lifetime_delta_spent=granted.delta_spent_before,
+                               lifetime_delta_budget=granted.delta_budget if plan.approx else None)
+    location = request.location
+    run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
+                     layout=Layout(request.output_dir, spec.release, granted.run_id), caps=state.caps,
+                     data_digest=prepared.data_digest, data_fingerprint=prepared.data_fingerprint,
+                     check_data_again=bool(local),
+                     record=RunFacts(ledger_id=ledger.id, ledger_location=location.shown,
+                                     ledger_chosen_by=location.how_chosen, approval=prepared.approval,
+                                     evaluations=tuple(evaluations)))
+    run.timings["fingerprint"] = prepared.fingerprint_seconds
+    return run
+
+
+def reserved_line(run: ReleaseRun) -> str:
+    """What was reserved, for whom, under which run id."""
+    plan = run.plan
+    charged = f"{plan.ledger_symbol} = {fraction_text(plan.charge)}"
+    if plan.approx:
+        charged += f", δ = {fraction_text(plan.total_delta)}"
+    return f"reserved {charged} for {run.spec.release} (run {run.run_id})"
+
+
+def _local_collections(plan: Plan, fingerprint: str) -> tuple[LocalCollection, ...]:
+    """What the ledger records of the local tables, with the (keyed) fingerprint of the answers'
+    file (so that new answers under an old collection name are refused rather than recorded as
+    free)."""
+    return tuple(dataclasses.replace(p.collection, answers=fingerprint) for p in plan.local)

@@ -1,0 +1,51 @@
+"""What both the CLI and the run lifecycle tell the user about a spec and its ledger, in words:
+where the ledger is, a ledger chosen away from the one the spec pins, a large δ. Text only; no
+decisions are made here."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from dprelease.accounting import decimal_text
+from dprelease.ledger import LedgerLocation, resolve_location
+
+LARGE_DELTA = Fraction(1, 10**5)
+
+
+def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, ledger_id: str | None = None) -> str:
+    """Where the budget lives: location, how it was chosen, the ledger's id, and whether it exists."""
+    if created:
+        state = " — created now"
+    elif exists:
+        state = ""
+    elif location.pinned:
+        state = " — none yet; the first run creates it"
+    else:
+        state = " — none yet; a run will not create one here (pin `ledger:` in the spec)"
+    ident = f" id {ledger_id}" if ledger_id else ""
+    return f"ledger{ident}: {location.shown} (chosen by {location.how_chosen}){state}"
+
+
+def pinned_elsewhere(spec: Any, location: LedgerLocation) -> str | None:
+    """A warning when --ledger or $DPRELEASE_LEDGER points away from the ledger the spec pins."""
+    if not spec.ledger or location.source not in ("--ledger", "$DPRELEASE_LEDGER"):
+        return None
+    pinned = resolve_location(None, spec.ledger, spec.source.resolve().parent)
+    if pinned.url == location.url:
+        return None
+    return (f"warning: {spec.source} pins its dataset's ledger at {pinned.shown}; this uses {location.shown} "
+            f"({location.how_chosen}). What is spent or recorded there does not count in the spec's ledger.")
+
+
+def large_delta_warnings(spec: Any) -> list[str]:
+    """δ above 1e-5: (ε, δ)-DP allows a total failure (e.g. publishing one person's record) with
+    probability δ per person, so δ should be well below 1/(number of persons)."""
+    out = []
+    for what, delta in (("the release's δ", spec.delta if spec.definition == "approx" else None),
+                        ("the stated δ", spec.delta if spec.definition == "zcdp" else None),
+                        ("the lifetime δ", spec.dataset.lifetime_delta)):
+        if delta is not None and delta > LARGE_DELTA:
+            out.append(f"{what} = {decimal_text(delta)} is large: (ε, δ)-DP may fail outright with probability δ per person; "
+                       "choose δ well below 1/(number of persons), e.g. 1e-6 or less")
+    return out
