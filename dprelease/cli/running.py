@@ -26,7 +26,7 @@ import numpy as np
 import typer
 from rich.console import Console
 
-from dprelease.accounting import fraction_text
+from dprelease.accounting import ApproxDP, budget_of, fraction_text
 from dprelease.cli.render import both, ledger_line, pinned_elsewhere
 from dprelease.data import DataError
 from dprelease.data.rules import check_rules
@@ -106,7 +106,7 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
         local = _local_collections(plan, fingerprint)
         evaluations = ledger.evaluations_of(spec.dataset.name, fingerprint)
         granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
-                                 charges=[(t.key, t.charge, t.delta) for t in plan.tables],
+                                 charges=plan.ledger_charges(),
                                  spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                                  lifetime_delta_from_spec=spec.dataset.lifetime_delta,
                                  local=local, data_fingerprint=fingerprint, approval=approval,
@@ -117,12 +117,12 @@ def _run_release(spec_path: Path, ledger_url: str | None, output_dir: Path, *, s
     finally:
         ledger.close()
     # what the manifest states about the lifetime budget comes from the reserving transaction
-    plan = dataclasses.replace(plan, lifetime_spent=granted.spent_before, lifetime_budget=granted.budget,
-                               lifetime_delta_spent=granted.delta_spent_before,
-                               lifetime_delta_budget=granted.delta_budget if plan.approx else None)
-    charged = f"{plan.ledger_symbol} = {fraction_text(plan.charge)}"
-    if plan.approx:
-        charged += f", δ = {fraction_text(plan.total_delta)}"
+    kind = plan.terms.kind
+    plan = dataclasses.replace(plan, lifetime_spent=budget_of(kind, granted.spent_before, granted.delta_spent_before),
+                               lifetime_budget=budget_of(kind, granted.budget, granted.delta_budget))
+    charged = f"{plan.ledger_symbol} = {fraction_text(plan.charge.amount)}"
+    if isinstance(plan.charge, ApproxDP):
+        charged += f", δ = {fraction_text(plan.charge.delta)}"
     say(f"reserved {charged} for {spec.release} (run {granted.run_id})")
     run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
                      layout=Layout(output_dir, spec.release, granted.run_id), caps=caps,
@@ -314,22 +314,25 @@ def refuse_foreign_outputs(spec: Spec, output_dir: Path, ledger: Ledger, digest:
 def over_budget_message(spec: Spec, plan: Plan) -> str:
     """Which budget the plan overruns, in ε (or ρ) and, for (ε, δ) terms, in δ, and by how much."""
     over = []
-    if plan.total_epsilon > plan.release_budget:
-        over.append(f"release budget by {fraction_text(plan.total_epsilon - plan.release_budget)} {plan.symbol}")
-    if plan.approx and plan.delta is not None and plan.total_delta > plan.delta:  # type: ignore[operator]
-        over.append(f"release δ budget by {fraction_text(plan.total_delta - plan.delta)}")  # type: ignore[operator]
-    if plan.lifetime_spent + plan.charge > plan.lifetime_budget:
+    total, cap = plan.total, plan.release_budget
+    if total.amount > cap.amount:
+        over.append(f"release budget by {fraction_text(total.amount - cap.amount)} {plan.symbol}")
+    if isinstance(total, ApproxDP) and isinstance(cap, ApproxDP) and total.delta > cap.delta:
+        over.append(f"release δ budget by {fraction_text(total.delta - cap.delta)}")
+    after, life = plan.lifetime_spent_after, plan.lifetime_budget
+    if after.amount > life.amount:
         over.append(f"lifetime budget of {spec.dataset.name} by "
-                    f"{fraction_text(plan.lifetime_spent + plan.charge - plan.lifetime_budget)} {plan.ledger_symbol} "
-                    f"(remaining {fraction_text(plan.lifetime_remaining)})")
-    if plan.lifetime_delta_budget is not None and \
-            plan.lifetime_delta_spent + (plan.total_delta or 0) > plan.lifetime_delta_budget:
+                    f"{fraction_text(after.amount - life.amount)} {plan.ledger_symbol} "
+                    f"(remaining {fraction_text(plan.lifetime_remaining.amount)})")
+    if isinstance(after, ApproxDP) and isinstance(life, ApproxDP) and after.delta > life.delta:
+        remaining = plan.lifetime_remaining
+        assert isinstance(remaining, ApproxDP)
         over.append(f"lifetime δ budget of {spec.dataset.name} by "
-                    f"{fraction_text(plan.lifetime_delta_spent + (plan.total_delta or 0) - plan.lifetime_delta_budget)} "
-                    f"(remaining {fraction_text(plan.lifetime_delta_budget - plan.lifetime_delta_spent)})")
-    needs = f"{plan.symbol} = {fraction_text(plan.total_epsilon)}"
-    if plan.approx:
-        needs += f", δ = {fraction_text(plan.total_delta)}"
+                    f"{fraction_text(after.delta - life.delta)} "
+                    f"(remaining {fraction_text(remaining.delta)})")
+    needs = f"{plan.symbol} = {fraction_text(total.amount)}"
+    if isinstance(plan.charge, ApproxDP):
+        needs += f", δ = {fraction_text(plan.charge.delta)}"
     return f"the release needs {needs}, over the {' and the '.join(over)}. The data was not read; nothing spent."
 
 
@@ -461,7 +464,7 @@ def _settle_in_ledger(run: ReleaseRun, exc: BaseException) -> str:
             return "the reservation was voided; nothing was spent"
         ledger.fail(run.run_id, reason=f"failed after noise was drawn ({type(exc).__name__})",
                     data_fingerprint=run.data_fingerprint)
-        return (f"noise had been drawn, so {run.plan.ledger_symbol} = {fraction_text(run.plan.charge)} stays spent "
+        return (f"noise had been drawn, so {run.plan.ledger_symbol} = {fraction_text(run.plan.charge.amount)} stays spent "
                 "(run recorded as failed); publish under a new release name")
     except LedgerError as settled:  # settled already (by an operator), or the ledger refused: say so
         return f"the ledger did not take this run's settlement ({settled})"
@@ -529,8 +532,9 @@ def resolve_run(ledger: Ledger, run_id: str, action: str, reason: str, by: str |
 
 def _print_done(spec: Spec, plan: Plan, final: Path, out: Console, spent_now: bool = True) -> None:
     local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
-    out.print(f"published {spec.release}: {len(spec.tables)} tables{local}, {plan.symbol} = {both(plan.total_epsilon)} "
+    out.print(f"published {spec.release}: {len(spec.tables)} tables{local}, {plan.symbol} = {both(plan.total.amount)} "
               f"→ {final}", markup=False)
     if spent_now:
-        out.print(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent + plan.charge)} of "
-                  f"{both(plan.lifetime_budget)}, remaining {both(plan.lifetime_remaining_after)}", markup=False)
+        out.print(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent_after.amount)} of "
+                  f"{both(plan.lifetime_budget.amount)}, remaining {both(plan.lifetime_remaining_after.amount)}",
+                  markup=False)
