@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from dprelease import __version__
-from dprelease.accounting import fraction_text, zcdp_epsilon
+from dprelease.accounting import ZCDP, ApproxDP, delta_of, fraction_text, zcdp_epsilon
 from dprelease.ledger import Approval, Evaluation
 from dprelease.plan import Plan, TablePlan
 from dprelease.plan.measurements import PermuteAndFlip
@@ -210,7 +210,7 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
                                          **({"centre": table.measure.centre,
                                              "note": "noisy_sum adds up value − centre"}
                                             if isinstance(table.measure, MeanMeasure) else {}),
-                                         "epsilon": fraction_text(plan.epsilon),
+                                         "epsilon": fraction_text(plan.budget.amount),
                                          **({"delta": fraction_text(plan.delta)} if plan.delta is not None else {}),
                                          "mechanism": plan.mechanism, "sensitivity": plan.shown_sensitivity,
                                          "scale": fraction_text(plan.shown_scale)})}
@@ -247,24 +247,28 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                     "ledger_terms": plan.terms.text,
                     **({"contribution_bound": {"id": spec.unit_id, "max_rows": spec.max_rows}}
                        if spec.unit == "person" else {})},
-        "total_epsilon": fraction_text(plan.total_epsilon),  # in the spec's unit: budget_unit
-        "release_budget": fraction_text(plan.release_budget),
+        # the spec's budget (in budget_unit: ε, or ρ) and the ledger's charge (in ledger_unit); the
+        # keys of manifest format 1, kept for its readers (dprelease report reads older manifests)
+        "total_epsilon": fraction_text(plan.total.amount),
+        "release_budget": fraction_text(plan.release_budget.amount),
         "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
         "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
-        "ledger_charge": fraction_text(plan.charge),
-        **({"implied_approximate_dp": {"epsilon": fraction_text(zcdp_epsilon(plan.charge, plan.delta)),
-                                       "delta": fraction_text(plan.delta)}}
-           if plan.ledger_symbol == "ρ" and plan.delta is not None else {}),
-        **({"release_delta_budget": fraction_text(plan.delta),  # type: ignore[arg-type]
-            "total_delta": fraction_text(plan.total_delta)} if plan.approx else {}),  # type: ignore[arg-type]
-        "lifetime": {"budget": fraction_text(plan.lifetime_budget),
-                     "spent_before": fraction_text(plan.lifetime_spent),
-                     "spent_after": fraction_text(plan.lifetime_spent + plan.charge),
-                     "remaining": fraction_text(plan.lifetime_remaining_after),
-                     **({"delta": {"budget": fraction_text(plan.lifetime_delta_budget),
-                                   "spent_before": fraction_text(plan.lifetime_delta_spent),
-                                   "spent_after": fraction_text(plan.lifetime_delta_spent + plan.total_delta)}}  # type: ignore[operator]
-                        if plan.lifetime_delta_budget is not None else {})},
+        "ledger_charge": fraction_text(plan.charge.amount),
+        **({"implied_approximate_dp": {"epsilon": fraction_text(zcdp_epsilon(plan.charge.amount,
+                                                                             plan.guarantee_delta)),
+                                       "delta": fraction_text(plan.guarantee_delta)}}
+           if isinstance(plan.charge, ZCDP) and plan.guarantee_delta is not None else {}),
+        **({"release_delta_budget": fraction_text(delta_of(plan.release_budget) or Fraction(0)),
+            "total_delta": fraction_text(plan.charge.delta)} if isinstance(plan.charge, ApproxDP) else {}),
+        "lifetime": {"budget": fraction_text(plan.lifetime_budget.amount),
+                     "spent_before": fraction_text(plan.lifetime_spent.amount),
+                     "spent_after": fraction_text(plan.lifetime_spent_after.amount),
+                     "remaining": fraction_text(plan.lifetime_remaining_after.amount),
+                     **({"delta": {"budget": fraction_text(plan.lifetime_budget.delta),
+                                   "spent_before": fraction_text(plan.lifetime_spent.delta),
+                                   "spent_after": fraction_text(plan.lifetime_spent.delta + plan.charge.delta)}}
+                        if isinstance(plan.lifetime_budget, ApproxDP) and isinstance(plan.lifetime_spent, ApproxDP)
+                        and isinstance(plan.charge, ApproxDP) else {})},
         "confidence": fraction_text(plan.confidence),
         "geography": list(spec.geography),
         **({"invariants": {
@@ -294,14 +298,14 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                                                  (p.charge for p in plan.local), Fraction(0)))}}
            if plan.local else {}),
         "tables": [
-            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
+            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.budget.amount), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
-             **({"parts": [{"part": part, "epsilon": fraction_text(p.epsilon), "mechanism": p.mechanism,
+             **({"parts": [{"part": part, "epsilon": fraction_text(p.budget.amount), "mechanism": p.mechanism,
                             "sensitivity": p.shown_sensitivity, "scale": fraction_text(p.shown_scale), "moe": p.moe,
                             "moe95": p.moe95, **({"delta": fraction_text(p.delta)} if p.delta is not None else {}),
                             **({"mechanism_epsilon": fraction_text(p.pure_epsilon)}

@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.accounting import ApproxDP
 from dprelease.accounting import Terms
 from dprelease.accounting import Neighbouring
 from dprelease.plan.measurements import sum_l1, sum_l2_squared
@@ -110,7 +111,7 @@ def test_every_gaussian_meets_its_epsilon_delta_exactly(tmp_path):
         for t in tables:
             shift = math.isqrt(t.sensitivity)
             assert shift * shift == t.sensitivity  # add/remove: one cell moves, 1-D
-            eps, delta, sigma2 = float(t.epsilon), float(t.delta), float(t.scale)
+            eps, delta, sigma2 = float(t.budget.epsilon), float(t.delta), float(t.scale)
             achieved = exact_delta(sigma2, shift, eps)
             assert achieved <= delta, (t.key, achieved, delta)
             assert achieved > delta / 100, (t.key, achieved, delta)  # calibrated, not wildly over-noised
@@ -128,20 +129,20 @@ def test_change_one_record_moves_two_cells(tmp_path):
     counts = [t for t in gaussian_tables(plan) if t.name == "persons_by_sex_age_group"]
     for t in counts:
         assert t.sensitivity == 2
-        assert exact_delta(float(t.scale), 1, float(t.epsilon), dims=2) <= float(t.delta)
-        assert exact_delta(float(t.scale) / 2, 1, float(t.epsilon), dims=2) > float(t.delta)
+        assert exact_delta(float(t.scale), 1, float(t.budget.epsilon), dims=2) <= float(t.delta)
+        assert exact_delta(float(t.scale) / 2, 1, float(t.budget.epsilon), dims=2) > float(t.delta)
 
 
 def test_the_delta_budget_is_split_by_epsilon(tmp_path):
     plan = plan_release(load_spec(write(tmp_path)), None)
-    assert plan.approx and plan.delta == Fraction(1, 10**6)
+    assert plan.approx and plan.release_budget.delta == Fraction(1, 10**6)
     by_key = {t.key: t for t in plan.tables}
     assert by_key["persons_by_sex"].delta == 0 and by_key["persons_by_sex"].mechanism == "discrete_laplace"
     gaussian_eps = Fraction(8, 10)  # 0.1 + 0.2 + 0.3 + 0.2
     for t in gaussian_tables(plan):
-        assert t.delta == Fraction(1, 10**6) * t.epsilon / gaussian_eps
-        assert t.charge == t.epsilon  # the ledger is charged (ε, δ)
-    assert plan.total_delta == Fraction(1, 10**6) and plan.total_epsilon == 1 and plan.fits
+        assert t.delta == Fraction(1, 10**6) * t.budget.epsilon / gaussian_eps
+        assert t.charge == t.budget  # the ledger is charged (ε, δ)
+    assert plan.charge == plan.total == ApproxDP(Fraction(1), Fraction(1, 10**6)) and plan.fits
 
 
 def test_approx_to_zcdp_agrees_with_opendp():
@@ -299,7 +300,7 @@ def test_pure_releases_on_an_approx_ledger_cost_no_delta(tmp_path):
     ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
     first = plan_release(approx, None)
     ledger.reserve(dataset=approx.dataset.name, release=approx.release,
-                   charges=[(t.key, t.charge, t.delta) for t in first.tables], spec_fingerprint=first.fingerprint,
+                   charges=first.ledger_charges(), spec_fingerprint=first.fingerprint,
                    lifetime_from_spec=approx.dataset.lifetime_epsilon, terms=first.terms,
                    lifetime_delta_from_spec=approx.dataset.lifetime_delta)
     pure_path = tmp_path / "pure.yaml"
@@ -308,8 +309,8 @@ def test_pure_releases_on_an_approx_ledger_cost_no_delta(tmp_path):
                          .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                          .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
     pure = plan_release(load_spec(pure_path), ledger.state("nist-acs-approx"))
-    assert pure.terms == Terms("approx") and pure.approx and pure.total_delta == 0
-    assert all(t.delta == 0 for t in pure.tables) and pure.charge == pure.total_epsilon
+    assert pure.terms == Terms("approx") and pure.approx and pure.charge.delta == 0
+    assert all(t.delta == 0 for t in pure.tables) and pure.charge == pure.total.as_approx()
     ledger.close()
 
 

@@ -64,7 +64,7 @@ def test_rows_beyond_the_bound_are_dropped_and_the_sensitivity_scales(synthetic)
     expected = sum(min(n, 3) for n in per_person.values())
     assert data.rows == expected and data.rows_over_bound == sum(per_person.values()) - expected
     plan = plan_release(spec, None)
-    assert {t.sensitivity for t in plan.tables} == {3} and all(t.scale == 3 / t.epsilon for t in plan.tables)
+    assert {t.sensitivity for t in plan.tables} == {3} and all(t.scale == 3 / t.budget.epsilon for t in plan.tables)
     assert "add or remove one person" in plan.neighbouring
     # the row unit keeps its fingerprint (and the bound changes it)
     (path / "row.yaml").write_text(SPEC.format(unit="row"))
@@ -123,7 +123,8 @@ def test_privacy_loss_of_one_person_with_k_rows(tmp_path):
     assert diffs == {(0, 3)}, diffs
     plan = plan_release(spec, None).tables[0]
     n, x = 1_000_000, int(without[1])
-    for scale, expected in ((plan.scale, float(plan.epsilon)), (1 / plan.epsilon, 3 * float(plan.epsilon))):
+    epsilon = plan.budget.epsilon
+    for scale, expected in ((plan.scale, float(epsilon)), (1 / epsilon, 3 * float(epsilon))):
         estimate, se = empirical_epsilon(x + discrete_laplace(scale, n) >= x + 3,
                                          x + 3 + discrete_laplace(scale, n) >= x + 3)
         assert abs(estimate - expected) < 6 * se, (scale, estimate, expected, se)
@@ -156,7 +157,7 @@ def test_a_dataset_keeps_its_privacy_unit(synthetic):
     ledger = Ledger.open(resolve_location(str(path / "l.sqlite")), create=True)
     plan = plan_release(person, None)
     assert plan.terms == Terms("pure", unit_id="PID")
-    ledger.reserve(dataset=person.dataset.name, release=person.release, charges=[(t.key, t.charge) for t in plan.tables],
+    ledger.reserve(dataset=person.dataset.name, release=person.release, charges=plan.ledger_charges(),
                    spec_fingerprint=plan.fingerprint, lifetime_from_spec=person.dataset.lifetime_epsilon,
                    terms=plan.terms)
     state = ledger.state(row.dataset.name)

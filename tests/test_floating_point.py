@@ -68,7 +68,7 @@ def test_representation_events_of_a_published_mean_stay_within_epsilon(tmp_path,
             assert p == q == 0, (name, p, q)
             continue
         estimate, se = tight(hits[0], hits[1])
-        assert abs(estimate) <= float(plan.epsilon) + 6 * se, (name, estimate, se)
+        assert abs(estimate) <= float(plan.budget.amount) + 6 * se, (name, estimate, se)
 
 
 @pytest.mark.parametrize("definition", ["pure", "approx"])
@@ -108,7 +108,7 @@ def event_table() -> str:
             hits = [event(v) for v in outputs]
             p, q = hits[0].mean(), hits[1].mean()
             shown = "both 0" if p == q == 0 else "{:.4f} ± {:.4f}".format(*tight(hits[0], hits[1]))
-            lines.append(f"| {definition} | {name} | {p:.4f} | {q:.4f} | {shown} | {float(plan.epsilon):g} |")
+            lines.append(f"| {definition} | {name} | {p:.4f} | {q:.4f} | {shown} | {float(plan.budget.amount):g} |")
     return "\n".join(lines)
 
 

@@ -32,7 +32,7 @@ def test_invariants_double_every_sensitivity_and_say_so(cli):
     assert spec.invariants == ("STATE",) and spec.invariant_levels == ("root", "STATE")
     for plan, sensitivity in ((plan_release(spec, None), 2), (plan_release(plain, None), 1)):
         assert {t.sensitivity for t in plan.tables} == {sensitivity}
-        assert all(t.scale == Fraction(sensitivity) / t.epsilon for t in plan.tables)
+        assert all(t.scale == Fraction(sensitivity) / t.budget.epsilon for t in plan.tables)
     result = cli("plan", INVARIANTS, "--json")
     assert result.code == 0, result
     shown = json.loads(result.stdout)
@@ -52,7 +52,7 @@ def test_change_one_record_audit_the_doubled_scale_holds_and_the_plain_one_fails
     add/remove scale a planner that ignored the invariants would use (the negative control)."""
     spec = load_spec(INVARIANTS)
     table = plan_release(spec, None).tables[-1]  # any measurement: they all share the relation
-    epsilon = float(table.epsilon)
+    epsilon = float(table.budget.epsilon)
 
     def loss(scale):
         ya0, yb0 = 1000 + discrete_laplace(scale, N), 500 + discrete_laplace(scale, N)
@@ -61,7 +61,7 @@ def test_change_one_record_audit_the_doubled_scale_holds_and_the_plain_one_fails
 
     estimate, se = loss(table.scale)
     assert abs(estimate - epsilon) <= 6 * se, (estimate, se, epsilon)
-    broken, se = loss(1 / table.epsilon)
+    broken, se = loss(1 / table.budget.epsilon)
     assert broken > epsilon + 6 * se, (broken, se, epsilon)
 
 
@@ -185,7 +185,7 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     ledger = ledger_at(bounded)
     first = plan_release(spec, None)
     assert first.terms == Terms("pure", change=True)
-    ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=[(t.key, t.epsilon) for t in first.tables],
+    ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=first.ledger_charges(),
                    spec_fingerprint=first.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                    terms=first.terms)
     later = plan_release(plain, ledger.state(plain.dataset.name))  # no invariants of its own

@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.accounting import ZCDP, PureDP
 from dprelease.data import encode, histogram
 from dprelease.measure import measure_mean
 from dprelease.plan import plan_release
@@ -58,10 +59,10 @@ def test_the_budget_is_split_and_the_sum_is_centred(tmp_path):
     plan = plan_release(load_spec(write(tmp_path, share=", sum_share: 0.75")), None)
     mean = plan.tables[0]
     total, count = mean.parts
-    assert (total.epsilon, count.epsilon) == (Fraction(3, 4), Fraction(1, 4)) and mean.epsilon == 1
+    assert (total.budget, count.budget) == (PureDP(Fraction(3, 4)), PureDP(Fraction(1, 4))) and mean.budget == PureDP(1)
     assert total.sensitivity == 100_000 and total.granularity == 1000  # centred on 100000: half of max(|L|, |U|)
     assert total.scale == Fraction(100_000) / Fraction(3, 4) and count.scale == 4 and count.sensitivity == 1
-    assert mean.charge == 1 and plan.total_epsilon == 2
+    assert mean.charge == PureDP(1) and plan.total == PureDP(2)
 
 
 def test_both_parts_are_over_exactly_the_same_rows(tmp_path):
@@ -259,8 +260,8 @@ def test_means_under_zcdp_and_approx(tmp_path):
     total, count = mean.parts
     assert total.mechanism == count.mechanism == "discrete_gaussian"
     assert total.sensitivity == 100 ** 2 and count.sensitivity == 1
-    assert total.scale >= Fraction(100 ** 2) / (2 * Fraction(1, 2)) and total.charge <= Fraction(1, 2)
-    assert mean.charge == total.charge + count.charge <= 1
+    assert total.scale >= Fraction(100 ** 2) / (2 * Fraction(1, 2)) and total.charge <= ZCDP(Fraction(1, 2))
+    assert mean.charge == total.charge + count.charge <= ZCDP(1)
     many = dataclasses.replace(total, cells=50_000)
     draws = measure_mean(np.zeros((2, 50_000), np.int64),
                          dataclasses.replace(mean, cells=50_000, parts=(many, dataclasses.replace(count, cells=50_000))))
@@ -274,4 +275,4 @@ def test_means_under_zcdp_and_approx(tmp_path):
     plan = plan_release(load_spec(approx), None)
     total, count = plan.tables[0].parts
     assert (total.delta, count.delta) == (Fraction(1, 4 * 10**6), Fraction(1, 4 * 10**6))  # half of the table's 1/2
-    assert plan.tables[0].delta == Fraction(1, 2 * 10**6) and plan.total_delta == Fraction(1, 10**6)
+    assert plan.tables[0].delta == Fraction(1, 2 * 10**6) and plan.charge.delta == Fraction(1, 10**6)

@@ -68,7 +68,7 @@ def test_measure_mode_draws_the_permute_and_flip_law(tmp_path):
     one = plan.__class__(**{**{f: getattr(plan, f) for f in plan.__slots__}, "cells": 40_000})
     utilities = np.tile([10, 9, 7, 3, 0, 0, 0, 0, 0], 40_000)
     chosen = measure_mode(utilities, one, 9)
-    law = pf_probabilities([10, 9, 7, 3, 0, 0, 0, 0, 0], float(plan.epsilon), 1)
+    law = pf_probabilities([10, 9, 7, 3, 0, 0, 0, 0, 0], float(plan.budget.epsilon), 1)
     assert finite_chi_square_pvalue(chosen, law) > 1e-6
     assert finite_chi_square_pvalue(chosen, pf_probabilities([10, 9, 7, 3, 0, 0, 0, 0, 0], 0.5, 2)) < 1e-6
 
@@ -87,9 +87,9 @@ def test_change_one_record_audit_through_the_plan(tmp_path):
         second = np.tile([5, 6, 0, 0, 0, 0, 0, 0, 0], n)
         estimate, se = empirical_epsilon(measure_mode(second, many, 9) == 0, measure_mode(first, many, 9) == 0)
         if within:
-            assert estimate <= float(plan.epsilon) + 6 * se, (estimate, se)
+            assert estimate <= float(plan.budget.epsilon) + 6 * se, (estimate, se)
         else:
-            assert estimate > float(plan.epsilon) + 6 * se, (estimate, se)
+            assert estimate > float(plan.budget.epsilon) + 6 * se, (estimate, se)
 
 
 def test_a_release_with_a_mode_end_to_end(tmp_path, run_env, cli):
@@ -127,7 +127,7 @@ def test_quantile_sensitivity_and_law(tmp_path):
     counts = [3, 0, 5, 2, 1, 0, 4, 0, 1]
     many = plan.__class__(**{**{f: getattr(plan, f) for f in plan.__slots__}, "cells": 40_000})
     chosen = measure_mode(np.tile(counts, 40_000), many, 9, Fraction(9, 10))
-    law = pf_probabilities(quantile_utilities(counts, Fraction(9, 10)), float(plan.epsilon), 2 * plan.sensitivity)
+    law = pf_probabilities(quantile_utilities(counts, Fraction(9, 10)), float(plan.budget.epsilon), 2 * plan.sensitivity)
     assert finite_chi_square_pvalue(chosen, law) > 1e-6
     assert finite_chi_square_pvalue(chosen, pf_probabilities(quantile_utilities(counts, Fraction(9, 10)), 0.5, 9)) < 1e-6
 
@@ -182,7 +182,7 @@ def _planned(tmp_path, measure: str, unit: str = "row"):
     spec_path = write(tmp_path, unit=unit)
     spec_path.write_text(spec_path.read_text().replace("measure: {mode: RAC1P}", measure))
     plan = plan_release(load_spec(spec_path), None).tables[0]
-    return plan, float(plan.epsilon), float(plan.scale * plan.epsilon)  # exponent ε·u/denominator
+    return plan, float(plan.budget.epsilon), float(plan.scale * plan.budget.epsilon)  # exponent ε·u/denominator
 
 
 def test_mode_add_remove_exact_audit(tmp_path):

@@ -33,10 +33,9 @@ def test_composition_is_the_exact_sum_and_refuses_floats():
     assert compose(parts, "pure") == PureDP(Fraction(1)) and compose([], "zcdp") == zero("zcdp")
     with pytest.raises(TypeError, match="exact Fraction"):
         PureDP(0.1)  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
-        ZCDP(Fraction(-1))
-    with pytest.raises(ValueError):
-        ApproxDP(Fraction(1), Fraction(1))
+    with pytest.raises(TypeError, match="exact Fraction"):
+        ApproxDP(Fraction(1), 1e-6)  # type: ignore[arg-type]
+    assert PureDP(Fraction(1)) - PureDP(Fraction(3, 2)) == PureDP(Fraction(-1, 2))  # an overrun's remainder
 
 
 def test_conversions_are_explicit_and_exact():

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from dprelease.accounting import PureDP
 from dprelease.data.histogram import where_mask
 from dprelease.data.load import Encoded
 from dprelease.data.rules import check_rules
@@ -68,9 +69,9 @@ def test_the_demo_plan_lists_exactly_the_20_pumas_by_0_17_and_keeps_epsilon_and_
     assert adults.cells == 60 and adults.measured_cells == 40 and adults.structural_summary == ("AGE_GROUP = 0-17",)
     # the measured cells' ε, sensitivity, scale and margin are those of the table without structural handling,
     # computed independently: discrete Laplace of scale 1/ε, ε = 1/4
-    assert adults.epsilon == Fraction(1, 4) and adults.sensitivity == 1 and adults.scale == 4
+    assert adults.budget == PureDP(Fraction(1, 4)) and adults.sensitivity == 1 and adults.scale == 4
     assert adults.moe == margin_of_error(Fraction(4), Fraction(95, 100)) == 12
-    assert sum(p.epsilon for p in plans.values()) == 1  # the release costs what it cost before
+    assert sum(p.budget.epsilon for p in plans.values()) == 1  # the release costs what it cost before
     marital = plans["marital_status_by_sex"]  # where AGE_GROUP 18+ and the rule: MSP is not "not applicable"
     assert marital.structural_labels == (("Not applicable (under 15)", "Male"), ("Not applicable (under 15)", "Female"))
     assert marital.moe == margin_of_error(Fraction(10, 3), Fraction(95, 100))
@@ -175,6 +176,7 @@ def test_structural_cells_are_never_noised(monkeypatch):
     """Over many draws with the real CSPRNG, every structural cell is exactly 0, and noise is drawn
     for the measured cells only."""
     import dprelease.measure as measure
+    import dprelease.plan.measurements as noise  # the plan's DiscreteLaplace draws with this sampler
 
     spec = load_spec(DEMO)
     plan = plans_of(spec)["adults_by_puma_age_group"]
@@ -182,8 +184,8 @@ def test_structural_cells_are_never_noised(monkeypatch):
     measured = plan.structural_mask() == False  # noqa: E712
     counts[measured] = 100
     drawn = []
-    real = measure.discrete_laplace
-    monkeypatch.setattr(measure, "discrete_laplace", lambda scale, n, rng=None: drawn.append(n) or real(scale, n, rng=rng))
+    real = noise.discrete_laplace
+    monkeypatch.setattr(noise, "discrete_laplace", lambda scale, n, rng=None: drawn.append(n) or real(scale, n, rng=rng))
     noisy = np.stack([measure.measure_counts(counts, plan) for _ in range(2000)])
     assert set(drawn) == {40}
     assert not noisy[:, ~measured].any()  # exactly 0 in every draw
@@ -195,9 +197,10 @@ def test_structural_cells_are_never_noised(monkeypatch):
 
 def test_a_structural_cell_holding_rows_is_a_bug_caught_before_any_noise(monkeypatch):
     import dprelease.measure as measure
+    import dprelease.plan.measurements as noise
 
     plan = plans_of(load_spec(DEMO))["adults_by_puma_age_group"]
-    monkeypatch.setattr(measure, "discrete_laplace", lambda *a, **k: pytest.fail("noise drawn"))
+    monkeypatch.setattr(noise, "discrete_laplace", lambda *a, **k: pytest.fail("noise drawn"))
     with pytest.raises(AssertionError, match="bug"):
         measure.measure_counts(np.ones(plan.cells, dtype=np.int64), plan)
 

@@ -102,10 +102,10 @@ def test_noise_is_drawn_in_units_of_the_granularity(tmp_path):
     n, step = 1_000_000, 2000 // 100  # one row of value U moves the sum by U/g units
     scale = income.scale / income.granularity
     estimate, se = empirical_epsilon(discrete_laplace(scale, n) >= step, step + discrete_laplace(scale, n) >= step)
-    assert abs(estimate - float(income.epsilon)) < 6 * se, (estimate, se)
-    broken = Fraction(1) / income.epsilon  # the mistake: sensitivity of one unit
+    assert abs(estimate - float(income.budget.epsilon)) < 6 * se, (estimate, se)
+    broken = Fraction(1) / income.budget.epsilon  # the mistake: sensitivity of one unit
     loss, se = empirical_epsilon(discrete_laplace(broken, n) >= step, step + discrete_laplace(broken, n) >= step)
-    assert loss > float(income.epsilon) + 6 * se
+    assert loss > float(income.budget.epsilon) + 6 * se
 
 
 def test_missing_or_non_numeric_values_are_refused(tmp_path, cli):

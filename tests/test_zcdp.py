@@ -10,6 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.accounting import ZCDP, PureDP
 from dprelease.accounting import Terms
 from dprelease.accounting import zcdp_epsilon
 from dprelease.ledger import Ledger, resolve_location
@@ -58,14 +59,14 @@ def write(tmp_path, unit="row", invariants=""):
 
 def test_the_gaussian_is_calibrated_to_each_rho(tmp_path):
     plan = plan_release(load_spec(write(tmp_path)), None)
-    assert plan.symbol == plan.ledger_symbol == "ρ" and plan.total_epsilon == Fraction(1, 2)
+    assert plan.symbol == plan.ledger_symbol == "ρ" and plan.total == ZCDP(Fraction(1, 2))
     for t in plan.tables:
         assert t.mechanism == "discrete_gaussian" and t.sensitivity == 1
-        assert t.scale == 1 / (2 * t.epsilon) and t.charge == t.epsilon  # σ² = Δ₂²/(2ρ), exact here
+        assert t.scale == 1 / (2 * t.budget.rho) and t.charge == t.budget  # σ² = Δ₂²/(2ρ), exact here
     bounded = plan_release(load_spec(write(tmp_path, invariants="invariants: {totals: [STATE]}")), None)
-    assert all(t.sensitivity == 2 and t.scale == 1 / t.epsilon for t in bounded.tables)  # Δ₂² = 2
+    assert all(t.sensitivity == 2 and t.scale == 1 / t.budget.rho for t in bounded.tables)  # Δ₂² = 2
     persons = plan_release(load_spec(write(tmp_path, unit="{id: SERIALNO, max_rows: 3}")), None)
-    assert all(t.sensitivity == 9 and t.scale == 9 / (2 * t.epsilon) for t in persons.tables)  # Δ₂² = k²
+    assert all(t.sensitivity == 9 and t.scale == 9 / (2 * t.budget.rho) for t in persons.tables)  # Δ₂² = k²
 
 
 def test_measurement_draws_the_planned_gaussian(tmp_path):
@@ -127,20 +128,20 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     pure = load_spec(pure_path)
     ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
     first = plan_release(zcdp, None)
-    ledger.reserve(dataset=zcdp.dataset.name, release=zcdp.release, charges=[(t.key, t.charge) for t in first.tables],
+    ledger.reserve(dataset=zcdp.dataset.name, release=zcdp.release, charges=first.ledger_charges(),
                    spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime_epsilon,
                    terms=first.terms)
     on_zcdp = plan_release(pure, ledger.state(pure.dataset.name))
     assert on_zcdp.terms == Terms("zcdp") and on_zcdp.ledger_symbol == "ρ"
-    assert on_zcdp.charge == sum(t.epsilon ** 2 / 2 for t in on_zcdp.tables)
-    assert on_zcdp.total_epsilon == 1  # the release budget is still checked in ε
+    assert on_zcdp.charge == ZCDP(sum(t.budget.epsilon ** 2 / 2 for t in on_zcdp.tables))
+    assert on_zcdp.total == PureDP(Fraction(1))  # the release budget is still checked in ε
     ledger.close()
     # the other way round
     pure_ledger = tmp_path / "pure.sqlite"
     (tmp_path / "out").mkdir()
     ledger = Ledger.open(resolve_location(str(pure_ledger)), create=True)
     p = plan_release(pure, None)
-    ledger.reserve(dataset=pure.dataset.name, release=pure.release, charges=[(t.key, t.charge) for t in p.tables],
+    ledger.reserve(dataset=pure.dataset.name, release=pure.release, charges=p.ledger_charges(),
                    spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime_epsilon, terms=p.terms)
     ledger.close()
     refused = cli("plan", write(tmp_path), "--ledger", pure_ledger)
@@ -152,7 +153,7 @@ def test_implied_epsilon_is_never_below_opendp(tmp_path):
     plan = plan_release(load_spec(write(tmp_path)), None)
     for t in plan.tables:
         meas = dp.m.make_gaussian(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale=math.sqrt(float(t.scale)))
-        assert meas.map(1) == pytest.approx(float(t.charge), rel=1e-12)  # our ρ for this σ² is OpenDP's
+        assert meas.map(1) == pytest.approx(float(t.charge.rho), rel=1e-12)  # our ρ for this σ² is OpenDP's
     theirs = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(
         dp.m.make_gaussian(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale=1.0)), 1e-6).map(1)[0]
     assert float(zcdp_epsilon(Fraction(1, 2), Fraction(1, 10**6))) >= theirs  # ρ = 1/2: σ = 1, Δ = 1
@@ -190,11 +191,11 @@ def test_sums_modes_and_pure_mechanisms_under_zcdp(tmp_path):
     by = {t.key: t for t in plan.tables}
     income = by["income_by_sex"]
     assert income.mechanism == "discrete_gaussian" and income.sensitivity == 200 ** 2
-    assert income.scale >= Fraction(200 ** 2) / (2 * Fraction(2, 100)) and income.charge <= Fraction(2, 100)
+    assert income.scale >= Fraction(200 ** 2) / (2 * Fraction(2, 100)) and income.charge <= ZCDP(Fraction(2, 100))
     for key in ("commonest_age_group", "persons_by_sex_laplace", "persons_by_sex_truncated"):
         t = by[key]
         assert t.mechanism != "discrete_gaussian" and t.pure_epsilon is not None
-        assert t.pure_epsilon ** 2 / 2 <= t.epsilon == Fraction(2, 100)  # ε = 0.2 exactly: ε²/2 = ρ
-        assert t.charge <= t.epsilon
+        assert t.pure_epsilon ** 2 / 2 <= t.budget.rho == Fraction(2, 100)  # ε = 0.2 exactly: ε²/2 = ρ
+        assert t.charge <= t.budget
     assert by["persons_by_sex_laplace"].scale == 1 / by["persons_by_sex_laplace"].pure_epsilon
-    assert plan.charge <= plan.total_epsilon and plan.fits
+    assert plan.charge <= plan.total and plan.fits

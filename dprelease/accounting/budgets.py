@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import ClassVar, Iterable, Literal, TypeVar, Union
+from typing import ClassVar, Iterable, Literal, Union
 
 from dprelease.accounting.exact import exact_and_decimal, fraction_text
 
@@ -25,12 +25,12 @@ KINDS: tuple[Kind, ...] = ("pure", "zcdp", "approx")
 
 
 def _exact(value: Fraction, name: str) -> Fraction:
+    """``value`` as a Fraction; floats (and anything inexact) are refused. A negative amount is
+    allowed: it is what remains after an overrun (``cap − spent − charge``); the parser and the
+    ledger refuse negative budgets where they come in."""
     if isinstance(value, bool) or not isinstance(value, (Fraction, int)):
         raise TypeError(f"{name} must be an exact Fraction, not {type(value).__name__} {value!r}")
-    value = Fraction(value)
-    if value < 0:
-        raise ValueError(f"{name} must not be negative, not {value}")
-    return value
+    return Fraction(value)
 
 
 def _same_kind(a: object, b: object, verb: str) -> None:
@@ -151,8 +151,6 @@ class ApproxDP:
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", _exact(self.epsilon, "ε"))
         object.__setattr__(self, "delta", _exact(self.delta, "δ"))
-        if self.delta >= 1:
-            raise ValueError(f"δ must be below 1, not {self.delta}")
 
     @property
     def amount(self) -> Fraction:
@@ -184,7 +182,11 @@ class ApproxDP:
 
 
 Budget = Union[PureDP, ZCDP, ApproxDP]
-B = TypeVar("B", PureDP, ZCDP, ApproxDP)
+
+
+def delta_of(budget: Budget) -> Fraction | None:
+    """The δ of an (ε, δ) budget; None for the other kinds (their δ is not a budget)."""
+    return budget.delta if isinstance(budget, ApproxDP) else None
 
 
 def zero(kind: Kind) -> Budget:
@@ -211,9 +213,9 @@ def budget_of(kind: Kind, amount: Fraction, delta: Fraction | None = None) -> Bu
     raise ValueError(f"unknown kind of guarantee {kind!r}")
 
 
-def compose(budgets: Iterable[B], kind: Kind) -> B:
+def compose(budgets: Iterable[Budget], kind: Kind) -> Budget:
     """Sequential composition: the exact sum of budgets, all of ``kind`` (TypeError otherwise)."""
     total = zero(kind)
     for b in budgets:
         total = total + b  # type: ignore[operator]  # _same_kind refuses a mixed sum
-    return total  # type: ignore[return-value]
+    return total

@@ -160,11 +160,11 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
         print(json.dumps({"target_moe": target, "confidence": fraction_text(spec.confidence),
                           "total_epsilon": fraction_text(total),
                           "tables": [{"name": n, "epsilon": fraction_text(e),
-                                      "current_epsilon": fraction_text(t.epsilon), "current_moe": t.moe}
+                                      "current_epsilon": fraction_text(t.budget.amount), "current_moe": t.moe}
                                      for (n, e), t in zip(needs, the_plan.tables)]}, indent=2))
         return
     out.print(f"ε per table for a margin of error of ±{target} at {pct(spec.confidence)} "
               "(rounded up to 3 significant digits, so the target is met):", markup=False)
     for (name, need), t in zip(needs, the_plan.tables):
-        out.print(f"  {name}: ε = {both(need)} (now {both(t.epsilon)}, ±{t.moe})", markup=False)
+        out.print(f"  {name}: ε = {both(need)} (now {both(t.budget.amount)}, ±{t.moe})", markup=False)
     out.print(f"  total: ε = {both(total)} (release budget {both(spec.budget_epsilon)})", markup=False)

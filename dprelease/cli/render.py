@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dprelease.accounting import Neighbouring, Terms, exact_and_decimal, fraction_text, percent_text
+from dprelease.accounting import ZCDP, ApproxDP, Neighbouring, Terms, delta_of, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.plan import Plan
@@ -33,6 +33,10 @@ def _terms_shown(terms: Terms) -> str:
 # ---------------------------------------------------------------- plan
 
 
+def _text(x: Fraction | None) -> str | None:
+    return None if x is None else fraction_text(x)
+
+
 def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_id: str | None = None) -> dict[str, Any]:
     return {
         "exact_publications": exact_publications(plan.invariants),  # NOT differentially private
@@ -42,25 +46,25 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
         "fits_release_budget": plan.fits_release,
         "fits_lifetime_budget": plan.fits_lifetime,
         "already_released": plan.existing_run is not None,
-        "total_epsilon": fraction_text(plan.total_epsilon),
-        "release_budget": fraction_text(plan.release_budget),
+        "total_epsilon": fraction_text(plan.total.amount),  # in budget_unit (ρ for zcdp)
+        "release_budget": fraction_text(plan.release_budget.amount),
         "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
         "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
-        "ledger_charge": fraction_text(plan.charge),
+        "ledger_charge": fraction_text(plan.charge.amount),  # in ledger_unit
         "confidence": fraction_text(plan.confidence),
-        "delta": None if plan.delta is None else fraction_text(plan.delta),
-        "total_delta": None if plan.total_delta is None else fraction_text(plan.total_delta),
-        "lifetime_delta": None if plan.lifetime_delta_budget is None else {
-            "budget": fraction_text(plan.lifetime_delta_budget),
-            "spent": fraction_text(plan.lifetime_delta_spent),
-            "spent_after": fraction_text(plan.lifetime_delta_spent + (plan.total_delta or 0)),
+        "delta": _text(plan.guarantee_delta if plan.guarantee_delta is not None else delta_of(plan.release_budget)),
+        "total_delta": _text(delta_of(plan.charge)),
+        "lifetime_delta": None if not isinstance(plan.lifetime_budget, ApproxDP) else {
+            "budget": fraction_text(plan.lifetime_budget.delta),
+            "spent": _text(delta_of(plan.lifetime_spent)),
+            "spent_after": _text(delta_of(plan.lifetime_spent_after)),
         },
         "lifetime": {
-            "budget": fraction_text(plan.lifetime_budget),
-            "spent": fraction_text(plan.lifetime_spent),
-            "remaining": fraction_text(plan.lifetime_remaining),
-            "spent_after": fraction_text(plan.lifetime_spent + plan.charge),
-            "remaining_after": fraction_text(plan.lifetime_remaining_after),
+            "budget": fraction_text(plan.lifetime_budget.amount),
+            "spent": fraction_text(plan.lifetime_spent.amount),
+            "remaining": fraction_text(plan.lifetime_remaining.amount),
+            "spent_after": fraction_text(plan.lifetime_spent_after.amount),
+            "remaining_after": fraction_text(plan.lifetime_remaining_after.amount),
             "new_dataset": plan.lifetime_is_new,
             "changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by, "at": c.set_at}
                         for c in plan.lifetime_caps],
@@ -78,14 +82,14 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
                           "charged_per_respondent": fraction_text(p.charge), "already_recorded": p.already_recorded}
                          for p in plan.local],
         "tables": [
-            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.epsilon), "mechanism": t.mechanism,
+            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.budget.amount), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              "structural": {"summary": list(t.structural_summary), "cells": [list(c) for c in t.structural_labels]}
              if t.structural else None,
              "moe95": t.moe95, "moe": t.moe, "delta": None if t.delta is None else fraction_text(t.delta),
              "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None,
-             **({"parts": [{"part": label, "epsilon": fraction_text(p.epsilon), "sensitivity": p.shown_sensitivity,
+             **({"parts": [{"part": label, "epsilon": fraction_text(p.budget.amount), "sensitivity": p.shown_sensitivity,
                             "scale": fraction_text(p.shown_scale), "moe": p.moe, "moe95": p.moe95}
                            for label, p in zip(("sum", "count"), t.parts)]} if t.parts else {})}
             for t in plan.tables
@@ -127,7 +131,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
             for label, p in zip(("sum", "count"), t.parts)]
     for key, t in [(t.key, t) for t in plan.tables if not t.parts] + rows:
         mechanism = t.mechanism if t.pure_epsilon is None else f"{t.mechanism} at ε = {fraction_text(t.pure_epsilon)}"
-        table.add_row(key, both(t.epsilon), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
+        table.add_row(key, both(t.budget.amount), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
                       str(t.shown_sensitivity), both(t.shown_scale),
                       f"{t.measured_cells:,} + {len(t.structural):,} structural" if t.structural else f"{t.cells:,}",
                       "—" if t.mechanism == "permute_and_flip" else str(t.moe))
@@ -143,35 +147,36 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
                   "noise distribution (before clamping).", markup=False, highlight=False)
     print_structural(console, plan)
-    mark = "fits" if plan.fits_release else f"OVER by {both(plan.total_epsilon - plan.release_budget)}"
-    console.print(f"Release budget:  total {plan.symbol} = {both(plan.total_epsilon)} of {both(plan.release_budget)} — "
+    total, cap = plan.total.amount, plan.release_budget.amount
+    mark = "fits" if total <= cap else f"OVER by {both(total - cap)}"
+    console.print(f"Release budget:  total {plan.symbol} = {both(total)} of {both(cap)} — "
                   f"{mark}", markup=False, highlight=False)
-    if plan.approx and plan.delta is not None:
-        over = plan.total_delta - plan.delta  # type: ignore[operator]
-        console.print(f"Release δ:       total δ = {fraction_text(plan.total_delta)} of {fraction_text(plan.delta)} — "
+    if isinstance(plan.total, ApproxDP) and isinstance(plan.release_budget, ApproxDP):
+        over = plan.total.delta - plan.release_budget.delta
+        console.print(f"Release δ:       total δ = {fraction_text(plan.total.delta)} of "
+                      f"{fraction_text(plan.release_budget.delta)} — "
                       f"{'fits' if over <= 0 else f'OVER by {fraction_text(over)}'} (δ composes by addition)",
                       markup=False, highlight=False)
     new = " (new to the ledger; cap from the spec)" if plan.lifetime_is_new else ""
-    after = plan.lifetime_spent + plan.charge
-    mark = ("fits" if after <= plan.lifetime_budget  # δ has its own line below
-            else f"OVER by {both(after - plan.lifetime_budget)}")
+    after, life = plan.lifetime_spent_after, plan.lifetime_budget
+    mark = ("fits" if after.amount <= life.amount  # δ has its own line below
+            else f"OVER by {both(after.amount - life.amount)}")
     if plan.ledger_symbol != plan.symbol:
-        console.print(f"This pure ε-DP release is charged to a zCDP ledger as ρ = Σ ε²/2 = {both(plan.charge)} "
+        console.print(f"This pure ε-DP release is charged to a zCDP ledger as ρ = Σ ε²/2 = {both(plan.charge.amount)} "
                       "(ε-DP implies ε²/2-zCDP).", markup=False, highlight=False)
-    if plan.delta is not None and plan.ledger_symbol == "ρ":
+    if plan.guarantee_delta is not None and isinstance(plan.charge, ZCDP):
         from dprelease.accounting import zcdp_epsilon
 
-        console.print(f"Implied (ε, δ)-DP of this release: ε = {both(zcdp_epsilon(plan.charge, plan.delta))} at "
-                      f"δ = {fraction_text(plan.delta)}.", markup=False, highlight=False)
-    console.print(f"Lifetime budget ({plan.ledger_symbol}) of dataset {plan.dataset}{new}: cap {both(plan.lifetime_budget)}, "
-                  f"spent {both(plan.lifetime_spent)} → {both(after)} after this release, remaining "
-                  f"{both(plan.lifetime_remaining)} → {both(plan.lifetime_remaining_after)} — {mark}",
+        console.print(f"Implied (ε, δ)-DP of this release: ε = {both(zcdp_epsilon(plan.charge.rho, plan.guarantee_delta))} "
+                      f"at δ = {fraction_text(plan.guarantee_delta)}.", markup=False, highlight=False)
+    console.print(f"Lifetime budget ({plan.ledger_symbol}) of dataset {plan.dataset}{new}: cap {both(life.amount)}, "
+                  f"spent {both(plan.lifetime_spent.amount)} → {both(after.amount)} after this release, remaining "
+                  f"{both(plan.lifetime_remaining.amount)} → {both(plan.lifetime_remaining_after.amount)} — {mark}",
                   markup=False, highlight=False)
-    if plan.lifetime_delta_budget is not None:
-        d_after = plan.lifetime_delta_spent + (plan.total_delta or 0)
-        console.print(f"Lifetime δ of dataset {plan.dataset}: cap {fraction_text(plan.lifetime_delta_budget)}, spent "
-                      f"{fraction_text(plan.lifetime_delta_spent)} → {fraction_text(d_after)} after this release — "
-                      f"{'fits' if d_after <= plan.lifetime_delta_budget else 'OVER'}", markup=False, highlight=False)
+    if isinstance(life, ApproxDP) and isinstance(after, ApproxDP) and isinstance(plan.lifetime_spent, ApproxDP):
+        console.print(f"Lifetime δ of dataset {plan.dataset}: cap {fraction_text(life.delta)}, spent "
+                      f"{fraction_text(plan.lifetime_spent.delta)} → {fraction_text(after.delta)} after this release — "
+                      f"{'fits' if after.delta <= life.delta else 'OVER'}", markup=False, highlight=False)
     if len(plan.lifetime_caps) > 1:
         for c in plan.lifetime_caps[1:]:
             console.print(f"  the cap was changed to {fraction_text(c.epsilon)} on {c.set_at[:19]} by {c.set_by}: "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dprelease.accounting import fraction_text
+from dprelease.accounting import ApproxDP, fraction_text
 from dprelease.data.rules import check_rules
 from dprelease.errors import (
     AlreadyReleasedError,
@@ -140,27 +140,28 @@ def budget_overruns(spec: Spec, plan: Plan) -> list[str]:
     """Each budget the plan overruns, in ε (or ρ) and, for (ε, δ) terms, in δ, and by how much:
     e.g. "release budget by 1/2 ε"."""
     over = []
-    if plan.total_epsilon > plan.release_budget:
-        over.append(f"release budget by {fraction_text(plan.total_epsilon - plan.release_budget)} {plan.symbol}")
-    if plan.approx and plan.delta is not None and plan.total_delta > plan.delta:  # type: ignore[operator]
-        over.append(f"release δ budget by {fraction_text(plan.total_delta - plan.delta)}")  # type: ignore[operator]
-    if plan.lifetime_spent + plan.charge > plan.lifetime_budget:
+    total, cap = plan.total, plan.release_budget
+    if total.amount > cap.amount:
+        over.append(f"release budget by {fraction_text(total.amount - cap.amount)} {plan.symbol}")
+    if isinstance(total, ApproxDP) and isinstance(cap, ApproxDP) and total.delta > cap.delta:
+        over.append(f"release δ budget by {fraction_text(total.delta - cap.delta)}")
+    after, life, remaining = plan.lifetime_spent_after, plan.lifetime_budget, plan.lifetime_remaining
+    if after.amount > life.amount:
         over.append(f"lifetime budget of {spec.dataset.name} by "
-                    f"{fraction_text(plan.lifetime_spent + plan.charge - plan.lifetime_budget)} {plan.ledger_symbol} "
-                    f"(remaining {fraction_text(plan.lifetime_remaining)})")
-    if plan.lifetime_delta_budget is not None and \
-            plan.lifetime_delta_spent + (plan.total_delta or 0) > plan.lifetime_delta_budget:
-        over.append(f"lifetime δ budget of {spec.dataset.name} by "
-                    f"{fraction_text(plan.lifetime_delta_spent + (plan.total_delta or 0) - plan.lifetime_delta_budget)} "
-                    f"(remaining {fraction_text(plan.lifetime_delta_budget - plan.lifetime_delta_spent)})")
+                    f"{fraction_text(after.amount - life.amount)} {plan.ledger_symbol} "
+                    f"(remaining {fraction_text(remaining.amount)})")
+    if isinstance(after, ApproxDP) and isinstance(life, ApproxDP) and isinstance(remaining, ApproxDP) \
+            and after.delta > life.delta:
+        over.append(f"lifetime δ budget of {spec.dataset.name} by {fraction_text(after.delta - life.delta)} "
+                    f"(remaining {fraction_text(remaining.delta)})")
     return over
 
 
 def over_budget_message(spec: Spec, plan: Plan) -> str:
     """What the release needs, and which budgets it overruns by how much."""
-    needs = f"{plan.symbol} = {fraction_text(plan.total_epsilon)}"
-    if plan.approx:
-        needs += f", δ = {fraction_text(plan.total_delta)}"
+    needs = f"{plan.symbol} = {fraction_text(plan.total.amount)}"
+    if isinstance(plan.charge, ApproxDP):
+        needs += f", δ = {fraction_text(plan.charge.delta)}"
     return (f"the release needs {needs}, over the {' and the '.join(budget_overruns(spec, plan))}. The data was not "
             "read; nothing spent.")
 

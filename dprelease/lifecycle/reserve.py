@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dprelease.accounting import fraction_text
+from dprelease.accounting import ApproxDP, budget_of, fraction_text
 from dprelease.errors import InternalError
 from dprelease.ledger import Ledger, LocalCollection
 from dprelease.lifecycle.prepare import Prepared
@@ -24,7 +24,7 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
     local = _local_collections(plan, prepared.data_fingerprint)
     evaluations = ledger.evaluations_of(spec.dataset.name, prepared.data_fingerprint)
     granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
-                             charges=[(t.key, t.charge, t.delta) for t in plan.tables],
+                             charges=plan.ledger_charges(),
                              spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
                              lifetime_delta_from_spec=spec.dataset.lifetime_delta,
                              local=local, data_fingerprint=prepared.data_fingerprint, approval=prepared.approval,
@@ -34,9 +34,9 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
     if state is None:
         raise InternalError(f"dataset {spec.dataset.name!r} is not in the ledger that just reserved run {granted.run_id}")
     # what the manifest states about the lifetime budget comes from the reserving transaction
-    plan = dataclasses.replace(plan, lifetime_spent=granted.spent_before, lifetime_budget=granted.budget,
-                               lifetime_delta_spent=granted.delta_spent_before,
-                               lifetime_delta_budget=granted.delta_budget if plan.approx else None)
+    kind = plan.terms.kind
+    plan = dataclasses.replace(plan, lifetime_spent=budget_of(kind, granted.spent_before, granted.delta_spent_before),
+                               lifetime_budget=budget_of(kind, granted.budget, granted.delta_budget))
     location = request.location
     run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
                      layout=Layout(request.output_dir, spec.release, granted.run_id), caps=state.caps,
@@ -52,9 +52,9 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
 def reserved_line(run: ReleaseRun) -> str:
     """What was reserved, for whom, under which run id."""
     plan = run.plan
-    charged = f"{plan.ledger_symbol} = {fraction_text(plan.charge)}"
-    if plan.approx:
-        charged += f", δ = {fraction_text(plan.total_delta)}"
+    charged = f"{plan.ledger_symbol} = {fraction_text(plan.charge.amount)}"
+    if isinstance(plan.charge, ApproxDP):
+        charged += f", δ = {fraction_text(plan.charge.delta)}"
     return f"reserved {charged} for {run.spec.release} (run {run.run_id})"
 
 

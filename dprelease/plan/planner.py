@@ -34,12 +34,16 @@ from typing import Any, Callable, TypeVar
 from fractions import Fraction
 
 from dprelease.accounting import (
+    ZCDP,
+    ApproxDP,
+    Budget,
     Neighbouring,
+    PureDP,
     Terms,
     approx_to_zcdp,
-    compose_sequential,
+    budget_of,
+    compose,
     fraction_text,
-    pure_to_zcdp,
     zcdp_to_pure,
 )
 from dprelease.errors import InternalError, LedgerError, UserError
@@ -81,14 +85,13 @@ class TablePlan:
     mechanism with every parameter (:mod:`dprelease.plan.measurements`)."""
 
     name: str
-    epsilon: Fraction  # the table's budget at this level, in the spec's unit (ρ in a zcdp release)
+    budget: Budget  # the table's budget at this level, of the spec's kind (ε, ρ, or (ε, δ))
     noise: Noise  # the mechanism and its parameters, computed once
     cells: int
     moe: int  # at the plan's confidence, in value units (the noise's margin)
     moe95: int
     level: str | None = None  # the geographic level of this measurement (None: a plain table)
-    charge: Fraction | None = None  # what the ledger is charged, in its unit (ρ on a zCDP ledger)
-    delta: Fraction | None = None  # approx: the measurement's δ (0 for a pure mechanism)
+    charge: Budget | None = None  # what the ledger is charged, of its terms' kind (ρ on a zCDP ledger)
     pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
     parts: tuple[TablePlan, ...] = ()  # a mean: its (sum, count) measurements; the rest describes the sum
     structural: tuple[int, ...] = ()  # structural cells (indices into the full cross product): not measured, exact 0
@@ -98,6 +101,11 @@ class TablePlan:
     @property
     def mechanism(self) -> str:
         return self.noise.kind
+
+    @property
+    def delta(self) -> Fraction | None:
+        """On an (ε, δ) ledger, the δ this measurement is charged (0 for a pure mechanism)."""
+        return self.charge.delta if isinstance(self.charge, ApproxDP) else None
 
     @property
     def sensitivity(self) -> int:
@@ -135,8 +143,11 @@ class TablePlan:
 
     @property
     def mechanism_epsilon(self) -> Fraction:
-        """The ε a pure ε-DP mechanism runs at (``epsilon`` unless the budget is ρ)."""
-        return self.epsilon if self.pure_epsilon is None else self.pure_epsilon
+        """The ε a pure ε-DP mechanism runs at (its ε; in a zcdp release the largest ε whose
+        ε²/2 fits the table's ρ)."""
+        if not isinstance(self.noise, (DiscreteLaplace, PermuteAndFlip)):
+            raise InternalError(f"{self.key}: the {self.mechanism} is not a pure ε-DP mechanism")
+        return self.noise.epsilon
 
     @property
     def shown_sensitivity(self) -> int:
@@ -183,11 +194,12 @@ class Plan:
     dataset: str
     fingerprint: str
     tables: tuple[TablePlan, ...]
-    total_epsilon: Fraction
-    release_budget: Fraction
+    total: Budget  # the tables' budgets composed, of the spec's kind
+    release_budget: Budget  # the spec's budget: block, of the same kind
     confidence: Fraction
-    lifetime_budget: Fraction
-    lifetime_spent: Fraction  # before this release
+    charge: Budget  # what the ledger is charged, of its terms' kind
+    lifetime_budget: Budget  # the dataset's cap, of its terms' kind
+    lifetime_spent: Budget  # before this release
     lifetime_is_new: bool  # the dataset is not in the ledger yet
     existing_run: RunRecord | None  # a live run of the same release, if any
     data_versions: int  # distinct data fingerprints among earlier releases
@@ -195,13 +207,7 @@ class Plan:
     relation: Neighbouring = Neighbouring()  # the neighbouring relation the plan is made under
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (NOT DP)
     terms: Terms = Terms("pure")  # the dataset's ledger terms this plan is charged under (see ledger_terms)
-    symbol: str = "ε"  # of the spec's budgets (total_epsilon, release_budget): ε, or ρ for zcdp
-    total_charge: Fraction | None = None  # what the ledger is charged, in its unit (None: total_epsilon)
-    ledger_symbol: str = "ε"  # of the lifetime figures: ε, or ρ for a zcdp ledger
-    delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee; approx: the release's δ budget
-    total_delta: Fraction | None = None  # approx ledger: the δ this release is charged
-    lifetime_delta_budget: Fraction | None = None  # approx ledger
-    lifetime_delta_spent: Fraction = Fraction(0)
+    guarantee_delta: Fraction | None = None  # zcdp: the δ of the (ε, δ) guarantee the release states
     local: tuple[LocalPlan, ...] = ()
     local_spent: Fraction = Fraction(0)  # each respondent's ε over the collections recorded before
     evaluations: tuple[Evaluation, ...] = ()  # the dataset's data read in the open (`dprelease evaluate`)
@@ -214,34 +220,48 @@ class Plan:
     @property
     def approx(self) -> bool:
         """Charged in (ε, δ): an approx ledger."""
-        return self.total_delta is not None
+        return self.terms.kind == "approx"
 
     @property
-    def charge(self) -> Fraction:
-        return self.total_epsilon if self.total_charge is None else self.total_charge
+    def symbol(self) -> str:
+        """Of the spec's budgets (``total``, ``release_budget``): ε, or ρ for zcdp."""
+        return self.release_budget.symbol
+
+    @property
+    def ledger_symbol(self) -> str:
+        """Of the lifetime figures: ε, or ρ for a zCDP ledger."""
+        return self.terms.symbol
 
     @property
     def fits_release(self) -> bool:
-        delta_ok = self.total_delta is None or self.delta is None or self.total_delta <= self.delta
-        return self.total_epsilon <= self.release_budget and delta_ok
+        """Within the spec's budget (under approx, in ε and in δ)."""
+        return self.total <= self.release_budget  # type: ignore[operator]  # one kind, by construction
 
     @property
     def fits_lifetime(self) -> bool:
-        delta_ok = (self.lifetime_delta_budget is None
-                    or self.lifetime_delta_spent + (self.total_delta or 0) <= self.lifetime_delta_budget)
-        return self.lifetime_spent + self.charge <= self.lifetime_budget and delta_ok
+        """Within the dataset's remaining lifetime budget (under approx terms, in ε and in δ)."""
+        return self.lifetime_spent + self.charge <= self.lifetime_budget  # type: ignore[operator]
 
     @property
     def fits(self) -> bool:
         return self.fits_release and self.fits_lifetime
 
     @property
-    def lifetime_remaining(self) -> Fraction:
-        return self.lifetime_budget - self.lifetime_spent
+    def lifetime_remaining(self) -> Budget:
+        return self.lifetime_budget - self.lifetime_spent  # type: ignore[operator]
 
     @property
-    def lifetime_remaining_after(self) -> Fraction:
-        return self.lifetime_remaining - self.charge
+    def lifetime_spent_after(self) -> Budget:
+        return self.lifetime_spent + self.charge  # type: ignore[operator]
+
+    @property
+    def lifetime_remaining_after(self) -> Budget:
+        return self.lifetime_remaining - self.charge  # type: ignore[operator]
+
+    def ledger_charges(self) -> list[tuple[str, Fraction, Fraction | None]]:
+        """(measurement, amount, δ) per measurement, as the ledger records them: the amount in the
+        unit of its terms, the δ under approx terms (None otherwise)."""
+        return [(t.key, _planned(t.charge).amount, t.delta) for t in self.tables]
 
 
 def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
@@ -259,26 +279,23 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         delta_budget, delta_spent = spec.dataset.lifetime_delta, Fraction(0)
     refuse_local_over_central(spec, state)  # before the terms: the provenance is what is wrong
     terms, relation = ledger_terms(spec, state)
-    to_rho = terms.kind == "zcdp" and spec.definition == "pure"  # a pure release on a zCDP ledger
-    approx = terms.kind == "approx"
     if state is not None:
-        if not to_rho and not (approx and spec.definition == "pure"):  # a pure spec's lifetime ε says nothing about a ρ or (ε, δ) cap
+        if terms.kind == spec.definition:  # a pure spec's lifetime ε says nothing about a ρ or (ε, δ) cap
             check_lifetime_matches(state, spec.dataset.lifetime_epsilon, spec.dataset.lifetime_delta)
         lifetime, spent = state.budget, state.spent
         delta_budget, delta_spent = state.delta_budget, state.delta_spent
-    tables = measurement_plans(spec, terms, relation, to_rho)
-    if approx:  # pure measurements on an (ε, δ) ledger cost δ = 0
-        tables = tuple(t if t.delta is not None else _with_delta(t) for t in tables)
+    tables = measurement_plans(spec, terms, relation)
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
-        total_epsilon=compose_sequential(t.epsilon for t in tables), release_budget=spec.budget_epsilon,
-        confidence=spec.confidence, lifetime_budget=lifetime, lifetime_spent=spent,
+        total=compose((t.budget for t in tables), spec.definition),
+        release_budget=_budget(spec, spec.budget_epsilon, spec.delta if spec.definition == "approx" else None),
+        confidence=spec.confidence, charge=compose((_planned(t.charge) for t in tables), terms.kind),
+        lifetime_budget=budget_of(terms.kind, lifetime, delta_budget),
+        lifetime_spent=budget_of(terms.kind, spent, delta_spent),
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
-        relation=relation, invariants=spec.invariant_levels, terms=terms, symbol=spec.symbol,
-        total_charge=compose_sequential(_planned(t.charge) for t in tables), ledger_symbol=terms.symbol,
-        delta=spec.delta, total_delta=compose_sequential(_planned(t.delta) for t in tables) if approx else None,
-        lifetime_delta_budget=delta_budget if approx else None, lifetime_delta_spent=delta_spent,
+        relation=relation, invariants=spec.invariant_levels, terms=terms,
+        guarantee_delta=spec.delta if spec.definition == "zcdp" else None,
         local=local_plans(spec, state), local_spent=state.local_epsilon if state else Fraction(0),
         evaluations=state.evaluations if state else (),
     )
@@ -339,26 +356,34 @@ def with_provenance(spec: Spec, plan: Plan, state: DatasetState | None, register
     return replace(plan, local=local_plans(spec, state, registered, answers))
 
 
-def _planned(amount: Fraction | None) -> Fraction:
-    """A charge (or δ) every measurement's plan sets; a missing one is a bug, never 0."""
-    if amount is None:
+def _planned(charge: Budget | None) -> Budget:
+    """The charge every measurement's plan sets; a missing one is a bug, never 0."""
+    if charge is None:
         raise InternalError("a measurement was planned without its charge")
-    return amount
+    return charge
 
 
-def _with_delta(t: TablePlan) -> TablePlan:
-    return replace(t, delta=Fraction(0))
+def _budget(spec: Spec, amount: Fraction, delta: Fraction | None = None) -> Budget:
+    """``amount`` (and ``delta``) as a budget of the spec's kind: ε, ρ, or (ε, δ) with δ = 0 for
+    a pure mechanism."""
+    return budget_of(spec.definition, amount, delta)
 
 
-def measurement_plans(spec: Spec, terms: Terms | None = None, relation: Neighbouring | None = None,
-                      to_rho: bool = False) -> tuple[TablePlan, ...]:
+def _charged(budget: Budget, terms: Terms) -> Budget:
+    """What the ledger is charged for a measurement of ``budget`` run as a pure or Gaussian
+    mechanism of its own kind: the budget itself, or on (ε, δ) terms a pure ε as (ε, 0)."""
+    return budget.as_approx() if terms.kind == "approx" and isinstance(budget, PureDP) else budget
+
+
+def measurement_plans(spec: Spec, terms: Terms | None = None,
+                      relation: Neighbouring | None = None) -> tuple[TablePlan, ...]:
     """The plan of every measurement (mechanism, sensitivity, scale), in spec order. Without
     ledger ``terms``: those of a dataset new to the ledger (what ``evaluate`` simulates)."""
     if terms is None or relation is None:
         terms, relation = ledger_terms(spec, None)
     masks = measurement_masks(spec)
-    return tuple(_with_structural(spec, _plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, relation,
-                                                  to_rho), dims, masks[(t.name, level)])
+    return tuple(_with_structural(spec, _plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, relation),
+                                  dims, masks[(t.name, level)])
                  for t in spec.tables for level, dims, eps in t.measured())
 
 
@@ -376,18 +401,19 @@ def _with_structural(spec: Spec, plan: TablePlan, dims: tuple[str, ...], mask: A
 
 
 def _plan_one(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: Terms,
-              relation: Neighbouring, to_rho: bool) -> TablePlan:
+              relation: Neighbouring) -> TablePlan:
+    """One measurement of table ``t`` that spends ``eps`` (in the spec's unit: ρ under zcdp)."""
     if isinstance(t.measure, MeanMeasure):
-        return _plan_mean(spec, t, eps, cells, level, terms, relation, to_rho)
+        return _plan_mean(spec, t, eps, cells, level, terms, relation)
     if isinstance(t.measure, ModeMeasure):
-        return _plan_mode(spec, t, eps, cells, level, relation, to_rho)
+        return _plan_mode(spec, t, eps, cells, level, terms, relation)
     if t.mechanism == "discrete_gaussian":
         return _plan_gaussian(spec, t, eps, cells, level, relation)
-    return _plan_table(spec, t, eps, cells, level, relation, to_rho)
+    return _plan_table(spec, t, eps, cells, level, terms, relation)
 
 
 def _plan_mean(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: Terms,
-               relation: Neighbouring, to_rho: bool) -> TablePlan:
+               relation: Neighbouring) -> TablePlan:
     """A mean = a noisy sum of centred values over a noisy count of the same rows: two
     measurements on the same rows, composed sequentially — the sum gets ``sum_share`` of the
     budget (ε, ρ, and under approx the δ with it), the count the rest. Each part is planned as
@@ -395,13 +421,10 @@ def _plan_mean(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | Non
     the plan's ``parts`` are (sum, count) and it is charged their total."""
     assert isinstance(t.measure, MeanMeasure)
     sum_eps = eps * t.measure.sum_share
-    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), sum_eps, cells, level, terms, relation,
-                       to_rho),
-             _plan_one(spec, replace(t, measure=None), eps - sum_eps, cells, level, terms, relation, to_rho))
-    first = parts[0]
-    return replace(first, epsilon=eps, charge=compose_sequential(_planned(p.charge) for p in parts),
-                   delta=None if first.delta is None else compose_sequential(_planned(p.delta) for p in parts),
-                   pure_epsilon=None, parts=parts)
+    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), sum_eps, cells, level, terms, relation),
+             _plan_one(spec, replace(t, measure=None), eps - sum_eps, cells, level, terms, relation))
+    return replace(parts[0], budget=compose((p.budget for p in parts), spec.definition),
+                   charge=compose((_planned(p.charge) for p in parts), terms.kind), pure_epsilon=None, parts=parts)
 
 
 def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbouring]:
@@ -448,14 +471,13 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbo
     return held, relation
 
 
-def _plan_table(spec: Spec, t: Table, epsilon: Fraction, cells: int, level: str | None, relation: Neighbouring,
-                to_rho: bool = False) -> TablePlan:
+def _plan_table(spec: Spec, t: Table, epsilon: Fraction, cells: int, level: str | None, terms: Terms,
+                relation: Neighbouring) -> TablePlan:
     """A pure ε-DP mechanism (discrete Laplace, truncated geometric) on a count or sum histogram:
     sensitivity a count's (:attr:`Neighbouring.count_l1`) or a sum's (:func:`sum_l1`), in
     published units; the noise is drawn in units of the granularity (1 for counts), with scale
     (sensitivity/granularity)/ε. In a zcdp release (``epsilon`` is then ρ) it runs at the largest
-    ε with ε²/2 ≤ ρ and is charged ε²/2. ``to_rho``: a pure release charged ε²/2 to a zCDP
-    ledger."""
+    ε with ε²/2 ≤ ρ and is charged ε²/2, as is a pure release on a zCDP ledger (:func:`_pure_charge`)."""
     if isinstance(t.measure, SumMeasure):
         g, sensitivity = t.measure.granularity, sum_l1(t.measure.low, t.measure.high, relation, cells)
     else:
@@ -468,9 +490,17 @@ def _plan_table(spec: Spec, t: Table, epsilon: Fraction, cells: int, level: str 
         return DiscreteLaplace(sensitivity, run_at, g)
 
     made, pure_epsilon = _pure_noise(spec, t.name, epsilon, noise)
-    return TablePlan(name=t.name, epsilon=epsilon, noise=made, cells=cells, moe=made.margin(spec.confidence),
+    budget = _budget(spec, epsilon)
+    return TablePlan(name=t.name, budget=budget, noise=made, cells=cells, moe=made.margin(spec.confidence),
                      moe95=made.margin(CONFIDENCE_95), level=level, pure_epsilon=pure_epsilon,
-                     charge=pure_to_zcdp(made.epsilon) if to_rho or pure_epsilon is not None else epsilon)
+                     charge=_pure_charge(budget, made.epsilon, terms))
+
+
+def _pure_charge(budget: Budget, run_at: Fraction, terms: Terms) -> Budget:
+    """The ledger's charge for a pure ε-DP mechanism run at ``run_at``: on zCDP terms ε²/2
+    (ε-DP implies ε²/2-zCDP; a zcdp release's own pure tables, or a pure release there),
+    otherwise the measurement's budget (on (ε, δ) terms with δ = 0)."""
+    return PureDP(run_at).as_zcdp() if terms.kind == "zcdp" else _charged(budget, terms)
 
 
 N = TypeVar("N", DiscreteLaplace, PermuteAndFlip)
@@ -525,13 +555,13 @@ def _plan_gaussian(spec: Spec, table: Table, budget: Fraction, cells: int, level
         raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {budget} asks for a noise variance the "
                         "exact sampler cannot take; use a larger budget or coarser granularity") from None
     noise = DiscreteGaussian(l2, sigma2, g)
-    return TablePlan(name=table.name, epsilon=budget, noise=noise, cells=cells, moe=noise.margin(spec.confidence),
-                     moe95=noise.margin(CONFIDENCE_95), level=level,
-                     charge=zcdp_rho(sigma2, l2) if spec.definition == "zcdp" else budget, delta=delta)
+    return TablePlan(name=table.name, budget=_budget(spec, budget, delta), noise=noise, cells=cells,
+                     moe=noise.margin(spec.confidence), moe95=noise.margin(CONFIDENCE_95), level=level,
+                     charge=ZCDP(zcdp_rho(sigma2, l2)) if spec.definition == "zcdp" else _budget(spec, budget, delta))
 
 
-def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, relation: Neighbouring,
-               to_rho: bool = False) -> TablePlan:
+def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, terms: Terms,
+               relation: Neighbouring) -> TablePlan:
     """A mode or quantile per cell by permute-and-flip (:class:`PermuteAndFlip`): utilities are
     the cell's category counts (or quantile utilities), Δu = :func:`utility_sensitivity` (the
     contribution bound K for a mode). Monotone (temperature Δu/ε) for a mode under add/remove
@@ -542,9 +572,9 @@ def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: s
     monotone = table.measure.q is None and not relation.change
     du = utility_sensitivity(table.measure.q, relation)
     made, pure_epsilon = _pure_noise(spec, table.name, epsilon, lambda run_at: PermuteAndFlip(du, run_at, monotone))
-    return TablePlan(name=table.name, epsilon=epsilon, noise=made, cells=cells, moe=0, moe95=0, level=level,
-                     pure_epsilon=pure_epsilon,
-                     charge=pure_to_zcdp(made.epsilon) if to_rho or pure_epsilon is not None else epsilon)
+    budget = _budget(spec, epsilon)
+    return TablePlan(name=table.name, budget=budget, noise=made, cells=cells, moe=0, moe95=0, level=level,
+                     pure_epsilon=pure_epsilon, charge=_pure_charge(budget, made.epsilon, terms))
 
 
 def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> list[tuple[str, Fraction]]:
