@@ -13,44 +13,16 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from dprelease import __version__
-from dprelease.accounting import ZCDP, ApproxDP, delta_of, fraction_text, zcdp_epsilon
-from dprelease.ledger import Approval, Evaluation
-from dprelease.plan import Plan, TablePlan
-from dprelease.plan.measurements import PermuteAndFlip
-from dprelease.plan.planner import LocalPlan
-from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
-
-MANIFEST_FORMAT = 1
-
-
-@dataclass(frozen=True, slots=True)
-class RunFacts:
-    """What a manifest states about the run beyond its plan: where its budget lives, who approved
-    the plan, and whether the data was evaluated in the open. Nothing data-dependent."""
-
-    ledger_id: str
-    ledger_location: str
-    ledger_chosen_by: str
-    approval: Approval | None = None
-    evaluations: tuple[Evaluation, ...] = ()
-
-    def manifest_part(self) -> dict[str, Any]:
-        return {
-            "ledger": {"id": self.ledger_id, "location": self.ledger_location, "chosen_by": self.ledger_chosen_by},
-            "approval": None if self.approval is None else {
-                "approved_by": self.approval.approved_by, "approved_at": self.approval.approved_at,
-                "plan_fingerprint": self.approval.spec_fingerprint},
-            "evaluated_in_the_open": [{"evaluated_at": e.evaluated_at, "evaluated_by": e.evaluated_by,
-                                       "trials": e.trials, "under_dataset": e.dataset} for e in self.evaluations],
-        }
+from dprelease.accounting import fraction_text
+from dprelease.plan import TablePlan
+from dprelease.plan.local import LocalPlan
+from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, Table
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,127 +191,6 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(arrow, path)
     return path
-
-
-def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFacts | None = None) -> dict[str, Any]:
-    """What was released, how, and what it cost; nothing data-dependent but the noisy outputs."""
-    by_name = {t.name: t for t in spec.tables}
-    return {
-        "format": MANIFEST_FORMAT,
-        "release": plan.release,
-        "dataset": plan.dataset,
-        **({"exact_publications": {  # first: what is published outside differential privacy
-            "protected_by_differential_privacy": False,
-            "totals": [f"persons per place at {level}: exact" for level in spec.invariant_levels]}}
-           if spec.invariants else {}),
-        "run_id": run_id,
-        "created_at": created_at,
-        "software": {"name": "dprelease", "version": __version__},
-        "spec_fingerprint": plan.fingerprint,
-        **(facts.manifest_part() if facts is not None else {}),
-        **({"release_template": spec.release_template, "run_date": spec.run_date.isoformat()}  # type: ignore[union-attr]
-           if spec.release_template else {}),
-        "spec": "spec.json",
-        **({"partition": {"column": spec.dataset.partition_column, "value": spec.dataset.partition_value,
-                          "disjoint_units": spec.dataset.disjoint_units, "ledger_dataset": spec.dataset.name,
-                          "assumption": spec.dataset.partition_note}} if spec.dataset.partition_column else {}),
-        "privacy": {"definition": spec.definition, "unit": spec.unit, "neighbouring": plan.neighbouring,
-                    "ledger_terms": plan.terms.text,
-                    **({"contribution_bound": {"id": spec.unit_id, "max_rows": spec.max_rows}}
-                       if spec.unit == "person" else {})},
-        # the spec's budget (in budget_unit: ε, or ρ) and the ledger's charge (in ledger_unit); the
-        # keys of manifest format 1, kept for its readers (dprelease report reads older manifests)
-        "total_epsilon": fraction_text(plan.total.amount),
-        "release_budget": fraction_text(plan.release_budget.amount),
-        "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
-        "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
-        "ledger_charge": fraction_text(plan.charge.amount),
-        **({"implied_approximate_dp": {"epsilon": fraction_text(zcdp_epsilon(plan.charge.amount,
-                                                                             plan.guarantee_delta)),
-                                       "delta": fraction_text(plan.guarantee_delta)}}
-           if isinstance(plan.charge, ZCDP) and plan.guarantee_delta is not None else {}),
-        **({"release_delta_budget": fraction_text(delta_of(plan.release_budget) or Fraction(0)),
-            "total_delta": fraction_text(plan.charge.delta)} if isinstance(plan.charge, ApproxDP) else {}),
-        "lifetime": {"budget": fraction_text(plan.lifetime_budget.amount),
-                     "spent_before": fraction_text(plan.lifetime_spent.amount),
-                     "spent_after": fraction_text(plan.lifetime_spent_after.amount),
-                     "remaining": fraction_text(plan.lifetime_remaining_after.amount),
-                     **({"delta": {"budget": fraction_text(plan.lifetime_budget.delta),
-                                   "spent_before": fraction_text(plan.lifetime_spent.delta),
-                                   "spent_after": fraction_text(plan.lifetime_spent.delta + plan.charge.delta)}}
-                        if isinstance(plan.lifetime_budget, ApproxDP) and isinstance(plan.lifetime_spent, ApproxDP)
-                        and isinstance(plan.charge, ApproxDP) else {})},
-        "confidence": fraction_text(plan.confidence),
-        "geography": list(spec.geography),
-        **({"invariants": {
-            "protected_by_differential_privacy": False,
-            "declared": list(spec.invariants),
-            "totals": [{"level": level, "file": invariant_path(level)} for level in spec.invariant_levels],
-            "note": "published exactly: the number of persons per place at these levels is NOT protected by "
-                    "differential privacy, and every table's ε holds only between datasets with the same totals",
-        }} if spec.invariants else {}),
-        **({"local_tables": [
-            {"name": p.name, "column": p.column, "protocol": p.protocol, "categories": p.categories,
-             "epsilon_local": p.epsilon_shown, "epsilon_local_bound": fraction_text(p.collection.epsilon),
-             "keep_probability": p.keep_probability, "collection": p.collection.collection,
-             "memoised": p.collection.memoised, "charged_per_respondent": fraction_text(p.charge),
-             "already_recorded": p.already_recorded, "file": f"tables/{p.name}.csv",
-             "provenance": None if p.provenance is None else {
-                 "how": p.provenance.how, "statement": p.provenance.statement, "memo_of": p.provenance.memo_of,
-                 "registered_by": p.provenance.registered_by, "registered_at": p.provenance.registered_at},
-             **({"memo_not_honoured": "memoised: true, but the registered answers were not produced from the memo "
-                                      "of that collection: charged as a fresh collection"}
-                if p.memo_not_honoured else {}),
-             "estimators": {"share": "iterative Bayesian update (maximum likelihood on the simplex)",
-                            "share_mi": "matrix inversion, projected onto the simplex"}}
-            for p in plan.local],
-            "local_epsilon_per_respondent": {"before": fraction_text(plan.local_spent),
-                                             "after": fraction_text(plan.local_spent + sum(
-                                                 (p.charge for p in plan.local), Fraction(0)))}}
-           if plan.local else {}),
-        "tables": [
-            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.budget.amount), "mechanism": t.mechanism,
-             "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
-             "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
-             **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
-             "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
-             **({"upper": t.upper} if t.upper is not None else {}),
-             **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
-             **({"parts": [{"part": part, "epsilon": fraction_text(p.budget.amount), "mechanism": p.mechanism,
-                            "sensitivity": p.shown_sensitivity, "scale": fraction_text(p.shown_scale), "moe": p.moe,
-                            "moe95": p.moe95, **({"delta": fraction_text(p.delta)} if p.delta is not None else {}),
-                            **({"mechanism_epsilon": fraction_text(p.pure_epsilon)}
-                               if p.pure_epsilon is not None else {})}
-                           for part, p in zip(("sum", "count"), t.parts)]} if t.parts else {}),
-             **({"mechanism_epsilon": fraction_text(t.pure_epsilon)} if t.pure_epsilon is not None else {}),
-             **({"monotone": t.noise.monotone} if isinstance(t.noise, PermuteAndFlip) else {}),
-             **({"measure": {"sum": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
-                             "missing": "zero" if m.missing_as_zero else "error"}}
-                if isinstance(m := by_name[t.name].measure, SumMeasure)
-                else {"measure": {"mean": m.column, "bounds": [m.low, m.high], "granularity": m.granularity,
-                                  "missing": m.missing, "centre": m.centre, "sum_share": fraction_text(m.sum_share),
-                                  "rule": "mean = centre + noisy sum / noisy count, clamped to the bounds; empty "
-                                          "where the noisy count is below 1"}}
-                if isinstance(m, MeanMeasure)
-                else {"measure": {m.kind: m.column, **({"q": fraction_text(m.q)} if m.q is not None else {})}}
-                if isinstance(m, ModeMeasure) else {"measure": "count"}),
-             "consistency": by_name[t.name].consistency,
-             "group_by": list(by_name[t.name].group_by),
-             "where": [[c.column, c.op, list(c.operand)] for c in by_name[t.name].where],
-             "file": table_path(by_name[t.name], t.level),
-             "measurements": table_path(by_name[t.name], t.level, "measurements", "parquet")}
-            for t in plan.tables
-        ],
-    }
-
-
-def structural_record(table: Table, plan: TablePlan) -> dict[str, Any]:
-    """The manifest's account of a measurement's structural cells: every one, as its categories."""
-    return {"published": "omitted" if table.structural_zeros == "omit" else "exact 0, marked structural",
-            "why": "no row can be in these cells: the table's where and the spec's rules exclude them (a function "
-                   "of the spec alone); they are not measured, get no noise and have no margin of error",
-            "summary": list(plan.structural_summary),
-            "cells": [list(c) for c in plan.structural_labels]}
 
 
 @dataclass(frozen=True, slots=True)

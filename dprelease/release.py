@@ -21,11 +21,10 @@ from dprelease.measure import check_structural, measure_counts, measure_mean, me
 from dprelease.mechanisms.local import Estimate, estimate_local
 from dprelease.postprocess import Invariants, postprocess_release, structural_masks
 from dprelease.plan import Plan
+from dprelease.manifest import RunFacts, manifest
 from dprelease.publish import (
     Layout,
-    RunFacts,
     discard_staging,
-    manifest,
     move_into_place,
     sync_tree,
     utc_now,

@@ -12,7 +12,8 @@ from dprelease.errors import InternalError
 from dprelease.ledger import Ledger, LocalCollection
 from dprelease.lifecycle.prepare import Prepared
 from dprelease.plan import Plan
-from dprelease.publish import Layout, RunFacts
+from dprelease.manifest import RunFacts
+from dprelease.publish import Layout
 from dprelease.release import ReleaseRun
 
 

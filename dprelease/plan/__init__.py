@@ -1,5 +1,13 @@
-"""Planning: spec + ledger state → Plan, before any data is read."""
+"""Planning: spec + ledger state → Plan, before any data is read.
 
-from dprelease.plan.planner import Plan, TablePlan, epsilon_for_target, plan_release, with_provenance
+* :mod:`~dprelease.plan.planner`: the release's plan (budgets, ledger terms, verdict);
+* :mod:`~dprelease.plan.measurements`: one measurement's plan and its noise mechanism;
+* :mod:`~dprelease.plan.local`: local tables (answers randomized by the respondents);
+* :mod:`~dprelease.plan.structural`: structural zeros, cells the spec makes impossible.
+"""
 
-__all__ = ["Plan", "TablePlan", "epsilon_for_target", "plan_release", "with_provenance"]
+from dprelease.plan.local import LocalPlan
+from dprelease.plan.measurements import TablePlan
+from dprelease.plan.planner import Plan, epsilon_for_target, plan_release, with_provenance
+
+__all__ = ["LocalPlan", "Plan", "TablePlan", "epsilon_for_target", "plan_release", "with_provenance"]

@@ -1,7 +1,7 @@
 """One type per noise mechanism: its parameters computed once, its margin of error, its draw.
 
-The planner builds one of these per measurement (:class:`dprelease.plan.planner.TablePlan`
-holds it as ``noise``); everything downstream reads it instead of recomputing: the sampler's
+The planner builds one of these per measurement (:class:`TablePlan`, the plan of one
+measurement, holds it as ``noise``); everything downstream reads it instead of recomputing: the sampler's
 parameters (checked against the exact sampler here, when the plan is made, so a run never
 fails on them after reserving), the margin of error, the noise variance consistency weights
 by, and what the manifest shows. Only :mod:`dprelease.measure` calls ``draw``.
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dprelease.mechanisms.sampling import Entropy
 
-from dprelease.accounting import Neighbouring
+from dprelease.accounting import ApproxDP, Budget, Neighbouring
+from dprelease.errors import InternalError
 from dprelease.mechanisms import (
     check_scale,
     discrete_gaussian,
@@ -234,3 +235,92 @@ class PermuteAndFlip:
 
 
 Noise = DiscreteLaplace | TruncatedGeometric | DiscreteGaussian | PermuteAndFlip
+
+
+# ---------------------------------------------------------------- one measurement's plan
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    """One measurement: a table (at one level of its geography), its budget, and its noise
+    mechanism with every parameter (:mod:`dprelease.plan.measurements`)."""
+
+    name: str
+    budget: Budget  # the table's budget at this level, of the spec's kind (ε, ρ, or (ε, δ))
+    noise: Noise  # the mechanism and its parameters, computed once
+    cells: int
+    moe: int  # at the plan's confidence, in value units (the noise's margin)
+    moe95: int
+    level: str | None = None  # the geographic level of this measurement (None: a plain table)
+    charge: Budget | None = None  # what the ledger is charged, of its terms' kind (ρ on a zCDP ledger)
+    pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
+    parts: tuple[TablePlan, ...] = ()  # a mean: its (sum, count) measurements; the rest describes the sum
+    structural: tuple[int, ...] = ()  # structural cells (indices into the full cross product): not measured, exact 0
+    structural_summary: tuple[str, ...] = ()  # the structural cells in words ("AGE_GROUP = 0-17")
+    structural_labels: tuple[tuple[str, ...], ...] = ()  # each structural cell as its published categories
+
+    @property
+    def mechanism(self) -> str:
+        return self.noise.kind
+
+    @property
+    def delta(self) -> Fraction | None:
+        """On an (ε, δ) ledger, the δ this measurement is charged (0 for a pure mechanism)."""
+        return self.charge.delta if isinstance(self.charge, ApproxDP) else None
+
+    @property
+    def sensitivity(self) -> int:
+        """L1 (Δ₂² for the discrete Gaussian, in units of the granularity; Δu for permute-and-flip)."""
+        return self.noise.sensitivity
+
+    @property
+    def scale(self) -> Fraction:
+        """Δ/ε in value units (σ² in units of the granularity; the temperature for permute-and-flip)."""
+        return self.noise.scale
+
+    @property
+    def granularity(self) -> int:
+        return self.noise.granularity
+
+    @property
+    def upper(self) -> int | None:
+        """The truncated geometric's public bound (None for the other mechanisms)."""
+        return self.noise.upper if isinstance(self.noise, TruncatedGeometric) else None
+
+    @property
+    def measured_cells(self) -> int:
+        """Cells that get noise: all ``cells`` but the structural ones."""
+        return self.cells - len(self.structural)
+
+    def structural_mask(self) -> Any:
+        """The structural cells as a boolean numpy mask over all ``cells`` (None: none)."""
+        if not self.structural:
+            return None
+        import numpy as np
+
+        mask = np.zeros(self.cells, dtype=bool)
+        mask[np.asarray(self.structural, dtype=np.int64)] = True
+        return mask
+
+    @property
+    def mechanism_epsilon(self) -> Fraction:
+        """The ε a pure ε-DP mechanism runs at (its ε; in a zcdp release the largest ε whose
+        ε²/2 fits the table's ρ)."""
+        if not isinstance(self.noise, (DiscreteLaplace, PermuteAndFlip)):
+            raise InternalError(f"{self.key}: the {self.mechanism} is not a pure ε-DP mechanism")
+        return self.noise.epsilon
+
+    @property
+    def shown_sensitivity(self) -> int:
+        """The sensitivity in value units, as published."""
+        return self.noise.shown_sensitivity
+
+    @property
+    def shown_scale(self) -> Fraction:
+        """The noise scale in value units, as published."""
+        return self.noise.shown_scale
+
+    @property
+    def key(self) -> str:
+        """The ledger's name for this measurement: ``table`` or ``table/level``."""
+        return self.name if self.level is None else f"{self.name}/{self.level}"

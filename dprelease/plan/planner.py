@@ -28,14 +28,12 @@ Privacy contract of the plan (pure ε-DP, one row per person):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, TypeVar
 from fractions import Fraction
 
 from dprelease.accounting import (
     ZCDP,
-    ApproxDP,
     Budget,
     Neighbouring,
     PureDP,
@@ -52,21 +50,16 @@ from dprelease.ledger import (
     CapChange,
     DatasetState,
     Evaluation,
-    LocalCollection,
-    LocalRecord,
     RunRecord,
     check_lifetime_matches,
-    local_charge,
-    memo_honoured,
-    provenance_of,
-    unregistered_message,
 )
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin
 from dprelease.mechanisms.gaussian import sigma2_for, zcdp_rho
+from dprelease.plan.local import LocalPlan, local_plans, refuse_local_over_central
 from dprelease.plan.measurements import (
+    TablePlan,
     DiscreteGaussian,
     DiscreteLaplace,
-    Noise,
     PermuteAndFlip,
     TruncatedGeometric,
     sum_l1,
@@ -77,115 +70,6 @@ from dprelease.plan.structural import cell_labels, describe, measurement_masks
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table, fingerprint
 
 CONFIDENCE_95 = Fraction(95, 100)
-
-
-@dataclass(frozen=True, slots=True)
-class TablePlan:
-    """One measurement: a table (at one level of its geography), its budget, and its noise
-    mechanism with every parameter (:mod:`dprelease.plan.measurements`)."""
-
-    name: str
-    budget: Budget  # the table's budget at this level, of the spec's kind (ε, ρ, or (ε, δ))
-    noise: Noise  # the mechanism and its parameters, computed once
-    cells: int
-    moe: int  # at the plan's confidence, in value units (the noise's margin)
-    moe95: int
-    level: str | None = None  # the geographic level of this measurement (None: a plain table)
-    charge: Budget | None = None  # what the ledger is charged, of its terms' kind (ρ on a zCDP ledger)
-    pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
-    parts: tuple[TablePlan, ...] = ()  # a mean: its (sum, count) measurements; the rest describes the sum
-    structural: tuple[int, ...] = ()  # structural cells (indices into the full cross product): not measured, exact 0
-    structural_summary: tuple[str, ...] = ()  # the structural cells in words ("AGE_GROUP = 0-17")
-    structural_labels: tuple[tuple[str, ...], ...] = ()  # each structural cell as its published categories
-
-    @property
-    def mechanism(self) -> str:
-        return self.noise.kind
-
-    @property
-    def delta(self) -> Fraction | None:
-        """On an (ε, δ) ledger, the δ this measurement is charged (0 for a pure mechanism)."""
-        return self.charge.delta if isinstance(self.charge, ApproxDP) else None
-
-    @property
-    def sensitivity(self) -> int:
-        """L1 (Δ₂² for the discrete Gaussian, in units of the granularity; Δu for permute-and-flip)."""
-        return self.noise.sensitivity
-
-    @property
-    def scale(self) -> Fraction:
-        """Δ/ε in value units (σ² in units of the granularity; the temperature for permute-and-flip)."""
-        return self.noise.scale
-
-    @property
-    def granularity(self) -> int:
-        return self.noise.granularity
-
-    @property
-    def upper(self) -> int | None:
-        """The truncated geometric's public bound (None for the other mechanisms)."""
-        return self.noise.upper if isinstance(self.noise, TruncatedGeometric) else None
-
-    @property
-    def measured_cells(self) -> int:
-        """Cells that get noise: all ``cells`` but the structural ones."""
-        return self.cells - len(self.structural)
-
-    def structural_mask(self) -> Any:
-        """The structural cells as a boolean numpy mask over all ``cells`` (None: none)."""
-        if not self.structural:
-            return None
-        import numpy as np
-
-        mask = np.zeros(self.cells, dtype=bool)
-        mask[np.asarray(self.structural, dtype=np.int64)] = True
-        return mask
-
-    @property
-    def mechanism_epsilon(self) -> Fraction:
-        """The ε a pure ε-DP mechanism runs at (its ε; in a zcdp release the largest ε whose
-        ε²/2 fits the table's ρ)."""
-        if not isinstance(self.noise, (DiscreteLaplace, PermuteAndFlip)):
-            raise InternalError(f"{self.key}: the {self.mechanism} is not a pure ε-DP mechanism")
-        return self.noise.epsilon
-
-    @property
-    def shown_sensitivity(self) -> int:
-        """The sensitivity in value units, as published."""
-        return self.noise.shown_sensitivity
-
-    @property
-    def shown_scale(self) -> Fraction:
-        """The noise scale in value units, as published."""
-        return self.noise.shown_scale
-
-    @property
-    def key(self) -> str:
-        """The ledger's name for this measurement: ``table`` or ``table/level``."""
-        return self.name if self.level is None else f"{self.name}/{self.level}"
-
-
-@dataclass(frozen=True, slots=True)
-class LocalPlan:
-    """A local table: estimated from answers the respondents randomized (no central budget)."""
-
-    name: str
-    column: str
-    protocol: str  # k_rr or coin_flip
-    epsilon_shown: str  # "1", or "ln 3"
-    collection: LocalCollection  # what the ledger records
-    categories: int
-    charge: Fraction  # per respondent, new in this release: 0 if memoised or already recorded
-    already_recorded: bool
-    provenance: AnswerSet | None = None  # the registration of the answers read (known once the data is)
-    memo_not_honoured: bool = False  # memoised: true, but the answers were not produced from that memo
-
-    @property
-    def keep_probability(self) -> float:
-        """The probability of reporting the truth: e^ε/(e^ε + k − 1); 3/4 for the coin flip."""
-        if self.protocol == "coin_flip":
-            return 0.75
-        return 1 / (1 + (self.categories - 1) * math.exp(-float(self.collection.epsilon)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,54 +183,6 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         local=local_plans(spec, state), local_spent=state.local_epsilon if state else Fraction(0),
         evaluations=state.evaluations if state else (),
     )
-
-
-def local_plans(spec: Spec, state: DatasetState | None, registered: tuple[AnswerSet, ...] | None = None,
-                answers: str | None = None) -> tuple[LocalPlan, ...]:
-    """Each local table's collection and what recording it costs each respondent (see
-    :func:`~dprelease.ledger.policy.local_charge`; raises LedgerError where the ledger refuses).
-
-    Local answers carry provenance. A dataset with central releases has confidential records,
-    never local answers: refused. With ``registered`` (the answer sets registered for the data
-    file, whose keyed fingerprint is ``answers``): every table's answers must match a
-    registration (else refused), and ``memoised: true`` is honoured only when the registration
-    says the answers were produced from the memo of ``memo_of``; otherwise the collection is
-    planned as a fresh one, charged its ε (``memo_not_honoured``). Without ``registered`` (a plan
-    that reads no data) the spec's claim is planned, and the run checks it."""
-    records = state.local if state else ()
-    refuse_local_over_central(spec, state)
-    out = []
-    for t in spec.local_tables:
-        categories = len(spec.column(t.column).categories)
-        asked = LocalCollection(t.collection, t.column, f"{t.protocol_key}/k={categories}", t.epsilon_bound,
-                                t.memoised, memo_of=t.memo_of)
-        found, not_honoured = None, False
-        if registered is not None:
-            found = provenance_of(registered, replace(asked, answers=answers))
-            if found is None:
-                raise LedgerError(f"{spec.source}: " + unregistered_message(spec.dataset.name, asked, t.name))
-            if asked.memoised and not memo_honoured(found, asked):  # charged as the fresh collection it is
-                asked, not_honoured = replace(asked, memoised=False, memo_of=None), True
-        charge, known = local_charge(records, asked)
-        if not known:
-            records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charge,
-                                    asked.memoised, "", "", ""),)
-        out.append(LocalPlan(t.name, t.column, t.protocol, t.epsilon_shown, asked, categories, charge, known,
-                             found, not_honoured))
-    return tuple(out)
-
-
-def refuse_local_over_central(spec: Spec, state: DatasetState | None) -> None:
-    """A dataset with central releases (runs that charged its budget) holds confidential records,
-    never answers the respondents randomized: its columns are no kind: local tables."""
-    central = [r for r in state.runs if r.charges and r.state != "voided"] if state and spec.local_tables else []
-    if central:
-        raise LedgerError(
-            f"{spec.source}: dataset {spec.dataset.name!r} has central releases ({central[0].release!r}, charged to "
-            "its lifetime budget): its records are confidential data, never answers the respondents randomized, so "
-            "its columns are not read as kind: local tables. Publish them as central tables of this dataset (charged "
-            "to its lifetime budget; `dprelease ledger set-budget` records a cap change), or estimate them from a "
-            "registered collection of answers the respondents randomized themselves")
 
 
 def with_provenance(spec: Spec, plan: Plan, state: DatasetState | None, registered: tuple[AnswerSet, ...],
