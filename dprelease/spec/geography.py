@@ -13,15 +13,13 @@ distinct prefixes (or mapped parents) in the order they first appear. Never from
 from __future__ import annotations
 
 import csv
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dprelease.spec.model import CategoricalColumn, Column, RollupColumn
-
-if TYPE_CHECKING:
-    from dprelease.spec.load import _Checker
+from dprelease.spec.sections.reader import Reader
 
 
-def parse_geography(checker: _Checker, declared: dict[str, Column]) -> tuple[tuple[str, ...], list[Column]]:
+def parse_geography(checker: Reader, declared: dict[str, Column]) -> tuple[tuple[str, ...], list[Column]]:
     """The levels (coarse to fine) and the rollup columns of the coarser ones."""
     body = checker.get(("geography",), dict)
     if body is None:
@@ -52,7 +50,7 @@ def parse_geography(checker: _Checker, declared: dict[str, Column]) -> tuple[tup
     return tuple(levels), [rollups[name] for name in levels[:-1]]
 
 
-def _rollup(checker: _Checker, name: str, fine: Column, declared: dict[str, Column]) -> Column | None:
+def _rollup(checker: Reader, name: str, fine: Column, declared: dict[str, Column]) -> Column | None:
     at = ("geography", name)
     body: dict[str, Any] | None = checker.get(at, dict)
     if body is None:
@@ -84,7 +82,7 @@ def _rollup(checker: _Checker, name: str, fine: Column, declared: dict[str, Colu
     return RollupColumn(name, fine.name, values, tuple(index[p] for p in parents_of))
 
 
-def _mapping(checker: _Checker, path: tuple, children: tuple[str, ...]) -> list[str] | None:
+def _mapping(checker: Reader, path: tuple, children: tuple[str, ...]) -> list[str] | None:
     written = checker.get(path, str)
     if written is None:
         return None

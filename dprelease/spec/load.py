@@ -41,9 +41,9 @@ from dprelease.spec.model import (
 MAX_DETAIL_CELLS = 20_000  # per place, for a consistency group's joint estimate (dense normal equations)
 from dprelease.spec.geography import parse_geography
 from dprelease.spec.schema_check import schema, schema_problems
+from dprelease.spec.sections.reader import INT, Reader
 from dprelease.spec.yamlsource import Document, Path_, YamlProblem, load_document
 
-_INT = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII digits only; far beyond any cell limit
 _MAX_DOMAIN_FILE_BYTES = 256 * 1024 * 1024
 _FORMATS = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 _SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")  # fullmatch: '$' in the schema allows a final newline
@@ -85,7 +85,7 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
 # ---------------------------------------------------------------- pass 2 and 3
 
 
-class _Checker:
+class _Checker(Reader):
     """Semantic checks on a document that may also have schema problems.
 
     Every accessor is defensive: a part with the wrong shape is skipped here (the schema pass
@@ -93,40 +93,9 @@ class _Checker:
     """
 
     def __init__(self, doc: Document, skip: set[str], run_date: datetime | None = None):
+        super().__init__(doc, skip)
         self.run_date = run_date or datetime.now(timezone.utc)
-        self.doc = doc
-        self.skip = skip
-        self.problems: list[Problem] = []
-        self.base = doc.file.parent
         self.broken: set[str] = set()  # declared columns whose declaration has problems
-
-    def fail(self, path: Path_, message: str, *, at_key: bool = False) -> None:
-        problem = self.doc.problem(path, message, at_key=at_key)
-        if problem.field not in self.skip:
-            self.problems.append(problem)
-
-    def get(self, path: Path_, kind: type | tuple[type, ...], default: Any = None) -> Any:
-        node: Any = self.doc.data
-        for part in path:
-            if isinstance(part, int) and isinstance(node, list) and part < len(node):
-                node = node[part]
-            elif isinstance(part, str) and isinstance(node, dict) and part in node:
-                node = node[part]
-            else:
-                return default
-        return node if isinstance(node, kind) and not (kind is int and isinstance(node, bool)) else default
-
-    # -- budgets
-
-    def budget(self, path: Path_, what: str = "ε") -> Fraction | None:
-        node = self.get(path[:-1], dict, {})
-        if path[-1] not in node:
-            return None
-        try:
-            return parse_budget(self.doc.text(path), node[path[-1]], what=what)
-        except NotANumber as exc:
-            self.fail(path, str(exc))
-            return None
 
     # -- the whole spec
 
@@ -144,7 +113,7 @@ class _Checker:
             if not (isinstance(body, dict) and body.get("kind") == "local"):
                 self.wrong_unit(("tables", i))
         dataset = self.dataset()
-        budget = self.budget(("budget", self.cost), self.symbol)
+        budget = self.fraction(("budget", self.cost), self.symbol)
         budget_delta = self.delta_budget(("budget",), "release")
         confidence = self.confidence()
         max_cells = self.get(("limits", "max_cells"), int, DEFAULT_MAX_CELLS)
@@ -180,7 +149,7 @@ class _Checker:
             self.fail(("privacy", "unit", "id"), f"{unit_id!r} is a declared column; the person identifier is read to "
                       "bound contributions and never published, so it cannot be a table column")
             return None
-        delta = self.budget(("privacy", "delta"), "δ")
+        delta = self.fraction(("privacy", "delta"), "δ")
         if definition == "zcdp":
             if delta is None and ("privacy", "delta") not in self.doc.marks:
                 self.fail(("privacy",), "a zcdp release states its implied (ε, δ)-DP guarantee: add delta: (e.g. "
@@ -271,7 +240,7 @@ class _Checker:
             if at + ("epsilon_local",) not in self.doc.marks:
                 self.fail(at, "protocol: k_rr needs each respondent's ε: add epsilon_local: (e.g. 1)")
                 return
-            epsilon = self.budget(at + ("epsilon_local",), "ε_local")
+            epsilon = self.fraction(at + ("epsilon_local",), "ε_local")
             if epsilon is None:
                 return
             if epsilon.denominator > 10**12 or epsilon.numerator > 10**12:
@@ -310,7 +279,7 @@ class _Checker:
                 return False
             q = None
             if kind == "quantile":
-                q = self.budget(at + ("measure", "q"), "q")
+                q = self.fraction(at + ("measure", "q"), "q")
                 if q is None:
                     return False
                 if not 0 < q < 1:
@@ -368,7 +337,7 @@ class _Checker:
             return SumMeasure(column, low, high, g, body.get("missing") == "zero")
         share = Fraction(1, 2)
         if at + ("measure", "sum_share") in self.doc.marks:
-            share = self.budget(at + ("measure", "sum_share"), "sum_share")
+            share = self.fraction(at + ("measure", "sum_share"), "sum_share")
             if share is None:
                 return False
             if not share < 1:
@@ -451,7 +420,7 @@ class _Checker:
                    enumerate(self.get(("dataset", "na_values"), list, [])))
         lifetime = lifetime_delta = None
         if isinstance(d.get("lifetime_budget"), dict):
-            lifetime = self.budget(("dataset", "lifetime_budget", self.cost), f"lifetime {self.symbol}")
+            lifetime = self.fraction(("dataset", "lifetime_budget", self.cost), f"lifetime {self.symbol}")
             lifetime_delta = self.delta_budget(("dataset", "lifetime_budget"), "lifetime")
         partition = self.get(("dataset", "partition"), dict)
         column = value = None
@@ -514,7 +483,7 @@ class _Checker:
             self.fail(at, f"an approx release's {what} budget has a δ beside its ε: add delta: (e.g. 1e-6, well "
                       "below 1/number of persons)")
             return None
-        delta = self.budget(at + ("delta",), f"{what} δ")
+        delta = self.fraction(at + ("delta",), f"{what} δ")
         if delta is not None and not delta < 1:
             self.fail(at + ("delta",), "δ must lie strictly between 0 and 1")
             return None
@@ -585,41 +554,6 @@ class _Checker:
             return None
         return CategoricalColumn(name, tuple(values), tuple(labels) if labels else None, missing,
                                  on_ood, self.get(at + ("domain_file",), str))
-
-    def texts(self, path: Path_) -> list[str] | None:
-        items = self.get(path, list)
-        if items is None:
-            return None
-        out = []
-        for i, item in enumerate(items):
-            text = self.doc.text(path + (i,))
-            if item is None or text is None or text == "":
-                self.fail(path + (i,), "an empty value; write the value out (quote it if needed)")
-                return None
-            out.append(text)
-        return out
-
-    def int_list(self, path: Path_) -> list[int] | None:
-        items = self.get(path, list)
-        if items is None:
-            return None
-        out = []
-        for i, _ in enumerate(items):
-            text = (self.doc.text(path + (i,)) or "").strip()
-            if not _INT.fullmatch(text):
-                self.fail(path + (i,), f"{text!r} is not a whole number")
-                return None
-            out.append(int(text))
-        return out
-
-    def distinct(self, path: Path_, values: list[str], what: str) -> bool:
-        seen: set[str] = set()
-        for v in values:
-            if v in seen:
-                self.fail(path, f"{what} {v!r} is listed twice; each must appear once")
-                return False
-            seen.add(v)
-        return True
 
     def domain_file(self, path: Path_) -> list[str] | None:
         written = self.get(path, str)
@@ -743,7 +677,7 @@ class _Checker:
             written_geographic = "geography" in self.get(at + ("group_by",), list, [])
             epsilons = self.level_budgets(at, table_levels) if geographic else None
             epsilon = sum(epsilons, Fraction(0)) if epsilons else (
-                None if geographic or written_geographic else self.budget(at + (self.cost,), self.symbol))
+                None if geographic or written_geographic else self.fraction(at + (self.cost,), self.symbol))
             if epsilon is None and not geographic and not written_geographic and at + (self.cost,) not in self.doc.marks \
                     and at + (self.other,) not in self.doc.marks:
                 self.fail(at, f"missing required key {self.cost!r} (the table's {self.symbol})")
@@ -811,7 +745,7 @@ class _Checker:
                     self.fail(at + ("delta",), f"{mechanism if measure is None or isinstance(measure, SumMeasure) else 'the exponential mechanism'} "
                               "is pure ε-DP (δ = 0); a δ is for discrete_gaussian tables", at_key=True)
                     continue
-                table_delta = self.budget(at + ("delta",), "δ")
+                table_delta = self.fraction(at + ("delta",), "δ")
                 if table_delta is None:
                     continue
                 if not table_delta < 1:
@@ -879,7 +813,7 @@ class _Checker:
                       + (f"; missing {', '.join(missing)}" if missing else "")
                       + (f"; not a level: {', '.join(extra)}" if extra else ""))
             return None
-        out = [self.budget(at + (key, lv), f"{symbol} at {lv}") for lv in levels]
+        out = [self.fraction(at + (key, lv), f"{symbol} at {lv}") for lv in levels]
         return None if None in out else out  # type: ignore[return-value]
 
     def groups(self, tables: list[Table], columns: dict[str, Column], max_cells: int) -> None:
@@ -1049,7 +983,7 @@ class _Checker:
     def operand(self, path: Path_, column: Column, text: str) -> str | int | None:
         match column:
             case RangeColumn(low=low, high=high):
-                if not _INT.fullmatch(text.strip()) or not low <= int(text) <= high:
+                if not INT.fullmatch(text.strip()) or not low <= int(text) <= high:
                     self.fail(path, f"{text!r} is not a value of {column.name} (whole numbers {low} to {high})")
                     return None
                 return int(text)
