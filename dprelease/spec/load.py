@@ -39,13 +39,13 @@ from dprelease.spec.model import (
 )
 
 MAX_DETAIL_CELLS = 20_000  # per place, for a consistency group's joint estimate (dense normal equations)
+from dprelease.spec import defaults
 from dprelease.spec.geography import parse_geography
 from dprelease.spec.schema_check import schema, schema_problems
 from dprelease.spec.sections.reader import INT, Reader
 from dprelease.spec.yamlsource import Document, Path_, YamlProblem, load_document
 
 _MAX_DOMAIN_FILE_BYTES = 256 * 1024 * 1024
-_FORMATS = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 _SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")  # fullmatch: '$' in the schema allows a final newline
 
 __all__ = ["load_spec", "schema"]
@@ -170,13 +170,13 @@ class _Checker(Reader):
         if definition == "approx":
             if budget_delta is None:
                 return None
-            tables = self.split_delta(tables, budget_delta)
+            tables = defaults.split_delta(self, tables, budget_delta)
             if tables is None:
                 return None
             delta = budget_delta
         return Spec(source=self.doc.file, release=release, dataset=dataset, definition=definition,  # type: ignore[arg-type]
                     delta=delta,
-                    unit="person" if unit_id else "row", unit_id=unit_id, max_rows=max_rows,
+                    unit=defaults.privacy_unit(unit_id), unit_id=unit_id, max_rows=max_rows,
                     budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
                     ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants,
@@ -252,7 +252,7 @@ class _Checker(Reader):
             return
         memoised = body.get("memoised", False) is True
         memo_of = body.get("memo_of")
-        collection = body.get("collection") or self.get(("release",), str) or ""
+        collection = defaults.collection(body.get("collection"), self.get(("release",), str))
         if memoised and not isinstance(memo_of, str):
             self.fail(at, "a memoised collection repeats the randomized answers of an earlier collection: add "
                       "memo_of: COLLECTION (the collection whose memo the respondents reuse)")
@@ -335,7 +335,7 @@ class _Checker(Reader):
                           "sum): write missing: zero")
                 return False
             return SumMeasure(column, low, high, g, body.get("missing") == "zero")
-        share = Fraction(1, 2)
+        share = defaults.SUM_SHARE
         if at + ("measure", "sum_share") in self.doc.marks:
             share = self.fraction(at + ("measure", "sum_share"), "sum_share")
             if share is None:
@@ -412,7 +412,7 @@ class _Checker(Reader):
             return None
         fmt = self.get(("dataset", "format"), str)
         if fmt is None and path is not None:
-            fmt = _FORMATS.get(Path(path.removesuffix(".gz")).suffix.lower())
+            fmt = defaults.data_format(path)
             if fmt is None:
                 self.fail(("dataset", "path"), f"cannot tell the format of {path!r} from its extension; "
                           "add dataset.format: csv or parquet")
@@ -433,7 +433,6 @@ class _Checker(Reader):
         if name is None or path is None or fmt is None:
             return None
         resolved = (self.base / path) if not Path(path).is_absolute() else Path(path)
-        default_delimiter = "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
         if partition is not None:
             declared = self.get(("columns",), dict, {}) or {}
             if column in declared:
@@ -444,9 +443,8 @@ class _Checker(Reader):
                 self.fail(("dataset", "partition", "value"), f"the period {value!r} must be letters, digits, '.', '_' "
                           "or '-' (e.g. {run_date:%Y-%m})")
                 return None
-        keyed = f"{name}/{column}={value}" if disjoint else name  # a lifetime budget per period of disjoint people
-        return Dataset(name=keyed, path=path, resolved_path=resolved, format=fmt, na_values=na,
-                       delimiter=self.get(("dataset", "delimiter"), str, default_delimiter), lifetime_epsilon=lifetime,
+        return Dataset(name=defaults.period_key(name, column, value, disjoint), path=path, resolved_path=resolved, format=fmt, na_values=na,
+                       delimiter=self.get(("dataset", "delimiter"), str, defaults.delimiter(path)), lifetime_epsilon=lifetime,
                        lifetime_delta=lifetime_delta, partition_column=column, partition_value=value,
                        disjoint_units=disjoint, base_name=name if disjoint else None,
                        partition_template=partition.get("value") if partition else None)
@@ -695,24 +693,19 @@ class _Checker(Reader):
             measure = self.measure(at, columns)
             if measure is False:
                 continue
-            default = "consistent" if consistency or geographic else "clamp"
-            if isinstance(measure, SumMeasure):
-                default = "clamp" if measure.low >= 0 else "none"
-            elif isinstance(measure, ModeMeasure):
-                default = "none"
+            if isinstance(measure, ModeMeasure):
                 if self.get(at + ("post_process",), str, "none") != "none" or consistency:
                     self.fail(at + ("post_process",) if consistency is None else at + ("consistency",),
                               f"a {measure.kind} is a category, published as chosen: post_process: none, no "
                               "consistency group")
                     continue
             elif isinstance(measure, MeanMeasure):
-                default = "none"
                 if self.get(at + ("post_process",), str, "none") != "none" or consistency:
                     self.fail(at + ("post_process",) if consistency is None else at + ("consistency",),
                               "a mean is published as noisy sum / noisy count, clamped to its bounds (empty where "
                               "the noisy count is below 1): post_process: none, no consistency group")
                     continue
-            post = self.get(at + ("post_process",), str, default)
+            post = self.get(at + ("post_process",), str, defaults.post_process(measure, consistency, geographic))
             if post == "consistent" and not (consistency or geographic):
                 self.fail(at + ("post_process",), "consistent post-processing needs a geography (group_by: "
                           "[geography, ...]) or a consistency group (consistency: NAME)")
@@ -725,9 +718,7 @@ class _Checker(Reader):
                 self.fail(at + ("post_process",), "a sum is post-processed with none, or clamp when its lower "
                           "bound is ≥ 0 (clamp sets negative sums to 0); consistent post-processing is for counts")
                 continue
-            gaussian_default = self.definition in ("zcdp", "approx") and not isinstance(measure, ModeMeasure)
-            mechanism = self.get(at + ("mechanism",), str, "discrete_gaussian" if gaussian_default else
-                                 "discrete_laplace")
+            mechanism = self.get(at + ("mechanism",), str, defaults.mechanism(self.definition, measure))
             if mechanism == "discrete_gaussian" and self.definition == "pure":
                 self.fail(at + ("mechanism",), "the discrete Gaussian is not pure ε-DP: use privacy.definition: zcdp "
                           "or approx, or mechanism: discrete_laplace")
@@ -775,25 +766,6 @@ class _Checker(Reader):
                              self.get(at + ("structural_zeros",), str, "publish")))
         self.groups(out, columns, max_cells)
         return out
-
-    def split_delta(self, tables: list[Table], release_delta: Fraction) -> list[Table] | None:
-        """Under approx, every discrete Gaussian table gets a δ: its own ``delta:``, or a share of
-        what the release's δ leaves, in proportion to ε among the Gaussian tables without one."""
-        from dataclasses import replace
-
-        declared = sum((t.delta for t in tables if t.delta is not None), Fraction(0))
-        if declared > release_delta:
-            self.fail(("budget", "delta"), f"the tables declare δ = {declared} in all, over the release's δ = "
-                      f"{release_delta}; raise budget.delta or lower the tables' delta:")
-            return None
-        open_ = [t for t in tables if t.mechanism == "discrete_gaussian" and t.delta is None]
-        weight = sum((t.epsilon for t in open_), Fraction(0))
-        if open_ and declared == release_delta:
-            self.fail(("budget", "delta"), f"the tables' delta: use all of the release's δ, leaving none for "
-                      f"{', '.join(t.name for t in open_)}; give them a delta: or raise budget.delta")
-            return None
-        return [replace(t, delta=(release_delta - declared) * t.epsilon / weight) if t in open_ else t
-                for t in tables]
 
     def level_budgets(self, at: Path_, levels: tuple[str, ...]) -> list[Fraction] | None:
         """ε per level of a geographic table: a mapping with exactly the root and every level."""
