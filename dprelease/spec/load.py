@@ -9,23 +9,18 @@ files (public metadata) are.
 from __future__ import annotations
 
 import difflib
-import re
 from fractions import Fraction
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from dprelease.accounting import NotANumber, parse_budget
 from dprelease.errors import Problem, SpecError
 from dprelease.spec.model import (
-    DEFAULT_CONFIDENCE,
     DEFAULT_MAX_CELLS,
     BinnedColumn,
     CategoricalColumn,
     Column,
     Condition,
-    Dataset,
-    Engine,
     ROOT,
     RangeColumn,
     Spec,
@@ -41,12 +36,20 @@ from dprelease.spec.model import (
 MAX_DETAIL_CELLS = 20_000  # per place, for a consistency group's joint estimate (dense normal equations)
 from dprelease.spec import defaults
 from dprelease.spec.geography import parse_geography
+from dprelease.spec.sections.dataset import check_safe_names, dataset, engine, ledger, release
+from dprelease.spec.sections.privacy import (
+    check_budget_units,
+    confidence,
+    definition,
+    delta_beside,
+    guarantee,
+    release_budget,
+)
 from dprelease.spec.schema_check import schema, schema_problems
 from dprelease.spec.sections.reader import INT, Reader
 from dprelease.spec.yamlsource import Document, Path_, YamlProblem, load_document
 
 _MAX_DOMAIN_FILE_BYTES = 256 * 1024 * 1024
-_SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")  # fullmatch: '$' in the schema allows a final newline
 
 __all__ = ["load_spec", "schema"]
 
@@ -103,19 +106,13 @@ class _Checker(Reader):
         if not isinstance(self.doc.data, dict):
             self.fail((), "a spec is a mapping with release, dataset, privacy, budget, columns and tables")
             return None
-        definition = self.get(("privacy", "definition"), str, "pure")
-        self.definition = definition
-        self.cost, self.other = ("rho", "epsilon") if definition == "zcdp" else ("epsilon", "rho")
-        self.symbol = "ρ" if definition == "zcdp" else "ε"
-        self.wrong_unit(("budget",))
-        self.wrong_unit(("dataset", "lifetime_budget"))
-        for i, body in enumerate(self.get(("tables",), list, [])):
-            if not (isinstance(body, dict) and body.get("kind") == "local"):
-                self.wrong_unit(("tables", i))
-        dataset = self.dataset()
-        budget = self.fraction(("budget", self.cost), self.symbol)
-        budget_delta = self.delta_budget(("budget",), "release")
-        confidence = self.confidence()
+        d = definition(self)
+        self.definition, self.cost, self.other, self.symbol = d.name, d.cost, d.other, d.symbol
+        check_budget_units(self, d)
+        data = dataset(self, d, self.run_date)
+        budget = release_budget(self, d)
+        budget_delta = delta_beside(self, d, ("budget",), "release")
+        accuracy = confidence(self)
         max_cells = self.get(("limits", "max_cells"), int, DEFAULT_MAX_CELLS)
         columns = self.columns()
         columns += self.derived({c.name: c for c in columns})
@@ -125,91 +122,33 @@ class _Checker(Reader):
         invariants = self.invariants(levels)
         rules = self.rules({c.name: c for c in columns})
 
-        ledger = self.get(("ledger",), str)
-        if ledger is not None and "\0" in ledger:
-            self.fail(("ledger",), "contains a NUL byte")
-        release, release_template = self.release()
-        engine = self.engine()
-        for path in [("dataset", "name")] + [("tables", i, "name") for i, _ in
-                                                          enumerate(self.get(("tables",), list, []))]:
-            name = self.get(path, str)
-            if name is not None and not _SAFE_NAME.fullmatch(name):
-                self.fail(path, f"{name!r} is not a safe name: use lower-case letters, digits, '.', '_' and '-', "
-                          "starting with a letter or digit")
-        if self.problems or dataset is None or budget is None or release is None:
+        ledger_ = ledger(self)
+        release_name, release_template = release(self, self.run_date)
+        engine_ = engine(self)
+        check_safe_names(self)
+        if self.problems or data is None or budget is None or release_name is None:
             return None
-        unit = self.get(("privacy", "unit"), dict)
-        unit_id = unit.get("id") if unit else None
-        max_rows = unit.get("max_rows", 1) if unit else 1
-        if type(max_rows) is not int:  # JSON Schema counts 2.0 as an integer
-            self.fail(("privacy", "unit", "max_rows"), "max_rows must be a whole number written without a decimal "
-                      "point (e.g. 2, not 2.0)")
+        promise = guarantee(self, d, columns, bool(self.local))
+        if promise is None:
             return None
-        if unit_id is not None and any(c.name == unit_id for c in columns):
-            self.fail(("privacy", "unit", "id"), f"{unit_id!r} is a declared column; the person identifier is read to "
-                      "bound contributions and never published, so it cannot be a table column")
-            return None
-        delta = self.fraction(("privacy", "delta"), "δ")
-        if definition == "zcdp":
-            if delta is None and ("privacy", "delta") not in self.doc.marks:
-                self.fail(("privacy",), "a zcdp release states its implied (ε, δ)-DP guarantee: add delta: (e.g. "
-                          "delta: 1e-6, well below 1/number of persons)")
-                return None
-            if delta is not None and not delta < 1:
-                self.fail(("privacy", "delta"), "δ must lie strictly between 0 and 1")
-                return None
-        elif ("privacy", "delta") in self.doc.marks:
-            self.fail(("privacy", "delta"), "privacy.delta is for definition: zcdp (the δ of its stated guarantee); "
-                      + ("an approx release's δ is a budget: budget: {epsilon: E, delta: D}" if definition == "approx"
-                         else "pure ε-DP has δ = 0"), at_key=True)
-            return None
-        if self.local and unit_id is not None:
-            self.fail(("privacy", "unit"), "local tables count one answer per row, each row one respondent: use "
-                      "unit: row (a person's several rows would each carry an answer, charged once)")
-            return None
-        if definition == "approx":
+        delta = promise.delta
+        if d.name == "approx":
             if budget_delta is None:
                 return None
             tables = defaults.split_delta(self, tables, budget_delta)
             if tables is None:
                 return None
             delta = budget_delta
-        return Spec(source=self.doc.file, release=release, dataset=dataset, definition=definition,  # type: ignore[arg-type]
+        return Spec(source=self.doc.file, release=release_name, dataset=data, definition=d.name,  # type: ignore[arg-type]
                     delta=delta,
-                    unit=defaults.privacy_unit(unit_id), unit_id=unit_id, max_rows=max_rows,
+                    unit=defaults.privacy_unit(promise.unit_id), unit_id=promise.unit_id,  # type: ignore[arg-type]
+                    max_rows=promise.max_rows,
                     budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
-                    ledger=ledger, geography=levels, confidence=confidence, max_cells=max_cells,
+                    ledger=ledger_, geography=levels, confidence=accuracy, max_cells=max_cells,
                     description=self.get(("description",), str), invariants=invariants,
                     local_tables=tuple(self.local), release_template=release_template,
-                    run_date=self.run_date if release_template else None, engine=engine, rules=tuple(rules),
+                    run_date=self.run_date if release_template else None, engine=engine_, rules=tuple(rules),
                     approval_required=self.get(("approval",), str, "optional") == "required")
-
-    def engine(self) -> Engine:
-        kind = self.get(("engine", "kind"), str, "local")
-        if kind == "local" and self.get(("engine", "address"), str) is not None:
-            self.fail(("engine", "address"), "an address is for kind: dask (the Dask scheduler); the local engine "
-                      "needs none", at_key=True)
-        return Engine(kind=kind, address=self.get(("engine", "address"), str))  # type: ignore[arg-type]
-
-    def release(self) -> tuple[str | None, str | None]:
-        """(the release name, its template if it has one): ``{run_date:FORMAT}`` fields, FORMAT a
-        strftime format, resolved with the run's date (UTC)."""
-        text = self.get(("release",), str)
-        if text is None:
-            return None, None
-        if "{" not in text and "}" not in text:
-            if not _SAFE_NAME.fullmatch(text):
-                self.fail(("release",), f"{text!r} is not a safe name: use lower-case letters, digits, '.', '_' and "
-                          "'-', starting with a letter or digit")
-            return text, None
-        resolved = self.template(("release",), text)
-        if resolved is None:
-            return None, None
-        if not _SAFE_NAME.fullmatch(resolved):
-            self.fail(("release",), f"{text!r} resolves to {resolved!r}, not a safe name (lower-case letters, digits, "
-                      "'.', '_', '-')")
-            return None, None
-        return resolved, text
 
     def local_table(self, at: Path_, body: dict, columns: dict[str, Column]) -> None:  # type: ignore[type-arg]
         """A ``kind: local`` table: the protocol, its ε, and a declared column of randomized answers."""
@@ -346,14 +285,6 @@ class _Checker(Reader):
                 return False
         return MeanMeasure(column, low, high, g, body.get("missing", "error"), share)
 
-    def wrong_unit(self, at: Path_) -> None:
-        """A budget in the other definition's unit (ε in a zcdp release, ρ in a pure one)."""
-        body = self.get(at, dict)
-        if body is not None and self.other in body:
-            self.fail(at + (self.other,), f"this release is {self.definition} (privacy.definition), so its budgets are "
-                      f"{self.symbol}: write {self.cost}: instead of {self.other}: (one release cannot mix "
-                      "definitions)", at_key=True)
-
     def invariants(self, levels: tuple[str, ...]) -> tuple[str, ...]:
         """Levels whose place totals are published exactly, coarse to fine (the root first)."""
         totals = self.get(("invariants", "totals"), list)
@@ -385,109 +316,6 @@ class _Checker(Reader):
                 return level
             level = source
         return level
-
-    def confidence(self) -> Fraction:
-        path = ("accuracy", "confidence")
-        node = self.get(path[:-1], dict, {})
-        if "confidence" not in node:
-            return DEFAULT_CONFIDENCE
-        try:
-            value = parse_budget(self.doc.text(path), node["confidence"], what="confidence")
-        except NotANumber as exc:
-            self.fail(path, str(exc))
-            return DEFAULT_CONFIDENCE
-        if not 0 < value < 1:
-            self.fail(path, f"confidence must lie strictly between 0 and 1 (e.g. 0.95 or 0.90), "
-                      f"not {self.doc.text(path)}")
-            return DEFAULT_CONFIDENCE
-        return value
-
-    def dataset(self) -> Dataset | None:
-        d = self.get(("dataset",), dict)
-        if d is None:
-            return None
-        name, path = self.get(("dataset", "name"), str), self.get(("dataset", "path"), str)
-        if path is not None and "\0" in path:
-            self.fail(("dataset", "path"), "contains a NUL byte")
-            return None
-        fmt = self.get(("dataset", "format"), str)
-        if fmt is None and path is not None:
-            fmt = defaults.data_format(path)
-            if fmt is None:
-                self.fail(("dataset", "path"), f"cannot tell the format of {path!r} from its extension; "
-                          "add dataset.format: csv or parquet")
-        na = tuple(self.doc.text(("dataset", "na_values", i)) or "" for i, _ in
-                   enumerate(self.get(("dataset", "na_values"), list, [])))
-        lifetime = lifetime_delta = None
-        if isinstance(d.get("lifetime_budget"), dict):
-            lifetime = self.fraction(("dataset", "lifetime_budget", self.cost), f"lifetime {self.symbol}")
-            lifetime_delta = self.delta_budget(("dataset", "lifetime_budget"), "lifetime")
-        partition = self.get(("dataset", "partition"), dict)
-        column = value = None
-        disjoint = False
-        if partition is not None:
-            column, disjoint = partition.get("column"), partition.get("disjoint_units") is True
-            value = self.template(("dataset", "partition", "value"), partition.get("value"))
-            if not isinstance(column, str) or value is None:
-                return None
-        if name is None or path is None or fmt is None:
-            return None
-        resolved = (self.base / path) if not Path(path).is_absolute() else Path(path)
-        if partition is not None:
-            declared = self.get(("columns",), dict, {}) or {}
-            if column in declared:
-                self.fail(("dataset", "partition", "column"), f"{column!r} is declared under columns:; the partition "
-                          "column is a data column read as text and not declared (it selects the period's rows)")
-                return None
-            if not re.fullmatch(r"[A-Za-z0-9._-]{1,50}", value or ""):
-                self.fail(("dataset", "partition", "value"), f"the period {value!r} must be letters, digits, '.', '_' "
-                          "or '-' (e.g. {run_date:%Y-%m})")
-                return None
-        return Dataset(name=defaults.period_key(name, column, value, disjoint), path=path, resolved_path=resolved, format=fmt, na_values=na,
-                       delimiter=self.get(("dataset", "delimiter"), str, defaults.delimiter(path)), lifetime_epsilon=lifetime,
-                       lifetime_delta=lifetime_delta, partition_column=column, partition_value=value,
-                       disjoint_units=disjoint, base_name=name if disjoint else None,
-                       partition_template=partition.get("value") if partition else None)
-
-    def template(self, at: Path_, text: object) -> str | None:
-        """``text`` with its ``{run_date:FORMAT}`` fields resolved (UTC), or None (reported)."""
-        if not isinstance(text, str):
-            return None
-        if "{" not in text and "}" not in text:
-            return text
-        import string
-
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
-            resolved = text.format(run_date=self.run_date) if fields and all(f == "run_date" for f in fields) else None
-        except (ValueError, KeyError, IndexError):
-            resolved = None
-        if resolved is None:
-            self.fail(at, f"{text!r} is not a template: its only field is {{run_date:FORMAT}} with a strftime FORMAT, "
-                      "e.g. acs-monthly-{run_date:%Y-%m}")
-        return resolved
-
-    def delta_budget(self, at: Path_, what: str) -> Fraction | None:
-        """The δ beside a budget's ε: required under approx (0 < δ < 1), refused otherwise."""
-        if self.definition not in ("pure", "zcdp", "approx") or self.get(at, dict) is None:
-            return None  # the schema has reported the definition or the budget
-        if self.definition != "approx":
-            if at + ("delta",) in self.doc.marks:
-                self.fail(at + ("delta",), f"a {what} δ is for privacy.definition: approx; this release is "
-                          f"{self.definition} (δ = 0{' in every budget; zcdp states its δ as privacy.delta' if self.definition == 'zcdp' else ''})",
-                          at_key=True)
-            return None
-        if at + ("delta",) not in self.doc.marks:
-            self.fail(at, f"an approx release's {what} budget has a δ beside its ε: add delta: (e.g. 1e-6, well "
-                      "below 1/number of persons)")
-            return None
-        delta = self.fraction(at + ("delta",), f"{what} δ")
-        if delta is not None and not delta < 1:
-            self.fail(at + ("delta",), "δ must lie strictly between 0 and 1")
-            return None
-        return delta
-
-    # -- columns
 
     def columns(self) -> list[Column]:
         out: list[Column] = []
