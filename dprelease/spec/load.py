@@ -8,25 +8,20 @@ files (public metadata) are.
 
 from __future__ import annotations
 
-import difflib
 from fractions import Fraction
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from dprelease.errors import Problem, SpecError
 from dprelease.spec.model import (
     DEFAULT_MAX_CELLS,
-    BinnedColumn,
     CategoricalColumn,
     Column,
     Condition,
     ROOT,
-    RangeColumn,
     Spec,
     ModeMeasure,
     RollupColumn,
-    Rule,
     SumMeasure,
     MeanMeasure,
     LocalTable,
@@ -36,7 +31,14 @@ from dprelease.spec.model import (
 MAX_DETAIL_CELLS = 20_000  # per place, for a consistency group's joint estimate (dense normal equations)
 from dprelease.spec import defaults
 from dprelease.spec.geography import parse_geography
-from dprelease.spec.sections.dataset import check_safe_names, dataset, engine, ledger, release
+from dprelease.spec.sections.columns import (
+    declared_columns,
+    declared_rules,
+    derived_columns,
+    parse_condition,
+    unknown_column,
+)
+from dprelease.spec.sections.dataset import check_safe_names, dataset, engine, ledger, na_values, release
 from dprelease.spec.sections.privacy import (
     check_budget_units,
     confidence,
@@ -46,10 +48,9 @@ from dprelease.spec.sections.privacy import (
     release_budget,
 )
 from dprelease.spec.schema_check import schema, schema_problems
-from dprelease.spec.sections.reader import INT, Reader
+from dprelease.spec.sections.reader import Reader
 from dprelease.spec.yamlsource import Document, Path_, YamlProblem, load_document
 
-_MAX_DOMAIN_FILE_BYTES = 256 * 1024 * 1024
 
 __all__ = ["load_spec", "schema"]
 
@@ -98,7 +99,6 @@ class _Checker(Reader):
     def __init__(self, doc: Document, skip: set[str], run_date: datetime | None = None):
         super().__init__(doc, skip)
         self.run_date = run_date or datetime.now(timezone.utc)
-        self.broken: set[str] = set()  # declared columns whose declaration has problems
 
     # -- the whole spec
 
@@ -114,13 +114,15 @@ class _Checker(Reader):
         budget_delta = delta_beside(self, d, ("budget",), "release")
         accuracy = confidence(self)
         max_cells = self.get(("limits", "max_cells"), int, DEFAULT_MAX_CELLS)
-        columns = self.columns()
-        columns += self.derived({c.name: c for c in columns})
+        declared, broken = declared_columns(self, na_values(self))
+        derived, broken = derived_columns(self, {c.name: c for c in declared}, broken)
+        self.broken = broken
+        columns = declared + derived
         levels, rollups = parse_geography(self, {c.name: c for c in columns})
         columns += rollups
         tables = self.tables({c.name: c for c in columns}, max_cells, levels)
         invariants = self.invariants(levels)
-        rules = self.rules({c.name: c for c in columns})
+        rules = declared_rules(self, {c.name: c for c in columns}, broken)
 
         ledger_ = ledger(self)
         release_name, release_template = release(self, self.run_date)
@@ -317,163 +319,6 @@ class _Checker(Reader):
             level = source
         return level
 
-    def columns(self) -> list[Column]:
-        out: list[Column] = []
-        for name, body in self.get(("columns",), dict, {}).items():
-            column = self.column(name, body) if isinstance(body, dict) else None
-            if column is None:
-                self.broken.add(name)
-            else:
-                out.append(column)
-        return out
-
-    def column(self, name: str, body: dict[str, Any]) -> Column | None:
-        at: Path_ = ("columns", name)
-        kinds = [k for k in ("domain", "domain_file", "range") if k in body]
-        if len(kinds) != 1:
-            self.fail(at, "declare exactly one of domain: [...], domain_file: PATH or range: [LOW, HIGH]"
-                      + (f" (found {', '.join(kinds)})" if kinds else ""), at_key=True)
-            return None
-        missing = self.get(at + ("missing",), str)
-        on_ood = self.get(at + ("on_out_of_domain",), str, "error")
-        if kinds[0] == "range":
-            if "labels" in body:
-                self.fail(at + ("labels",), "range columns take no labels; bin them with derived: instead")
-            bounds = self.int_list(at + ("range",))
-            if bounds is None or len(bounds) != 2:
-                return None
-            if bounds[0] > bounds[1]:
-                self.fail(at + ("range",), f"range [{bounds[0]}, {bounds[1]}] is empty; write [LOW, HIGH]")
-                return None
-            column = RangeColumn(name, bounds[0], bounds[1], missing, on_ood)
-            if missing is not None and missing in column.categories[:-1]:
-                self.fail(at + ("missing",), f"the missing category's label {missing!r} is also a value of the "
-                          "range; choose a distinct label")
-                return None
-            return column
-        if kinds[0] == "domain":
-            values = self.texts(at + ("domain",))
-        else:
-            values = self.domain_file(at + ("domain_file",))
-        if values is None:
-            return None
-        labels = self.texts(at + ("labels",)) if "labels" in body else None
-        if not self.distinct(at + (kinds[0],), values, "domain value"):
-            return None
-        if labels is not None:
-            if len(labels) != len(values):
-                self.fail(at + ("labels",), f"{len(labels)} labels for {len(values)} domain values; "
-                          "give one label per value")
-                return None
-            if not self.distinct(at + ("labels",), labels, "label"):
-                return None
-        if missing is not None and missing in (labels or values):
-            self.fail(at + ("missing",), f"the missing category's label {missing!r} is also a value; "
-                      "choose a distinct label")
-            return None
-        na = {self.doc.text(("dataset", "na_values", i)) for i, _ in
-              enumerate(self.get(("dataset", "na_values"), list, []))}
-        clash = [v for v in values if v in na]
-        if clash:
-            self.fail(at + (kinds[0],), f"{clash[0]!r} is both a domain value of {name} and listed in "
-                      "dataset.na_values (so it would read as missing); remove it from one of them")
-            return None
-        return CategoricalColumn(name, tuple(values), tuple(labels) if labels else None, missing,
-                                 on_ood, self.get(at + ("domain_file",), str))
-
-    def domain_file(self, path: Path_) -> list[str] | None:
-        written = self.get(path, str)
-        if written is None:
-            return None
-        if "\0" in written:
-            self.fail(path, "contains a NUL byte")
-            return None
-        file = self.base / written
-        try:
-            if file.exists() and not file.is_file():  # a directory, a device (/dev/zero) or a FIFO: never read
-                self.fail(path, f"domain file {written!r} is not a regular file")
-                return None
-            if file.stat().st_size > _MAX_DOMAIN_FILE_BYTES:
-                self.fail(path, f"{written} is larger than 256 MiB")
-                return None
-            lines = file.read_text("utf-8-sig").splitlines()
-        except FileNotFoundError:
-            self.fail(path, f"domain file {written!r} not found (looked in {self.base.resolve()}); paths are "
-                      "relative to the spec file")
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            self.fail(path, f"cannot read domain file {written!r}: {exc}")
-            return None
-        values = [s.strip() for s in lines if s.strip() and not s.lstrip().startswith("#")]
-        if not values:
-            self.fail(path, f"domain file {written!r} lists no values (one value per line)")
-            return None
-        seen: set[str] = set()
-        for v in values:
-            if v in seen:
-                self.fail(path, f"domain file {written!r} lists {v!r} twice; each value must appear once")
-                return None
-            seen.add(v)
-        return values
-
-    def derived(self, declared: dict[str, Column]) -> list[Column]:
-        out: list[Column] = []
-        for name, body in self.get(("derived",), dict, {}).items():
-            at: Path_ = ("derived", name)
-            self.broken.add(name)  # until it proves good
-            if not isinstance(body, dict):
-                continue
-            if name in declared:
-                self.fail(at, f"{name!r} is already a declared column; choose another name", at_key=True)
-                continue
-            source_name = self.get(at + ("from",), str)
-            source = declared.get(source_name) if source_name else None
-            if source_name is not None and source is None:
-                if source_name not in self.broken:
-                    self.fail(at + ("from",), f"column {source_name!r} is not declared under columns:")
-                continue
-            if source is not None and not isinstance(source, RangeColumn):
-                self.fail(at + ("from",), f"bins need a range column; {source_name!r} declares a domain")
-                continue
-            edges = self.int_list(at + ("bins",))
-            if edges is None or source is None:
-                continue
-            column = self.bins(at, name, source, edges)
-            if column is not None:
-                out.append(column)
-                self.broken.discard(name)
-        return out
-
-    def bins(self, at: Path_, name: str, source: RangeColumn, edges: list[int]) -> Column | None:
-        if len(edges) < 2:
-            self.fail(at + ("bins",), f"bins need at least two edges (one bin), e.g. [{source.low}, {source.high + 1}]")
-            return None
-        if any(b <= a for a, b in zip(edges, edges[1:])):
-            self.fail(at + ("bins",), f"bins {edges} must increase strictly")
-            return None
-        if edges[0] > source.low or edges[-1] < source.high + 1:
-            self.fail(at + ("bins",), f"bins [{edges[0]}, {edges[-1]}) leave part of {source.name}'s range "
-                      f"[{source.low}, {source.high}] uncovered; bins are half-open, so start at "
-                      f"{source.low} or below and end at {source.high + 1} or above")
-            return None
-        if "labels" in self.get(at, dict, {}):
-            labels = self.texts(at + ("labels",))
-            if labels is None:
-                return None
-            if len(labels) != len(edges) - 1:
-                self.fail(at + ("labels",), f"{len(labels)} labels for {len(edges) - 1} bins; give one "
-                          "label per bin")
-                return None
-            if not self.distinct(at + ("labels",), labels, "label"):
-                return None
-        else:
-            labels = [f"{a}-{b - 1}" for a, b in zip(edges, edges[1:])]
-        if source.missing is not None and source.missing in labels:
-            self.fail(at + ("labels",), f"label {source.missing!r} is also the missing category inherited from "
-                      f"{source.name}; choose a distinct label")
-            return None
-        return BinnedColumn(name, source.name, tuple(edges), tuple(labels), source.missing)
-
     # -- tables
 
     def tables(self, columns: dict[str, Column], max_cells: int, levels: tuple[str, ...]) -> list[Table]:
@@ -660,17 +505,12 @@ class _Checker(Reader):
                 continue
             if c not in columns:
                 if c not in self.broken:  # a broken declaration is reported once, where it is
-                    self.fail(at + ("group_by", j), self.unknown_column(c, columns))
+                    self.fail(at + ("group_by", j), unknown_column(c, columns))
                 ok = False
             elif c in items[:j]:
                 self.fail(at + ("group_by", j), f"column {c!r} is listed twice")
                 ok = False
         return items if ok else None
-
-    def unknown_column(self, name: str, columns: dict[str, Column]) -> str:
-        hint = difflib.get_close_matches(name, list(columns), n=1)
-        fix = f"did you mean {hint[0]!r}?" if hint else "declare it under columns: or derived:"
-        return f"column {name!r} is not declared; {fix}"
 
     def where(self, at: Path_, columns: dict[str, Column]) -> list[Condition] | None:
         body = self.get(at + ("where",), dict, {})
@@ -682,116 +522,13 @@ class _Checker(Reader):
                 continue
             if name not in columns:
                 if name not in self.broken:
-                    self.fail(at + ("where", name), self.unknown_column(name, columns), at_key=True)
+                    self.fail(at + ("where", name), unknown_column(name, columns), at_key=True)
                 ok = False
                 continue
             for op in comparison:
-                condition = self.condition(at + ("where", name, op), columns[name], op)
+                condition = parse_condition(self, at + ("where", name, op), columns[name], op)
                 if condition is None:
                     ok = False
                 else:
                     out.append(condition)
         return out if ok else None
-
-    # -- rules
-
-    def rules(self, columns: dict[str, Column]) -> list[Rule]:
-        """Declared public facts about every row: ``if`` conditions ⇒ ``then`` conditions."""
-        out: list[Rule] = []
-        names: dict[str, int] = {}
-        for i, body in enumerate(self.get(("rules",), list, [])):
-            if not isinstance(body, dict):
-                continue
-            at: Path_ = ("rules", i)
-            name = self.get(at + ("name",), str)
-            if name is not None and name in names:
-                self.fail(at + ("name",), f"rule name {name!r} is already used by rules[{names[name]}]; names must "
-                          "be unique")
-                name = None
-            elif name is not None:
-                names[name] = i
-            premises = self.rule_conditions(at + ("if",), columns)
-            conclusions = self.rule_conditions(at + ("then",), columns)
-            if name is None or premises is None or conclusions is None:
-                continue
-            if set(premises) == set(conclusions):
-                self.fail(at + ("then",), "then repeats if: the rule says nothing; state what the if conditions "
-                          "imply about another column")
-                continue
-            out.append(Rule(name, tuple(premises), tuple(conclusions), self.get(at + ("both_ways",), bool, False),
-                            self.get(at + ("description",), str)))
-        return out
-
-    def rule_conditions(self, at: Path_, columns: dict[str, Column]) -> list[Condition] | None:
-        """A rule's side: like a where, plus ``missing: true|false`` on a column with a missing category."""
-        body = self.get(at, dict)
-        if body is None:
-            return None  # the schema reported it
-        out: list[Condition] = []
-        ok = True
-        for name, comparison in body.items():
-            if not isinstance(comparison, dict):
-                ok = False
-                continue
-            if name not in columns:
-                if name not in self.broken:
-                    self.fail(at + (name,), self.unknown_column(name, columns), at_key=True)
-                ok = False
-                continue
-            column = columns[name]
-            if isinstance(column, RollupColumn):
-                self.fail(at + (name,), f"{name} is a coarser geographic level; a rule names declared or derived "
-                          f"columns: state it on {column.source} instead", at_key=True)
-                ok = False
-                continue
-            for op, value in comparison.items():
-                if op == "missing":
-                    if not isinstance(value, bool):
-                        ok = False  # the schema reported it
-                    elif column.missing is None:
-                        self.fail(at + (name, op), f"{name} declares no missing: category, so its values are never "
-                                  "missing; remove this condition, or declare missing: LABEL on the column")
-                        ok = False
-                    else:
-                        out.append(Condition(name, "missing" if value else "present", ()))
-                    continue
-                condition = self.condition(at + (name, op), column, op)
-                if condition is None:
-                    ok = False
-                else:
-                    out.append(condition)
-        return out if ok else None
-
-    def condition(self, path: Path_, column: Column, op: str) -> Condition | None:
-        if op not in ("eq", "ne", "in", "not_in", "ge", "gt", "le", "lt"):
-            return None  # the schema reported it
-        if op in ("ge", "gt", "le", "lt") and not isinstance(column, RangeColumn):
-            self.fail(path, f"{op} compares numbers; {column.name!r} is not a range column, use in: [...]")
-            return None
-        texts = self.texts(path) if op in ("in", "not_in") else [self.doc.text(path) or ""]
-        if texts is None:
-            return None
-        operands: list[str | int] = []
-        for k, text in enumerate(texts):
-            where = path + (k,) if op in ("in", "not_in") else path
-            value = self.operand(where, column, text)
-            if value is None:
-                return None
-            operands.append(value)
-        return Condition(column.name, op, tuple(operands))  # type: ignore[arg-type]
-
-    def operand(self, path: Path_, column: Column, text: str) -> str | int | None:
-        match column:
-            case RangeColumn(low=low, high=high):
-                if not INT.fullmatch(text.strip()) or not low <= int(text) <= high:
-                    self.fail(path, f"{text!r} is not a value of {column.name} (whole numbers {low} to {high})")
-                    return None
-                return int(text)
-            case CategoricalColumn(values=values) | BinnedColumn(labels=values):
-                if text not in values:
-                    shown = ", ".join(values[:12]) + (" ..." if len(values) > 12 else "")
-                    self.fail(path, f"{text!r} is not a declared value of {column.name} ({shown})")
-                    return None
-                return text
-        raise AssertionError(column)  # pragma: no cover
-
