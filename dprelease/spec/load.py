@@ -30,7 +30,7 @@ from dprelease.spec.model import (
 
 MAX_DETAIL_CELLS = 20_000  # per place, for a consistency group's joint estimate (dense normal equations)
 from dprelease.spec import defaults
-from dprelease.spec.geography import parse_geography
+from dprelease.spec.geography import invariants, parse_geography
 from dprelease.spec.sections.columns import (
     declared_columns,
     declared_rules,
@@ -121,7 +121,7 @@ class _Checker(Reader):
         levels, rollups = parse_geography(self, {c.name: c for c in columns})
         columns += rollups
         tables = self.tables({c.name: c for c in columns}, max_cells, levels)
-        invariants = self.invariants(levels)
+        invariants_ = invariants(self, levels)
         rules = declared_rules(self, {c.name: c for c in columns}, broken)
 
         ledger_ = ledger(self)
@@ -147,7 +147,7 @@ class _Checker(Reader):
                     max_rows=promise.max_rows,
                     budget_epsilon=budget, columns=tuple(columns), tables=tuple(tables),
                     ledger=ledger_, geography=levels, confidence=accuracy, max_cells=max_cells,
-                    description=self.get(("description",), str), invariants=invariants,
+                    description=self.get(("description",), str), invariants=invariants_,
                     local_tables=tuple(self.local), release_template=release_template,
                     run_date=self.run_date if release_template else None, engine=engine_, rules=tuple(rules),
                     approval_required=self.get(("approval",), str, "optional") == "required")
@@ -286,40 +286,6 @@ class _Checker(Reader):
                           "sum, strictly between 0 and 1 (the rest goes to the count); e.g. 0.5")
                 return False
         return MeanMeasure(column, low, high, g, body.get("missing", "error"), share)
-
-    def invariants(self, levels: tuple[str, ...]) -> tuple[str, ...]:
-        """Levels whose place totals are published exactly, coarse to fine (the root first)."""
-        totals = self.get(("invariants", "totals"), list)
-        if totals is None:
-            return ()
-        known = (ROOT,) + levels
-        for i, name in enumerate(totals):
-            if isinstance(name, str) and name not in known:
-                hint = (f"use {ROOT} or one of the geography levels {', '.join(levels)}" if levels else
-                        f"without a geography: block only {ROOT} (the number of persons in the dataset) exists")
-                self.fail(("invariants", "totals", i), f"{name!r} is not a geographic level: {hint}")
-            elif isinstance(name, str) and name != ROOT:
-                base = self.place_column(name)
-                if self.get(("columns", base, "geographic"), bool) is not True:
-                    self.fail(("invariants", "totals", i),
-                              f"{name!r} is published exactly only if it is a place: its column {base!r} is not "
-                              f"declared geographic. Invariants of a person's attribute (e.g. race) would publish "
-                              f"its exact counts outside differential privacy; if {base} is a place, declare "
-                              f"columns.{base}.geographic: true, else drop it from invariants.totals")
-        return tuple(name for name in known if name in totals)
-
-    def place_column(self, level: str) -> str:
-        """The declared column a geography level is made from (itself, or its rollups' source)."""
-        seen = set()
-        while level not in seen:
-            seen.add(level)
-            source = self.get(("geography", level, "from"), str)
-            if source is None:
-                return level
-            level = source
-        return level
-
-    # -- tables
 
     def tables(self, columns: dict[str, Column], max_cells: int, levels: tuple[str, ...]) -> list[Table]:
         out: list[Table] = []
