@@ -2,6 +2,7 @@
 
 Each module is a set of small functions that take a :class:`~.reader.Reader` (the document and
 the problems found so far) and what earlier sections produced, as explicit arguments, and
-return typed values (or None where the section is invalid, its problems reported).
+return typed values, or None (False for a table's measure) where a part is invalid, its
+problems reported.
 :mod:`dprelease.spec.load` calls them in order.
 """

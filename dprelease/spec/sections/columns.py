@@ -70,7 +70,7 @@ def _column(r: Reader, name: str, body: dict[str, Any], na_values: tuple[str, ..
                "dataset.na_values (so it would read as missing); remove it from one of them")
         return None
     return CategoricalColumn(name, tuple(values), tuple(labels) if labels else None, missing,
-                             on_ood, r.get(at + ("domain_file",), str))  # type: ignore[arg-type]
+                             on_ood, r.get(at + ("domain_file",), str))
 
 
 def _range_column(r: Reader, at: Path_, name: str, body: dict[str, Any], missing: str | None,

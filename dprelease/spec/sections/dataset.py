@@ -55,7 +55,7 @@ def dataset(r: Reader, d: Definition, run_date: datetime) -> Dataset | None:
     if partition is not None and not _partition_ok(r, column, value):
         return None
     return Dataset(name=defaults.period_key(name, column, value, disjoint), path=path, resolved_path=resolved,
-                   format=fmt, na_values=na,  # type: ignore[arg-type]
+                   format=fmt, na_values=na,
                    delimiter=r.get(("dataset", "delimiter"), str, defaults.delimiter(path)), lifetime_epsilon=lifetime,
                    lifetime_delta=lifetime_delta, partition_column=column, partition_value=value,
                    disjoint_units=disjoint, base_name=name if disjoint else None,
@@ -135,7 +135,7 @@ def engine(r: Reader) -> Engine:
     if kind == "local" and r.get(("engine", "address"), str) is not None:
         r.fail(("engine", "address"), "an address is for kind: dask (the Dask scheduler); the local engine "
                "needs none", at_key=True)
-    return Engine(kind=kind, address=r.get(("engine", "address"), str))  # type: ignore[arg-type]
+    return Engine(kind=kind, address=r.get(("engine", "address"), str))
 
 
 def check_safe_names(r: Reader) -> None:

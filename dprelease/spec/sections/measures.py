@@ -99,11 +99,12 @@ def _numeric(r: Reader, at: Path_, body: dict[str, Any], columns: dict[str, Colu
         return SumMeasure(column, low, high, g, body.get("missing") == "zero")
     share = defaults.SUM_SHARE
     if r.written(at + ("measure", "sum_share")):
-        share = r.fraction(at + ("measure", "sum_share"), "sum_share")
-        if share is None:
+        written = r.fraction(at + ("measure", "sum_share"), "sum_share")
+        if written is None:
             return False
-        if not share < 1:
+        if not written < 1:
             r.fail(at + ("measure", "sum_share"), "sum_share is the part of the table's budget spent on the "
                    "sum, strictly between 0 and 1 (the rest goes to the count); e.g. 0.5")
             return False
+        share = written
     return MeanMeasure(column, low, high, g, body.get("missing", "error"), share)

@@ -25,7 +25,8 @@ class Definition:
 
 @dataclass(frozen=True, slots=True)
 class Guarantee:
-    """The privacy unit and the δ of the guarantee (before an approx release's δ split)."""
+    """The privacy unit and the stated δ of a zcdp release (None otherwise: an approx release's δ
+    is its budget's, split by :func:`dprelease.spec.defaults.split_delta`)."""
 
     unit_id: object  # the person identifier as written, or None (unit: row)
     max_rows: int
