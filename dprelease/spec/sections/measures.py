@@ -1,0 +1,110 @@
+"""A table's ``measure:``: a mode or quantile of a declared column, or a sum or mean of an
+undeclared numeric data column within public bounds (a count when there is none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dprelease.spec import defaults
+from dprelease.spec.model import (
+    Column,
+    MeanMeasure,
+    ModeMeasure,
+    RollupColumn,
+    SumMeasure,
+)
+from dprelease.spec.sections.reader import Reader
+from dprelease.spec.yamlsource import Path_
+
+
+def measure(r: Reader, at: Path_, columns: dict[str, Column],
+            person_id: object) -> SumMeasure | ModeMeasure | MeanMeasure | None | bool:
+    """The table's measure: None for counts, a SumMeasure, ModeMeasure or MeanMeasure, or False
+    when it is invalid (reported). ``person_id`` is privacy.unit.id as written."""
+    body = r.get(at + ("measure",), dict)
+    if body is None:
+        return None
+    if "mode" in body or "quantile" in body:
+        return _category(r, at, body, columns)
+    return _numeric(r, at, body, columns, person_id)
+
+
+def _category(r: Reader, at: Path_, body: dict[str, Any], columns: dict[str, Column]) -> ModeMeasure | bool:
+    """A mode, or a quantile q, chosen among the categories of a declared column."""
+    kind = "mode" if "mode" in body else "quantile"
+    column = body[kind]
+    if not isinstance(column, str):
+        return False
+    q = None
+    if kind == "quantile":
+        q = r.fraction(at + ("measure", "q"), "q")
+        if q is None:
+            return False
+        if not 0 < q < 1:
+            r.fail(at + ("measure", "q"), "q must lie strictly between 0 and 1 (0.5 for the median)")
+            return False
+        if q.denominator > 10**6:
+            r.fail(at + ("measure", "q"), "q needs at most 6 decimal places")
+            return False
+    if column not in columns or isinstance(columns[column], RollupColumn):
+        r.fail(at + ("measure", kind), f"{column!r} is not a declared column: a {kind} is chosen among "
+               "the categories of a column declared under columns: (or derived:)")
+        return False
+    if column in r.get(at + ("group_by",), list, []):
+        r.fail(at + ("measure", kind), f"{column!r} is in group_by: each cell would have one category")
+        return False
+    if kind == "quantile" and columns[column].missing is not None:
+        r.fail(at + ("measure", kind), f"{column!r} has a missing category, which has no place in its "
+               "order; a quantile needs a column without one")
+        return False
+    return ModeMeasure(column, q)
+
+
+def _numeric(r: Reader, at: Path_, body: dict[str, Any], columns: dict[str, Column],
+             person_id: object) -> SumMeasure | MeanMeasure | bool:
+    """A sum or a mean of a numeric data column, clamped to bounds on a grid of the granularity."""
+    kind = "mean" if "mean" in body else "sum"
+    bounds, g, column = body.get("bounds"), body.get("granularity"), body.get(kind)
+    for field, value in (("bounds", bounds), ("granularity", g)):
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) for v in items):  # JSON Schema counts 200.0 as an integer
+            r.fail(at + ("measure", field), f"{field} must be whole numbers written without a decimal point "
+                   f"(e.g. 200000, not 200000.0)")
+            return False
+    if not (isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
+            and type(g) is int and g >= 1 and isinstance(column, str)):
+        return False  # the schema has reported it
+    if person_id == column:
+        r.fail(at + ("measure", kind), f"{column!r} is the person identifier (privacy.unit.id); it is read to "
+               f"bound contributions and is not a value to {'sum' if kind == 'sum' else 'average'}")
+        return False
+    low, high = bounds
+    if low >= high:
+        r.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must increase: [L, U] with L < U")
+        return False
+    if low % g or high % g:
+        r.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must be multiples of the granularity "
+               f"{g}, so that clamped values stay on the grid")
+        return False
+    if column in columns:
+        r.fail(at + ("measure", kind), f"{column!r} is declared under columns: (its values are categories); a "
+               f"{kind} reads a numeric data column that is not declared there (a {kind} of a declared range "
+               "column is not supported yet)")
+        return False
+    if kind == "sum":
+        if body.get("missing") == "skip":
+            r.fail(at + ("measure", "missing"), "missing: skip is for means (a skipped row adds 0 to a "
+                   "sum): write missing: zero")
+            return False
+        return SumMeasure(column, low, high, g, body.get("missing") == "zero")
+    share = defaults.SUM_SHARE
+    if r.written(at + ("measure", "sum_share")):
+        written = r.fraction(at + ("measure", "sum_share"), "sum_share")
+        if written is None:
+            return False
+        if not written < 1:
+            r.fail(at + ("measure", "sum_share"), "sum_share is the part of the table's budget spent on the "
+                   "sum, strictly between 0 and 1 (the rest goes to the count); e.g. 0.5")
+            return False
+        share = written
+    return MeanMeasure(column, low, high, g, body.get("missing", "error"), share)
