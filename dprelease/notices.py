@@ -7,7 +7,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from dprelease.accounting import decimal_text
+from dprelease.accounting import delta_of, decimal_text
 from dprelease.ledger import LedgerLocation, resolve_location
 
 LARGE_DELTA = Fraction(1, 10**5)
@@ -42,9 +42,9 @@ def large_delta_warnings(spec: Any) -> list[str]:
     """δ above 1e-5: (ε, δ)-DP allows a total failure (e.g. publishing one person's record) with
     probability δ per person, so δ should be well below 1/(number of persons)."""
     out = []
-    for what, delta in (("the release's δ", spec.delta if spec.definition == "approx" else None),
-                        ("the stated δ", spec.delta if spec.definition == "zcdp" else None),
-                        ("the lifetime δ", spec.dataset.lifetime_delta)):
+    for what, delta in (("the release's δ", delta_of(spec.budget)),
+                        ("the stated δ", spec.guarantee_delta),
+                        ("the lifetime δ", None if spec.dataset.lifetime is None else delta_of(spec.dataset.lifetime))):
         if delta is not None and delta > LARGE_DELTA:
             out.append(f"{what} = {decimal_text(delta)} is large: (ε, δ)-DP may fail outright with probability δ per person; "
                        "choose δ well below 1/(number of persons), e.g. 1e-6 or less")

@@ -301,8 +301,8 @@ def test_pure_releases_on_an_approx_ledger_cost_no_delta(tmp_path):
     first = plan_release(approx, None)
     ledger.reserve(dataset=approx.dataset.name, release=approx.release,
                    charges=first.ledger_charges(), spec_fingerprint=first.fingerprint,
-                   lifetime_from_spec=approx.dataset.lifetime_epsilon, terms=first.terms,
-                   lifetime_delta_from_spec=approx.dataset.lifetime_delta)
+                   lifetime_from_spec=approx.dataset.lifetime.amount, terms=first.terms,
+                   lifetime_delta_from_spec=approx.dataset.lifetime.delta)
     pure_path = tmp_path / "pure.yaml"
     pure_path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
                          .replace("nist-acs-national-2019", "nist-acs-approx")

@@ -76,7 +76,7 @@ def test_consistent_tables_hit_the_invariants_exactly(tmp_path, levels):
         path.unlink()
     data = encode(spec)
     exact, scales = exact_measurements(spec, data)
-    assert set(scales.values()) == {2 / eps for t in spec.tables for _, _, eps in t.measured()}
+    assert set(scales.values()) == {2 / budget.epsilon for t in spec.tables for _, _, budget in t.measured()}
     totals = place_totals(spec, data)
     assert list(totals) == list(spec.invariant_levels)
     for _ in range(3):
@@ -186,14 +186,14 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     first = plan_release(spec, None)
     assert first.terms == Terms("pure", change=True)
     ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=first.ledger_charges(),
-                   spec_fingerprint=first.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
+                   spec_fingerprint=first.fingerprint, lifetime_from_spec=spec.dataset.lifetime.amount,
                    terms=first.terms)
     later = plan_release(plain, ledger.state(plain.dataset.name))  # no invariants of its own
     assert later.terms == Terms("pure", change=True) and {t.sensitivity for t in later.tables} == {2}
     assert "change one record" in later.neighbouring
     with pytest.raises(LedgerError):  # the reservation re-checks the terms in its transaction
         ledger.reserve(dataset=plain.dataset.name, release="sneaky", charges=[("t", Fraction(1, 10))],
-                       spec_fingerprint="sha256:x", lifetime_from_spec=plain.dataset.lifetime_epsilon,
+                       spec_fingerprint="sha256:x", lifetime_from_spec=plain.dataset.lifetime.amount,
                        terms=Terms("pure"))
     ledger.close()
     # end to end: the plain census release on the bounded dataset is published with sensitivity 2

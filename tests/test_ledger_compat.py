@@ -56,3 +56,16 @@ def test_the_fixture_is_what_figures_json_describes():
     assert sorted(d["definition"] for d in expected["datasets"]) == ["pure", "pure-bounded", "pure@PID", "zcdp"]
     assert [len(d["releases"]) for d in expected["datasets"]] == [1, 1, 1, 1]
     assert {a["protocol"] for a in expected["answer_sets"]} == {"k_rr:1/k=10", "coin_flip/k=2"}
+
+
+def test_the_specs_of_e617fc4_keep_their_fingerprints():
+    """The four specs that wrote the fixture (copied beside it) fingerprint as the ledger recorded
+    them then: the typed budgets change no fingerprint, so approvals and published releases stay
+    valid (a pure, a zCDP, a bounded and a local spec)."""
+    from dprelease.spec import fingerprint, load_spec
+
+    expected = json.loads((FIXTURE / "figures.json").read_text())
+    recorded = {r["release"]: r["spec_fingerprint"] for d in expected["datasets"] for r in d["releases"]}
+    for name in ("acs_demo", "zcdp", "bounded", "local"):
+        spec = load_spec(FIXTURE / "configs" / f"{name}.yaml")
+        assert fingerprint(spec) == recorded[spec.release], name

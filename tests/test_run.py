@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.plan.planner import measurement_plans
 from dprelease.spec import load_spec
@@ -85,7 +86,7 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
         noisy = raw.column("noisy_count").to_pylist()
         assert [max(0, v) for v in noisy] == counts  # clamp of the kept measurement
         entry = next(t for t in manifest["tables"] if t["name"] == table.name)
-        assert entry["scale"] == str(1 / table.epsilon).replace(" ", "") or Fraction(entry["scale"]) == 1 / table.epsilon
+        assert entry["scale"] == str(1 / table.budget.epsilon).replace(" ", "") or Fraction(entry["scale"]) == 1 / table.budget.epsilon
         assert entry["cells"] == cells and entry["file"] == f"tables/{table.name}.csv"
     report = (release / "budget_report.md").read_text()
     assert "puma_by_sex" in report and "remaining" in report
@@ -167,7 +168,7 @@ def test_four_racing_runs_for_one_budget_publish_exactly_once(tmp_path, run_env)
         specs = [_spec(dataset_home, f"race-{round_}-{i}", epsilon="0.25", lifetime="1") for i in range(4)]
         for path in specs:  # 0.25 + 0.25 + 0.2 + 0.05: each release costs 3/4 of the lifetime 1
             path.write_text(path.read_text().replace("epsilon: 0.3\n", "epsilon: 0.05\n"))
-            assert load_spec(path).dataset.lifetime_epsilon == 1
+            assert load_spec(path).dataset.lifetime == PureDP(1)
         procs = [subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(p), "--output-dir",
                                    str(dataset_home / "out")], cwd=ROOT, env={**os.environ, **env},
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in specs]

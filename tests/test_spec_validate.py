@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dprelease.accounting import PureDP, compose
 from dprelease.errors import SpecError
 from dprelease.spec import CategoricalColumn, load_spec
 from tests.conftest import ROOT, SPECS, write_spec
@@ -94,14 +95,14 @@ def test_range_bounds_are_decimal_not_octal(tmp_path):
 def test_epsilon_is_read_exactly_from_its_text(tmp_path, written, exact):
     spec = load_spec(write_spec(tmp_path, (SPECS / "good" / "minimal.yaml").read_text()
                                 .replace("epsilon: 0.5\n", f"epsilon: {written}\n", 1)))
-    assert spec.tables[0].epsilon == exact
+    assert spec.tables[0].budget == PureDP(exact)
 
 
 def test_a_tenth_plus_two_tenths_plus_seven_tenths_is_exactly_one(tmp_path):
     body = (SPECS / "good" / "three_tables.yaml").read_text()
     spec = load_spec(write_spec(tmp_path, body))
-    assert [t.epsilon for t in spec.tables] == [Fraction(1, 10), Fraction(2, 10), Fraction(7, 10)]
-    assert sum(t.epsilon for t in spec.tables) == 1
+    assert [t.budget for t in spec.tables] == [PureDP(Fraction(1, 10)), PureDP(Fraction(2, 10)), PureDP(Fraction(7, 10))]
+    assert compose((t.budget for t in spec.tables), "pure") == PureDP(1)
 
 
 def test_domain_file_is_relative_to_the_spec_not_the_cwd(tmp_path, monkeypatch):

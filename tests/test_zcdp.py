@@ -129,7 +129,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
     first = plan_release(zcdp, None)
     ledger.reserve(dataset=zcdp.dataset.name, release=zcdp.release, charges=first.ledger_charges(),
-                   spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime_epsilon,
+                   spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime.amount,
                    terms=first.terms)
     on_zcdp = plan_release(pure, ledger.state(pure.dataset.name))
     assert on_zcdp.terms == Terms("zcdp") and on_zcdp.ledger_symbol == "ρ"
@@ -142,7 +142,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     ledger = Ledger.open(resolve_location(str(pure_ledger)), create=True)
     p = plan_release(pure, None)
     ledger.reserve(dataset=pure.dataset.name, release=pure.release, charges=p.ledger_charges(),
-                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime_epsilon, terms=p.terms)
+                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime.amount, terms=p.terms)
     ledger.close()
     refused = cli("plan", write(tmp_path), "--ledger", pure_ledger)
     assert refused.code == 2 and "cannot be charged there" in refused.stderr, refused

@@ -38,10 +38,11 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
             failed += 1
             print(exc, file=sys.stderr)
             continue
-        total = sum((t.epsilon for t in spec.tables), Fraction(0))
+        total = sum((t.budget.amount for t in spec.tables), Fraction(0))  # in the spec's unit (ρ under zcdp)
+        cap = spec.budget.amount
         local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
         out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables{local}, total {spec.symbol} = "
-                  f"{fraction_text(total)} of {fraction_text(spec.budget_epsilon)}", markup=False)
+                  f"{fraction_text(total)} of {fraction_text(cap)}", markup=False)
         if spec.invariants:
             say(f"note: {path}: invariants — the number of persons per place at {', '.join(spec.invariant_levels)} "
                 "is published EXACTLY, not protected by differential privacy; every sensitivity is "
@@ -51,9 +52,9 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
                 f"{spec.sensitivity}")
         for warning in large_delta_warnings(spec):
             say(f"warning: {path}: {warning}")
-        if total > spec.budget_epsilon:
+        if total > cap:
             say(f"warning: {path}: the tables' ε sum to {fraction_text(total)}, over the release budget of "
-                f"{fraction_text(spec.budget_epsilon)} by {fraction_text(total - spec.budget_epsilon)}; "
+                f"{fraction_text(cap)} by {fraction_text(total - cap)}; "
                 "`dprelease plan` and `run` will refuse it")
     if failed:
         say(f"{failed} of {len(specs)} spec(s) invalid")
@@ -167,4 +168,4 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
               "(rounded up to 3 significant digits, so the target is met):", markup=False)
     for (name, need), t in zip(needs, the_plan.tables):
         out.print(f"  {name}: ε = {both(need)} (now {both(t.budget.amount)}, ±{t.moe})", markup=False)
-    out.print(f"  total: ε = {both(total)} (release budget {both(spec.budget_epsilon)})", markup=False)
+    out.print(f"  total: ε = {both(total)} (release budget {both(spec.budget.amount)})", markup=False)

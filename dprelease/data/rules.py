@@ -55,7 +55,7 @@ def _rule_reader(spec: Spec) -> Spec:
     """The spec reduced to what reading the rules' columns needs: one table over them, no
     measures, no invariants, no local tables, no contribution bound (every row is checked)."""
     columns = tuple(dict.fromkeys(c.column for rule in spec.rules for c in rule.if_ + rule.then))
-    probe = Table(name="rules", group_by=columns, where=(), epsilon=spec.budget_epsilon)
+    probe = Table(name="rules", group_by=columns, where=(), budget=spec.budget)
     return replace(spec, tables=(probe,), local_tables=(), invariants=(), unit="row", unit_id=None, max_rows=1)
 
 

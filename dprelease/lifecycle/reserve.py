@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dprelease.accounting import ApproxDP, budget_of, fraction_text
+from dprelease.accounting import delta_of, ApproxDP, budget_of, fraction_text
 from dprelease.errors import InternalError
 from dprelease.ledger import Ledger, LocalCollection
 from dprelease.lifecycle.prepare import Prepared
@@ -24,10 +24,11 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
     spec = request.spec
     local = _local_collections(plan, prepared.data_fingerprint)
     evaluations = ledger.evaluations_of(spec.dataset.name, prepared.data_fingerprint)
+    life = spec.dataset.lifetime  # the spec's lifetime budget: recorded if the dataset is new
     granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
                              charges=plan.ledger_charges(),
-                             spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime_epsilon,
-                             lifetime_delta_from_spec=spec.dataset.lifetime_delta,
+                             spec_fingerprint=plan.fingerprint, lifetime_from_spec=life.amount if life else None,
+                             lifetime_delta_from_spec=delta_of(life) if life else None,
                              local=local, data_fingerprint=prepared.data_fingerprint, approval=prepared.approval,
                              spec_path=str(spec.source.resolve()), output_dir=str(request.output_dir),
                              terms=plan.terms)

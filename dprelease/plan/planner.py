@@ -29,11 +29,12 @@ Privacy contract of the plan (pure ε-DP, one row per person):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, TypeVar
 from fractions import Fraction
+from typing import Any, Callable, TypeVar
 
 from dprelease.accounting import (
     ZCDP,
+    ApproxDP,
     Budget,
     Neighbouring,
     PureDP,
@@ -41,8 +42,10 @@ from dprelease.accounting import (
     approx_to_zcdp,
     budget_of,
     compose,
+    delta_of,
     fraction_text,
     zcdp_to_pure,
+    zero,
 )
 from dprelease.errors import InternalError, LedgerError, UserError
 from dprelease.ledger import (
@@ -57,10 +60,10 @@ from dprelease.mechanisms.discrete_laplace import epsilon_for_margin
 from dprelease.mechanisms.gaussian import sigma2_for, zcdp_rho
 from dprelease.plan.local import LocalPlan, local_plans, refuse_local_over_central
 from dprelease.plan.measurements import (
-    TablePlan,
     DiscreteGaussian,
     DiscreteLaplace,
     PermuteAndFlip,
+    TablePlan,
     TruncatedGeometric,
     sum_l1,
     sum_l2_squared,
@@ -155,31 +158,30 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     or when a new dataset declares none. Over-budget is not an error here: it is the plan's
     verdict (``fits``), so a reviewer sees by how much.
     """
-    if state is None:
-        if spec.dataset.lifetime_epsilon is None:
-            raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is not in the ledger yet, so the "
-                              "spec must declare dataset.lifetime_budget: {epsilon: E}")
-        lifetime, spent = spec.dataset.lifetime_epsilon, Fraction(0)
-        delta_budget, delta_spent = spec.dataset.lifetime_delta, Fraction(0)
+    declared = spec.dataset.lifetime  # the spec's lifetime budget (of its kind), if it declares one
+    if state is None and declared is None:
+        raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is not in the ledger yet, so the "
+                          "spec must declare dataset.lifetime_budget: {epsilon: E}")
     refuse_local_over_central(spec, state)  # before the terms: the provenance is what is wrong
     terms, relation = ledger_terms(spec, state)
-    if state is not None:
+    if state is None:
+        assert declared is not None
+        lifetime, spent = declared, zero(terms.kind)
+    else:
         if terms.kind == spec.definition:  # a pure spec's lifetime ε says nothing about a ρ or (ε, δ) cap
-            check_lifetime_matches(state, spec.dataset.lifetime_epsilon, spec.dataset.lifetime_delta)
-        lifetime, spent = state.budget, state.spent
-        delta_budget, delta_spent = state.delta_budget, state.delta_spent
+            check_lifetime_matches(state, declared.amount if declared else None, delta_of(declared) if declared else None)
+        lifetime = budget_of(terms.kind, state.budget, state.delta_budget)
+        spent = budget_of(terms.kind, state.spent, state.delta_spent)
     tables = measurement_plans(spec, terms, relation)
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
-        total=compose((t.budget for t in tables), spec.definition),
-        release_budget=_budget(spec, spec.budget_epsilon, spec.delta if spec.definition == "approx" else None),
+        total=compose((t.budget for t in tables), spec.definition), release_budget=spec.budget,
         confidence=spec.confidence, charge=compose((_planned(t.charge) for t in tables), terms.kind),
-        lifetime_budget=budget_of(terms.kind, lifetime, delta_budget),
-        lifetime_spent=budget_of(terms.kind, spent, delta_spent),
+        lifetime_budget=lifetime, lifetime_spent=spent,
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
         relation=relation, invariants=spec.invariant_levels, terms=terms,
-        guarantee_delta=spec.delta if spec.definition == "zcdp" else None,
+        guarantee_delta=spec.guarantee_delta,
         local=local_plans(spec, state), local_spent=state.local_epsilon if state else Fraction(0),
         evaluations=state.evaluations if state else (),
     )
@@ -199,12 +201,6 @@ def _planned(charge: Budget | None) -> Budget:
     return charge
 
 
-def _budget(spec: Spec, amount: Fraction, delta: Fraction | None = None) -> Budget:
-    """``amount`` (and ``delta``) as a budget of the spec's kind: ε, ρ, or (ε, δ) with δ = 0 for
-    a pure mechanism."""
-    return budget_of(spec.definition, amount, delta)
-
-
 def _charged(budget: Budget, terms: Terms) -> Budget:
     """What the ledger is charged for a measurement of ``budget`` run as a pure or Gaussian
     mechanism of its own kind: the budget itself, or on (ε, δ) terms a pure ε as (ε, 0)."""
@@ -218,9 +214,9 @@ def measurement_plans(spec: Spec, terms: Terms | None = None,
     if terms is None or relation is None:
         terms, relation = ledger_terms(spec, None)
     masks = measurement_masks(spec)
-    return tuple(_with_structural(spec, _plan_one(spec, t, eps, spec.dims_cells(dims), level, terms, relation),
+    return tuple(_with_structural(spec, _plan_one(spec, t, budget, spec.dims_cells(dims), level, terms, relation),
                                   dims, masks[(t.name, level)])
-                 for t in spec.tables for level, dims, eps in t.measured())
+                 for t in spec.tables for level, dims, budget in t.measured())
 
 
 def _with_structural(spec: Spec, plan: TablePlan, dims: tuple[str, ...], mask: Any) -> TablePlan:
@@ -236,19 +232,19 @@ def _with_structural(spec: Spec, plan: TablePlan, dims: tuple[str, ...], mask: A
                    structural_labels=tuple(map(tuple, cell_labels(spec, dims, mask.nonzero()[0]))))
 
 
-def _plan_one(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: Terms,
+def _plan_one(spec: Spec, t: Table, budget: Budget, cells: int, level: str | None, terms: Terms,
               relation: Neighbouring) -> TablePlan:
-    """One measurement of table ``t`` that spends ``eps`` (in the spec's unit: ρ under zcdp)."""
+    """One measurement of table ``t`` that spends ``budget`` (of the spec's kind)."""
     if isinstance(t.measure, MeanMeasure):
-        return _plan_mean(spec, t, eps, cells, level, terms, relation)
+        return _plan_mean(spec, t, budget, cells, level, terms, relation)
     if isinstance(t.measure, ModeMeasure):
-        return _plan_mode(spec, t, eps, cells, level, terms, relation)
+        return _plan_mode(spec, t, budget, cells, level, terms, relation)
     if t.mechanism == "discrete_gaussian":
-        return _plan_gaussian(spec, t, eps, cells, level, relation)
-    return _plan_table(spec, t, eps, cells, level, terms, relation)
+        return _plan_gaussian(spec, t, budget, cells, level, relation)
+    return _plan_table(spec, t, budget, cells, level, terms, relation)
 
 
-def _plan_mean(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | None, terms: Terms,
+def _plan_mean(spec: Spec, t: Table, budget: Budget, cells: int, level: str | None, terms: Terms,
                relation: Neighbouring) -> TablePlan:
     """A mean = a noisy sum of centred values over a noisy count of the same rows: two
     measurements on the same rows, composed sequentially — the sum gets ``sum_share`` of the
@@ -256,9 +252,9 @@ def _plan_mean(spec: Spec, t: Table, eps: Fraction, cells: int, level: str | Non
     a table of its own (:meth:`MeanMeasure.centred_sum`, and a count), with the table's mechanism;
     the plan's ``parts`` are (sum, count) and it is charged their total."""
     assert isinstance(t.measure, MeanMeasure)
-    sum_eps = eps * t.measure.sum_share
-    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), sum_eps, cells, level, terms, relation),
-             _plan_one(spec, replace(t, measure=None), eps - sum_eps, cells, level, terms, relation))
+    for_sum = budget.scaled(t.measure.sum_share)
+    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms, relation),
+             _plan_one(spec, replace(t, measure=None), budget - for_sum, cells, level, terms, relation))  # type: ignore[operator]
     return replace(parts[0], budget=compose((p.budget for p in parts), spec.definition),
                    charge=compose((_planned(p.charge) for p in parts), terms.kind), pure_epsilon=None, parts=parts)
 
@@ -307,12 +303,12 @@ def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbo
     return held, relation
 
 
-def _plan_table(spec: Spec, t: Table, epsilon: Fraction, cells: int, level: str | None, terms: Terms,
+def _plan_table(spec: Spec, t: Table, budget: Budget, cells: int, level: str | None, terms: Terms,
                 relation: Neighbouring) -> TablePlan:
     """A pure ε-DP mechanism (discrete Laplace, truncated geometric) on a count or sum histogram:
     sensitivity a count's (:attr:`Neighbouring.count_l1`) or a sum's (:func:`sum_l1`), in
     published units; the noise is drawn in units of the granularity (1 for counts), with scale
-    (sensitivity/granularity)/ε. In a zcdp release (``epsilon`` is then ρ) it runs at the largest
+    (sensitivity/granularity)/ε. In a zcdp release (``budget`` is then ρ) it runs at the largest
     ε with ε²/2 ≤ ρ and is charged ε²/2, as is a pure release on a zCDP ledger (:func:`_pure_charge`)."""
     if isinstance(t.measure, SumMeasure):
         g, sensitivity = t.measure.granularity, sum_l1(t.measure.low, t.measure.high, relation, cells)
@@ -325,8 +321,7 @@ def _plan_table(spec: Spec, t: Table, epsilon: Fraction, cells: int, level: str 
             return TruncatedGeometric(sensitivity, run_at, g, upper=t.upper)
         return DiscreteLaplace(sensitivity, run_at, g)
 
-    made, pure_epsilon = _pure_noise(spec, t.name, epsilon, noise)
-    budget = _budget(spec, epsilon)
+    made, pure_epsilon = _pure_noise(spec, t.name, budget, noise)
     return TablePlan(name=t.name, budget=budget, noise=made, cells=cells, moe=made.margin(spec.confidence),
                      moe95=made.margin(CONFIDENCE_95), level=level, pure_epsilon=pure_epsilon,
                      charge=_pure_charge(budget, made.epsilon, terms))
@@ -342,14 +337,14 @@ def _pure_charge(budget: Budget, run_at: Fraction, terms: Terms) -> Budget:
 N = TypeVar("N", DiscreteLaplace, PermuteAndFlip)
 
 
-def _pure_noise(spec: Spec, name: str, epsilon: Fraction, noise: Callable[[Fraction], N]) -> tuple[N, Fraction | None]:
+def _pure_noise(spec: Spec, name: str, budget: Budget, noise: Callable[[Fraction], N]) -> tuple[N, Fraction | None]:
     """The pure mechanism ``noise(ε)`` at the ε it runs at, and that ε in a zcdp release (None
     otherwise). The mechanism checks its scale against the exact sampler (parts below 2^40)
     when built — here, so that a run never fails on it after reserving. Under zcdp the largest
     ε with ε²/2 ≤ ρ is rounded down to 12 significant digits, or fewer where the scale would not
     fit (rounding ε down only lowers the privacy loss). Raises UserError (exit 2) where no
     rounding helps: a pure spec's ε with too many digits."""
-    zcdp = spec.definition == "zcdp"
+    zcdp, epsilon = isinstance(budget, ZCDP), budget.amount  # under approx, a pure mechanism's δ is 0
     candidates = [zcdp_to_pure(epsilon, digits) for digits in range(12, 3, -1)] if zcdp else [epsilon]
     for run_at in candidates:
         try:
@@ -362,7 +357,7 @@ def _pure_noise(spec: Spec, name: str, epsilon: Fraction, noise: Callable[[Fract
         "digits")
 
 
-def _plan_gaussian(spec: Spec, table: Table, budget: Fraction, cells: int, level: str | None,
+def _plan_gaussian(spec: Spec, table: Table, budget: Budget, cells: int, level: str | None,
                    relation: Neighbouring) -> TablePlan:
     """The discrete Gaussian on a count or sum histogram, in units of the granularity.
 
@@ -374,29 +369,31 @@ def _plan_gaussian(spec: Spec, table: Table, budget: Fraction, cells: int, level
     m = table.measure
     g = m.granularity if isinstance(m, SumMeasure) else 1
     l2 = sum_l2_squared(m.low, m.high, g, relation, cells) if isinstance(m, SumMeasure) else relation.count_l2_squared
-    delta = table.delta_of(budget) if spec.definition == "approx" else None
-    if spec.definition == "approx":
-        assert delta is not None, "the loader gives every Gaussian table of an approx release a δ"
+    if isinstance(budget, ApproxDP):
+        if not budget.delta:
+            raise InternalError(f"table {table.name}: a discrete Gaussian table of an approx release without its δ")
         try:
-            rho = approx_to_zcdp(budget, delta)
+            rho = approx_to_zcdp(budget.epsilon, budget.delta)
         except ValueError:
             raise UserError(f"{spec.source}: table {table.name}{'' if level is None else ' at ' + level}: ε = "
-                            f"{fraction_text(budget)} at δ = {fraction_text(delta)} leaves no room for Gaussian noise; "
-                            "raise its ε or δ, or use mechanism: discrete_laplace") from None
+                            f"{fraction_text(budget.epsilon)} at δ = {fraction_text(budget.delta)} leaves no room for "
+                            "Gaussian noise; raise its ε or δ, or use mechanism: discrete_laplace") from None
+    elif isinstance(budget, ZCDP):
+        rho = budget.rho
     else:
-        rho = budget
+        raise InternalError(f"table {table.name}: the discrete Gaussian in a pure ε-DP release")
     try:
         sigma2 = sigma2_for(rho, l2)
     except ValueError:
-        raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {budget} asks for a noise variance the "
-                        "exact sampler cannot take; use a larger budget or coarser granularity") from None
+        raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {budget.amount} asks for a noise variance "
+                        "the exact sampler cannot take; use a larger budget or coarser granularity") from None
     noise = DiscreteGaussian(l2, sigma2, g)
-    return TablePlan(name=table.name, budget=_budget(spec, budget, delta), noise=noise, cells=cells,
+    return TablePlan(name=table.name, budget=budget, noise=noise, cells=cells,
                      moe=noise.margin(spec.confidence), moe95=noise.margin(CONFIDENCE_95), level=level,
-                     charge=ZCDP(zcdp_rho(sigma2, l2)) if spec.definition == "zcdp" else _budget(spec, budget, delta))
+                     charge=ZCDP(zcdp_rho(sigma2, l2)) if isinstance(budget, ZCDP) else budget)
 
 
-def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: str | None, terms: Terms,
+def _plan_mode(spec: Spec, table: Table, budget: Budget, cells: int, level: str | None, terms: Terms,
                relation: Neighbouring) -> TablePlan:
     """A mode or quantile per cell by permute-and-flip (:class:`PermuteAndFlip`): utilities are
     the cell's category counts (or quantile utilities), Δu = :func:`utility_sensitivity` (the
@@ -407,8 +404,7 @@ def _plan_mode(spec: Spec, table: Table, epsilon: Fraction, cells: int, level: s
     assert isinstance(table.measure, ModeMeasure)
     monotone = table.measure.q is None and not relation.change
     du = utility_sensitivity(table.measure.q, relation)
-    made, pure_epsilon = _pure_noise(spec, table.name, epsilon, lambda run_at: PermuteAndFlip(du, run_at, monotone))
-    budget = _budget(spec, epsilon)
+    made, pure_epsilon = _pure_noise(spec, table.name, budget, lambda run_at: PermuteAndFlip(du, run_at, monotone))
     return TablePlan(name=table.name, budget=budget, noise=made, cells=cells, moe=0, moe95=0, level=level,
                      pure_epsilon=pure_epsilon, charge=_pure_charge(budget, made.epsilon, terms))
 

@@ -1,5 +1,10 @@
 """The canonical form of a resolved spec, and its fingerprint.
 
+Format 1 names every budget ``epsilon`` whatever its kind (``privacy.definition`` says which:
+ρ under zcdp) and keeps an approx release's δ budget as ``privacy.delta``: the typed model
+(:class:`dprelease.accounting.Budget`) is written into it and read back from it unchanged, so
+that the fingerprints of existing specs, approvals and published releases stay valid.
+
 The fingerprint is what a reviewer approves: SHA-256 over canonical JSON of the *resolved*
 spec, with domain files inlined (editing a domain file changes it) and budgets as exact
 fractions (``0.1`` and ``"1/10"`` fingerprint alike). Settings that change nothing released are
@@ -14,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dprelease.accounting import fraction_text
+from dprelease.accounting import ApproxDP, budget_of, delta_of, fraction_text
 from dprelease.spec.model import (
     BinnedColumn,
     CategoricalColumn,
@@ -44,23 +49,23 @@ def canonical(spec: Spec) -> dict[str, Any]:
         "dataset": {
             "name": d.name, "path": d.path, "format": d.format, "na_values": list(d.na_values),
             "delimiter": d.delimiter,
-            "lifetime_epsilon": fraction_text(d.lifetime_epsilon) if d.lifetime_epsilon else None,
-            **({"lifetime_delta": fraction_text(d.lifetime_delta)} if d.lifetime_delta is not None else {}),
+            "lifetime_epsilon": fraction_text(d.lifetime.amount) if d.lifetime else None,
+            **({"lifetime_delta": fraction_text(d.lifetime.delta)} if isinstance(d.lifetime, ApproxDP) else {}),
             **({"partition": {"column": d.partition_column, "value": d.partition_value,
                               "disjoint_units": d.disjoint_units}} if d.partition_column else {}),
         },
         "privacy": {"definition": spec.definition,
                     "unit": spec.unit if spec.unit == "row" else {"id": spec.unit_id, "max_rows": spec.max_rows}},
-        "budget": {"epsilon": fraction_text(spec.budget_epsilon)},
+        "budget": {"epsilon": fraction_text(spec.budget.amount)},
         "columns": [_column(c) for c in spec.columns],
         "geography": list(spec.geography),
         "tables": [
             {
                 "name": t.name, "description": t.description, "group_by": list(t.group_by),
-                "levels": list(t.levels), "level_epsilons": [fraction_text(e) for e in t.level_epsilons],
+                "levels": list(t.levels), "level_epsilons": [fraction_text(b.amount) for b in t.level_budgets],
                 "consistency": t.consistency,
                 "where": [[c.column, c.op, list(c.operand)] for c in t.where],
-                "epsilon": fraction_text(t.epsilon), "post_process": t.post_process,
+                "epsilon": fraction_text(t.budget.amount), "post_process": t.post_process,
                 # only when not the default: specs without keep their fingerprints
                 **({"mechanism": t.mechanism, "upper": t.upper} if t.mechanism != "discrete_laplace" else {}),
                 **({"measure": {"sum": t.measure.column, "bounds": [t.measure.low, t.measure.high],
@@ -79,8 +84,9 @@ def canonical(spec: Spec) -> dict[str, Any]:
             for t in spec.tables
         ],
     }
-    if spec.delta is not None:
-        out["privacy"]["delta"] = fraction_text(spec.delta)
+    stated = spec.guarantee_delta if spec.guarantee_delta is not None else delta_of(spec.budget)
+    if stated is not None:  # format 1 keeps an approx release's δ budget here too
+        out["privacy"]["delta"] = fraction_text(stated)
     if spec.local_tables:  # only when declared: specs without keep their fingerprints
         out["local_tables"] = [{"name": t.name, "column": t.column, "protocol": t.protocol,
                                 "epsilon_local": None if t.epsilon is None else fraction_text(t.epsilon),
@@ -142,29 +148,24 @@ def spec_from_canonical(data: dict[str, Any], source: Path) -> Spec:
     """
     if data.get("format") != FORMAT_VERSION:
         raise ValueError(f"canonical spec format {data.get('format')!r} is not {FORMAT_VERSION}")
-    d = data["dataset"]
+    d, kind = data["dataset"], data["privacy"]["definition"]
+    stated = Fraction(data["privacy"]["delta"]) if "delta" in data["privacy"] else None
     dataset = Dataset(name=d["name"], path=d["path"], resolved_path=source.parent / d["path"], format=d["format"],
                       na_values=tuple(d["na_values"]), delimiter=d["delimiter"],
-                      lifetime_epsilon=Fraction(d["lifetime_epsilon"]) if d["lifetime_epsilon"] else None,
-                      lifetime_delta=Fraction(d["lifetime_delta"]) if "lifetime_delta" in d else None)
+                      lifetime=budget_of(kind, Fraction(d["lifetime_epsilon"]),
+                                         Fraction(d["lifetime_delta"]) if "lifetime_delta" in d else None)
+                      if d["lifetime_epsilon"] else None)
     columns = tuple(_column_from(c) for c in data["columns"])
-    tables = tuple(
-        Table(name=t["name"], group_by=tuple(t["group_by"]),
-              where=tuple(Condition(c, op, tuple(operand)) for c, op, operand in t["where"]),
-              epsilon=Fraction(t["epsilon"]), post_process=t["post_process"], description=t["description"],
-              levels=tuple(t["levels"]), level_epsilons=tuple(Fraction(e) for e in t["level_epsilons"]),
-              consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
-              upper=t.get("upper"), measure=_measure_from(t.get("measure")),
-              delta=Fraction(t["delta"]) if "delta" in t else None,
-              structural_zeros=t.get("structural_zeros", "publish"))
-        for t in data["tables"])
+    tables = tuple(_table_from(t, kind) for t in data["tables"])
     unit = data["privacy"]["unit"]
     return Spec(source=source, release=data["release"], dataset=dataset, definition=data["privacy"]["definition"],
                 unit="row" if unit == "row" else "person", unit_id=None if unit == "row" else unit["id"],
-                max_rows=1 if unit == "row" else unit["max_rows"], budget_epsilon=Fraction(data["budget"]["epsilon"]), columns=columns,
+                max_rows=1 if unit == "row" else unit["max_rows"],
+                budget=budget_of(kind, Fraction(data["budget"]["epsilon"]), stated if kind == "approx" else None),
+                columns=columns,
                 tables=tables, geography=tuple(data["geography"]), description=data["description"],
                 invariants=tuple(data.get("invariants", {}).get("totals", ())),
-                delta=Fraction(data["privacy"]["delta"]) if "delta" in data["privacy"] else None,
+                guarantee_delta=stated if kind == "zcdp" else None,
                 local_tables=tuple(LocalTable(t["name"], t["column"], t["protocol"],
                                               None if t["epsilon_local"] is None else Fraction(t["epsilon_local"]),
                                               t["collection"], t["memoised"], t["description"], t.get("memo_of"))
@@ -198,3 +199,15 @@ def _column_from(c: dict[str, Any]) -> Column:
         case "rollup":
             return RollupColumn(c["name"], c["from"], tuple(c["values"]), tuple(c["parent_of"]))
     raise ValueError(f"unknown column kind {c['kind']!r}")
+
+
+def _table_from(t: dict[str, Any], kind: Any) -> Table:
+    table = Table(name=t["name"], group_by=tuple(t["group_by"]),
+                  where=tuple(Condition(c, op, tuple(operand)) for c, op, operand in t["where"]),
+                  budget=budget_of(kind, Fraction(t["epsilon"])), post_process=t["post_process"],
+                  description=t["description"], levels=tuple(t["levels"]),
+                  level_budgets=tuple(budget_of(kind, Fraction(e)) for e in t["level_epsilons"]),
+                  consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
+                  upper=t.get("upper"), measure=_measure_from(t.get("measure")),
+                  structural_zeros=t.get("structural_zeros", "publish"))
+    return table.with_delta(Fraction(t["delta"])) if "delta" in t else table

@@ -8,7 +8,6 @@ unit. The section checkers ask here, so each default is decided in one place.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -72,10 +71,10 @@ def split_delta(r: Reader, tables: list[Table], release_delta: Fraction) -> list
                f"{release_delta}; raise budget.delta or lower the tables' delta:")
         return None
     open_ = [t for t in tables if t.mechanism == "discrete_gaussian" and t.delta is None]
-    weight = sum((t.epsilon for t in open_), Fraction(0))
+    weight = sum((t.budget.amount for t in open_), Fraction(0))
     if open_ and declared == release_delta:
         r.fail(("budget", "delta"), f"the tables' delta: use all of the release's δ, leaving none for "
                f"{', '.join(t.name for t in open_)}; give them a delta: or raise budget.delta")
         return None
-    return [replace(t, delta=(release_delta - declared) * t.epsilon / weight) if t in open_ else t
+    return [t.with_delta((release_delta - declared) * t.budget.amount / weight) if t in open_ else t
             for t in tables]

@@ -39,6 +39,7 @@ from dprelease.spec.sections.privacy import (
     guarantee,
     person_id,
     release_budget,
+    typed,
 )
 from dprelease.spec.sections.reader import Reader
 from dprelease.spec.sections.tables import TableInputs, tables
@@ -108,19 +109,21 @@ def _build(r: Reader, run_date: datetime) -> Spec | None:
     promise = guarantee(r, d, columns, bool(local))
     if promise is None:
         return None
-    delta = promise.delta
+    typed_budget = typed(d, budget, budget_delta)
+    if typed_budget is None:  # an unknown definition (reported)
+        return None
     if d.name == "approx":
         if budget_delta is None:
             return None
         central = defaults.split_delta(r, central, budget_delta)  # type: ignore[assignment]
         if central is None:
             return None
-        delta = budget_delta
     return Spec(source=r.doc.file, release=release_name, dataset=data, definition=d.name,  # type: ignore[arg-type]
-                delta=delta,
+                guarantee_delta=promise.delta if d.name == "zcdp" else None,
                 unit=defaults.privacy_unit(promise.unit_id), unit_id=promise.unit_id,  # type: ignore[arg-type]
                 max_rows=promise.max_rows,
-                budget_epsilon=budget, columns=tuple(columns), tables=tuple(central),
+                budget=typed_budget,
+                columns=tuple(columns), tables=tuple(central),
                 ledger=ledger_path, geography=levels, confidence=accuracy, max_cells=max_cells,
                 description=r.get(("description",), str), invariants=totals,
                 local_tables=tuple(local), release_template=release_template,

@@ -8,13 +8,13 @@ neighbouring relation it asks for (:class:`dprelease.accounting.Neighbouring`).
 from __future__ import annotations
 
 from datetime import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from math import prod
 from pathlib import Path
 from typing import Literal
 
-from dprelease.accounting import Neighbouring, PrivacyUnit
+from dprelease.accounting import ApproxDP, Budget, Neighbouring, PrivacyUnit, compose, delta_of
 from dprelease.spec.domains import (  # re-exported: the model's public names
     ROOT,
     BinnedColumn,
@@ -124,43 +124,52 @@ class Table:
 
     A geographic table (``levels`` not empty) is measured once per level, the root first:
     at each level its histogram has the level's column in front of ``group_by``, and that
-    measurement costs ``level_epsilons[i]``. The levels compose sequentially.
+    measurement costs ``level_budgets[i]``. The levels compose sequentially.
+
+    ``budget`` is of the release's kind: ε (pure), ρ (zcdp), or (ε, δ) (approx: δ is the
+    discrete Gaussian table's own, 0 for the other mechanisms), never a bare number whose unit
+    depends on something else.
     """
 
     name: str
     group_by: tuple[str, ...]  # the non-geographic dimensions
     where: tuple[Condition, ...]
-    epsilon: Fraction  # the table's total: the sum over its levels
+    budget: Budget  # the table's total: the sum over its levels
     post_process: PostProcess = "clamp"
     description: str | None = None
     levels: tuple[str, ...] = ()  # ("root", "STATE", "PUMA") for a geographic table
-    level_epsilons: tuple[Fraction, ...] = ()
+    level_budgets: tuple[Budget, ...] = ()
     consistency: str | None = None  # the consistency group, if any
     mechanism: Literal["discrete_laplace", "truncated_geometric", "discrete_gaussian"] = "discrete_laplace"
     upper: int | None = None  # truncated_geometric: the public upper bound of every count
     measure: SumMeasure | ModeMeasure | MeanMeasure | None = None  # None: counts
-    delta: Fraction | None = None  # approx: the table's δ (discrete Gaussian tables only)
     structural_zeros: Literal["publish", "omit"] = "publish"  # structural cells: published as exact 0s, or left out
 
     def __post_init__(self) -> None:
-        if self.epsilon <= 0:
-            raise ValueError(f"table {self.name}: ε must be positive")
-        if len(self.levels) != len(self.level_epsilons):
-            raise ValueError(f"table {self.name}: one ε per level")
-        if self.levels and sum(self.level_epsilons, Fraction(0)) != self.epsilon:
-            raise ValueError(f"table {self.name}: the levels' ε must add up to the table's")
+        if self.budget.amount <= 0:
+            raise ValueError(f"table {self.name}: its budget must be positive")
+        if len(self.levels) != len(self.level_budgets):
+            raise ValueError(f"table {self.name}: one budget per level")
+        if self.levels and compose(self.level_budgets, self.budget.kind) != self.budget:
+            raise ValueError(f"table {self.name}: the levels' budgets must add up to the table's")
 
-    def delta_of(self, epsilon: Fraction) -> Fraction | None:
-        """The δ of the measurement that spends ``epsilon`` of this table: the table's δ split over
-        its levels in proportion to their ε (all of it for a plain table)."""
-        return None if self.delta is None else self.delta * epsilon / self.epsilon
+    @property
+    def delta(self) -> Fraction | None:
+        """Under approx, a discrete Gaussian table's δ (None for the others: their δ is 0)."""
+        return delta_of(self.budget) or None
 
-    def measured(self) -> tuple[tuple[str | None, tuple[str, ...], Fraction], ...]:
-        """(level, histogram dimensions, ε) per measurement; level None for a plain table."""
+    def with_delta(self, delta: Fraction) -> Table:
+        """This (approx) table with δ, split over its levels in proportion to their ε."""
+        epsilon = self.budget.amount
+        return replace(self, budget=ApproxDP(epsilon, delta),
+                       level_budgets=tuple(ApproxDP(b.amount, delta * b.amount / epsilon) for b in self.level_budgets))
+
+    def measured(self) -> tuple[tuple[str | None, tuple[str, ...], Budget], ...]:
+        """(level, histogram dimensions, budget) per measurement; level None for a plain table."""
         if not self.levels:
-            return ((None, self.group_by, self.epsilon),)
-        return tuple((level, (() if level == ROOT else (level,)) + self.group_by, eps)
-                     for level, eps in zip(self.levels, self.level_epsilons))
+            return ((None, self.group_by, self.budget),)
+        return tuple((level, (() if level == ROOT else (level,)) + self.group_by, budget)
+                     for level, budget in zip(self.levels, self.level_budgets))
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +221,7 @@ class Dataset:
     format: Literal["csv", "parquet"]
     na_values: tuple[str, ...] = ()
     delimiter: str = ","
-    lifetime_epsilon: Fraction | None = None
-    lifetime_delta: Fraction | None = None  # approx: the lifetime δ
+    lifetime: Budget | None = None  # the dataset's lifetime budget, if the spec declares one
     partition_column: str | None = None  # release only the rows whose column equals partition_value
     partition_value: str | None = None
     partition_template: str | None = None  # the value as written (e.g. "{run_date:%Y-%m}")
@@ -247,9 +255,9 @@ class Spec:
     source: Path
     release: str
     dataset: Dataset
-    definition: Literal["pure", "zcdp", "approx"]  # zcdp: every ε-named budget field holds ρ instead
+    definition: Literal["pure", "zcdp", "approx"]  # the kind of every budget of the spec (ρ under zcdp)
     unit: Literal["row", "person"]  # person: every row with one value of ``unit_id``
-    budget_epsilon: Fraction
+    budget: Budget  # the release's: of the kind of ``definition``
     columns: tuple[Column, ...]  # declared, then derived, in spec order
     tables: tuple[Table, ...]  # central tables; the local ones are in local_tables
     ledger: str | None = None  # as written
@@ -258,7 +266,7 @@ class Spec:
     max_cells: int = DEFAULT_MAX_CELLS
     description: str | None = None
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (not DP)
-    delta: Fraction | None = None  # zcdp: the δ of the stated (ε, δ) guarantee; approx: the release's δ budget
+    guarantee_delta: Fraction | None = None  # zcdp: the δ of the (ε, δ) guarantee the release states
     unit_id: str | None = None  # the person identifier (unit "person"); read, never published
     max_rows: int = 1  # rows kept per person (contribution bound); 1 for unit "row"
     local_tables: tuple[LocalTable, ...] = ()  # kind: local (estimates from randomized answers)

@@ -12,7 +12,7 @@ from typing import Any
 
 from dprelease.spec import defaults
 from dprelease.spec.model import Dataset, Engine
-from dprelease.spec.sections.privacy import Definition, delta_beside
+from dprelease.spec.sections.privacy import Definition, delta_beside, typed
 from dprelease.spec.sections.reader import Reader
 from dprelease.spec.yamlsource import Path_
 
@@ -56,8 +56,8 @@ def dataset(r: Reader, d: Definition, run_date: datetime) -> Dataset | None:
         return None
     return Dataset(name=defaults.period_key(name, column, value, disjoint), path=path, resolved_path=resolved,
                    format=fmt, na_values=na,
-                   delimiter=r.get(("dataset", "delimiter"), str, defaults.delimiter(path)), lifetime_epsilon=lifetime,
-                   lifetime_delta=lifetime_delta, partition_column=column, partition_value=value,
+                   delimiter=r.get(("dataset", "delimiter"), str, defaults.delimiter(path)), lifetime=None if lifetime is None else typed(d, lifetime, lifetime_delta),
+                   partition_column=column, partition_value=value,
                    disjoint_units=disjoint, base_name=name if disjoint else None,
                    partition_template=partition.get("value") if partition else None)
 

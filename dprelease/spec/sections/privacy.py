@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dprelease.accounting import NotANumber, parse_budget
+from dprelease.accounting import KINDS, Budget, budget_of, NotANumber, parse_budget
 from dprelease.spec.model import DEFAULT_CONFIDENCE, Column
 from dprelease.spec.sections.reader import Reader
 from dprelease.spec.yamlsource import Path_
@@ -140,3 +140,11 @@ def guarantee(r: Reader, d: Definition, columns: list[Column], has_local: bool) 
                "unit: row (a person's several rows would each carry an answer, charged once)")
         return None
     return Guarantee(unit_id, max_rows, delta)
+
+
+def typed(d: Definition, amount: Fraction, delta: Fraction | None = None) -> Budget | None:
+    """``amount`` (with ``delta`` under approx) as a budget of the release's kind; None when the
+    definition itself is invalid (already reported)."""
+    if d.name not in KINDS:
+        return None
+    return budget_of(d.name, amount, delta)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from dprelease.spec.model import (
 from dprelease.spec.sections.columns import parse_condition, unknown_column
 from dprelease.spec.sections.local import local_table
 from dprelease.spec.sections.measures import measure
-from dprelease.spec.sections.privacy import Definition
+from dprelease.spec.sections.privacy import Definition, typed
 from dprelease.spec.sections.reader import Reader
 from dprelease.spec.yamlsource import Path_
 
@@ -93,10 +93,15 @@ def _table(r: Reader, at: Path_, name: str | None, x: TableInputs) -> Table | No
     if noise is None:
         return None
     mechanism, delta, upper = noise
-    return Table(name, tuple(group_by), tuple(where), epsilon, post,  # type: ignore[arg-type]
-                 r.get(at + ("description",), str), levels,
-                 tuple(epsilons or ()), consistency, mechanism, upper, chosen, delta,  # type: ignore[arg-type]
-                 r.get(at + ("structural_zeros",), str, "publish"))
+    budget = typed(x.definition, epsilon)
+    if budget is None:
+        return None
+    table = Table(name, tuple(group_by), tuple(where), budget, post,  # type: ignore[arg-type]
+                  r.get(at + ("description",), str), levels,
+                  tuple(b for e in epsilons or () if (b := typed(x.definition, e)) is not None), consistency,
+                  mechanism, upper, chosen,  # type: ignore[arg-type]
+                  r.get(at + ("structural_zeros",), str, "publish"))  # type: ignore[arg-type]
+    return table if delta is None else table.with_delta(delta)
 
 
 def _budget(r: Reader, d: Definition, at: Path_, geographic: bool,
