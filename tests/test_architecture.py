@@ -41,6 +41,13 @@ RULES = (
          lambda module: within(module, "dprelease.mechanisms"),
          lambda name: any(within(name, p) for p in ("dprelease.spec", "dprelease.plan", "dprelease.ledger",
                                                     "dprelease.cli"))),
+    Rule("only dprelease/cli/ imports dprelease.orchestrate (the library runs without an orchestrator: the "
+         "lifecycle is handed one)",
+         lambda module: not within(module, "dprelease.cli") and module != "dprelease.orchestrate",
+         lambda name: within(name, "dprelease.orchestrate")),
+    Rule("dprelease.accounting.* imports nothing of dprelease but dprelease.accounting",
+         lambda module: within(module, "dprelease.accounting"),
+         lambda name: within(name, "dprelease") and not within(name, "dprelease.accounting")),
 )
 
 
@@ -111,6 +118,8 @@ def test_the_checker_catches_each_rule():
         "dprelease.mechanisms.gaussian": ("from dprelease.spec import Spec\n", False),
         "dprelease.mechanisms.local": ("import importlib\nimportlib.import_module('dprelease.ledger')\n", False),
         "dprelease.mechanisms.sampling": ("from ..plan import Plan\n", False),
+        "dprelease.lifecycle.execute": ("def run():\n    from dprelease.orchestrate import run_release\n", False),
+        "dprelease.accounting.budgets": ("from dprelease.errors import InternalError\n", False),
     }
     found = violations(broken)
     for module in broken:
@@ -124,6 +133,8 @@ def test_the_checker_catches_each_rule():
         "dprelease.plan.planner": ("import dprelease.database\nfrom dprelease.spec import Spec\n", False),
         "dprelease.mechanisms.sampling": ("from dprelease.accounting import fraction_text\n", False),
         "dprelease.lifecycle.execute": ("from dprelease.data import file_fingerprint\n", False),
+        "dprelease.cli.release_cmds": ("from dprelease.orchestrate import run_release\n", False),
+        "dprelease.accounting.relations": ("from dprelease.accounting.budgets import Kind\n", False),
     }
     assert violations(allowed) == []
 
