@@ -14,7 +14,8 @@ from fractions import Fraction
 from typing import Any
 
 from dprelease import __version__
-from dprelease.accounting import ZCDP, ApproxDP, delta_of, fraction_text, zcdp_epsilon
+from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, delta_of, fraction_text, zcdp_epsilon
+from dprelease.errors import InternalError
 from dprelease.ledger import Approval, Evaluation
 from dprelease.plan import Plan, TablePlan
 from dprelease.plan.measurements import PermuteAndFlip
@@ -72,8 +73,14 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                     "ledger_terms": plan.terms.text,
                     **({"contribution_bound": {"id": spec.unit_id, "max_rows": spec.max_rows}}
                        if spec.unit == "person" else {})},
-        # the spec's budget (in budget_unit: ε, or ρ) and the ledger's charge (in ledger_unit); the
-        # keys of manifest format 1, kept for its readers (dprelease report reads older manifests)
+        # the budgets as typed records: each names its own unit (epsilon, rho, or epsilon and delta)
+        "budget": {"kind": plan.total.kind, "total": budget_record(plan.total),
+                   "release": budget_record(plan.release_budget), "ledger_charge": budget_record(plan.charge),
+                   "lifetime": {"cap": budget_record(plan.lifetime_budget),
+                                "spent_before": budget_record(plan.lifetime_spent),
+                                "spent_after": budget_record(plan.lifetime_spent_after)}},
+        # the same figures under the keys of manifest format 1, kept for its readers (`dprelease
+        # report` reads older manifests): the spec's in budget_unit (ε, or ρ), the ledger's in ledger_unit
         "total_epsilon": fraction_text(plan.total.amount),
         "release_budget": fraction_text(plan.release_budget.amount),
         "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
@@ -123,7 +130,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                                                  (p.charge for p in plan.local), Fraction(0)))}}
            if plan.local else {}),
         "tables": [
-            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.budget.amount), "mechanism": t.mechanism,
+            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.budget.amount), "budget": budget_record(t.budget),
+             "ledger_charge": budget_record(_charged(t)), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
@@ -165,3 +173,22 @@ def structural_record(table: Table, plan: TablePlan) -> dict[str, Any]:
                    "of the spec alone); they are not measured, get no noise and have no margin of error",
             "summary": list(plan.structural_summary),
             "cells": [list(c) for c in plan.structural_labels]}
+
+
+def budget_record(budget: Budget) -> dict[str, str]:
+    """A budget as the manifest states it, under its own unit's name: ``{"epsilon": "1/4"}``,
+    ``{"rho": "3/10"}`` or ``{"epsilon": "1/2", "delta": "1/1000000"}``."""
+    match budget:
+        case ZCDP(rho=rho):
+            return {"rho": fraction_text(rho)}
+        case ApproxDP(epsilon=epsilon, delta=delta):
+            return {"epsilon": fraction_text(epsilon), "delta": fraction_text(delta)}
+        case PureDP(epsilon=epsilon):
+            return {"epsilon": fraction_text(epsilon)}
+    raise InternalError(f"not a budget: {budget!r}")
+
+
+def _charged(t: TablePlan) -> Budget:
+    if t.charge is None:
+        raise InternalError(f"{t.key} was planned without its charge")
+    return t.charge

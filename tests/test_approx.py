@@ -258,6 +258,8 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     assert manifest["privacy"]["definition"] == "approx"
     assert Fraction(manifest["total_delta"]) == Fraction(1, 10**6) and Fraction(manifest["total_epsilon"]) == 1
     assert manifest["lifetime"]["delta"] == {"budget": "1/500000", "spent_before": "0", "spent_after": "1/1000000"}
+    assert manifest["budget"]["total"] == manifest["budget"]["ledger_charge"] == {"epsilon": "1", "delta": "1/1000000"}
+    assert manifest["budget"]["lifetime"]["cap"] == {"epsilon": "5", "delta": "1/500000"}
     mechanisms = {t["name"]: t["mechanism"] for t in manifest["tables"]}
     assert mechanisms == {"persons_by_sex_age_group": "discrete_gaussian", "income_by_sex": "discrete_gaussian",
                           "persons_by_sex": "discrete_laplace"}

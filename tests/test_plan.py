@@ -24,6 +24,7 @@ def test_tenth_fifth_seven_tenths_fit_a_budget_of_one_exactly(tmp_path, cli):
     assert result.code == 0, result
     assert plan["fits"] is True
     assert plan["total_epsilon"] == "1" and plan["release_budget"] == "1"
+    assert plan["budget"]["total"] == plan["budget"]["release"] == {"epsilon": "1"} and plan["budget"]["kind"] == "pure"
 
 
 def test_seven_thousand_and_one_ten_thousandths_is_over_by_exactly_that(tmp_path, cli):

@@ -11,6 +11,7 @@ from rich.table import Table
 from dprelease.accounting import ZCDP, ApproxDP, Neighbouring, Terms, delta_of, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
+from dprelease.manifest import budget_record
 from dprelease.plan import Plan
 
 
@@ -46,7 +47,12 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
         "fits_release_budget": plan.fits_release,
         "fits_lifetime_budget": plan.fits_lifetime,
         "already_released": plan.existing_run is not None,
-        "total_epsilon": fraction_text(plan.total.amount),  # in budget_unit (ρ for zcdp)
+        # typed: each record names its unit (epsilon, rho, or epsilon and delta)
+        "budget": {"kind": plan.total.kind, "total": budget_record(plan.total),
+                   "release": budget_record(plan.release_budget), "ledger_charge": budget_record(plan.charge),
+                   "lifetime": {"cap": budget_record(plan.lifetime_budget), "spent": budget_record(plan.lifetime_spent),
+                                "spent_after": budget_record(plan.lifetime_spent_after)}},
+        "total_epsilon": fraction_text(plan.total.amount),  # in budget_unit (ρ for zcdp): the keys of before
         "release_budget": fraction_text(plan.release_budget.amount),
         "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
         "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
