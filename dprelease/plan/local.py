@@ -8,7 +8,6 @@ each respondent. Pure: no data, no I/O.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -23,6 +22,7 @@ from dprelease.ledger import (
     provenance_of,
     unregistered_message,
 )
+from dprelease.plan.measurements import CoinFlip, KRandomizedResponse, LocalRandomizer
 from dprelease.spec import Spec
 
 
@@ -32,21 +32,31 @@ class LocalPlan:
 
     name: str
     column: str
-    protocol: str  # k_rr or coin_flip
-    epsilon_shown: str  # "1", or "ln 3"
+    randomizer: LocalRandomizer  # the respondents' mechanism and its parameters
     collection: LocalCollection  # what the ledger records
-    categories: int
     charge: Fraction  # per respondent, new in this release: 0 if memoised or already recorded
     already_recorded: bool
     provenance: AnswerSet | None = None  # the registration of the answers read (known once the data is)
     memo_not_honoured: bool = False  # memoised: true, but the answers were not produced from that memo
 
     @property
+    def protocol(self) -> str:
+        """``k_rr`` or ``coin_flip``."""
+        return self.randomizer.kind
+
+    @property
+    def epsilon_shown(self) -> str:
+        """``1``, or ``ln 3``."""
+        return self.randomizer.epsilon_shown
+
+    @property
+    def categories(self) -> int:
+        return self.randomizer.k
+
+    @property
     def keep_probability(self) -> float:
         """The probability of reporting the truth: e^ε/(e^ε + k − 1); 3/4 for the coin flip."""
-        if self.protocol == "coin_flip":
-            return 0.75
-        return 1 / (1 + (self.categories - 1) * math.exp(-float(self.collection.epsilon)))
+        return self.randomizer.keep_probability
 
 
 def local_plans(spec: Spec, state: DatasetState | None, registered: tuple[AnswerSet, ...] | None = None,
@@ -79,7 +89,8 @@ def local_plans(spec: Spec, state: DatasetState | None, registered: tuple[Answer
         if not known:
             records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charge,
                                     asked.memoised, "", "", ""),)
-        out.append(LocalPlan(t.name, t.column, t.protocol, t.epsilon_shown, asked, categories, charge, known,
+        randomizer = CoinFlip() if t.protocol == "coin_flip" else KRandomizedResponse(categories, asked.epsilon)
+        out.append(LocalPlan(t.name, t.column, randomizer, asked, charge, known,
                              found, not_honoured))
     return tuple(out)
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from dprelease.mechanisms.sampling import Entropy
 
-from dprelease.accounting import ApproxDP, Budget, Neighbouring
+from dprelease.accounting import ApproxDP, Budget, Neighbouring, ln_upper_bound
 from dprelease.errors import InternalError
 from dprelease.mechanisms import (
     check_scale,
@@ -38,6 +38,7 @@ from dprelease.mechanisms import (
 )
 from dprelease.mechanisms.discrete_laplace import variance as laplace_variance
 from dprelease.mechanisms.gaussian import gaussian_margin
+from dprelease.mechanisms.local import keep_probability
 
 # ---------------------------------------------------------------- sensitivities
 
@@ -235,6 +236,58 @@ class PermuteAndFlip:
 
 
 Noise = DiscreteLaplace | TruncatedGeometric | DiscreteGaussian | PermuteAndFlip
+
+
+# ---------------------------------------------------------------- local randomizers (answers, not counts)
+
+
+@dataclass(frozen=True, slots=True)
+class KRandomizedResponse:
+    """k-ary randomized response, run by each respondent: the true category with probability
+    e^ε/(e^ε + k − 1), each other one with probability 1/(e^ε + k − 1). ε-local DP for that
+    respondent's answer (any two answers' report distributions are within e^ε)."""
+
+    k: int
+    epsilon: Fraction
+    kind: ClassVar[str] = "k_rr"
+
+    @property
+    def epsilon_bound(self) -> Fraction:
+        """The per-respondent ε the ledger records (exact)."""
+        return self.epsilon
+
+    @property
+    def epsilon_shown(self) -> str:
+        return str(self.epsilon)
+
+    @property
+    def keep_probability(self) -> float:
+        """e^ε/(e^ε + k − 1), for the estimators (float: post-processing, never sampling)."""
+        return keep_probability(float(self.epsilon), self.k)
+
+
+@dataclass(frozen=True, slots=True)
+class CoinFlip:
+    """Warner's coin flip for a yes/no answer: the truth with probability 3/4, the other answer
+    with 1/4. ln 3-local DP; ln 3 is recorded as a rational upper bound."""
+
+    k: ClassVar[int] = 2
+    kind: ClassVar[str] = "coin_flip"
+
+    @property
+    def epsilon_bound(self) -> Fraction:
+        return ln_upper_bound(3)
+
+    @property
+    def epsilon_shown(self) -> str:
+        return "ln 3"
+
+    @property
+    def keep_probability(self) -> float:
+        return 0.75
+
+
+LocalRandomizer = KRandomizedResponse | CoinFlip
 
 
 # ---------------------------------------------------------------- one measurement's plan
