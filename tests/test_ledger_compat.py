@@ -42,6 +42,10 @@ def test_a_ledger_of_e617fc4_prints_the_same_figures(tmp_path, cli):
         shown = cli("ledger", "--ledger", ledger, "--json")
         assert shown.code == 0, shown
         assert figures(json.loads(shown.stdout)) == expected
+        typed = {d["name"]: (d["lifetime"], [r["charge"] for r in d["releases"]])
+                 for d in json.loads(shown.stdout)["datasets"]}
+        assert typed["nist-acs-ma-2019"] == ({"cap": {"rho": "2"}, "spent": {"rho": "1/2"}}, [{"rho": "1/2"}])
+        assert typed["synthetic-persons"] == ({"cap": {"epsilon": "3"}, "spent": {"epsilon": "1"}}, [{"epsilon": "1"}])
     with sqlite3.connect(ledger) as conn:  # migrated to schema 5: typed terms, figures under `amount`
         assert conn.execute("SELECT value FROM dprelease_meta WHERE key = 'schema_version'").fetchone() == ("5",)
         assert dict(conn.execute("SELECT name, guarantee || '/' || change_one_record || '/' || coalesce(unit_id, '') "

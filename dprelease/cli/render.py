@@ -8,7 +8,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dprelease.accounting import ZCDP, ApproxDP, Neighbouring, Terms, delta_of, exact_and_decimal, fraction_text, percent_text
+from dprelease.accounting import (
+    ZCDP,
+    ApproxDP,
+    Neighbouring,
+    Terms,
+    budget_of,
+    delta_of,
+    exact_and_decimal,
+    fraction_text,
+    percent_text,
+)
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.manifest import budget_record
@@ -284,6 +294,9 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                 "budget": fraction_text(s.budget),
                 "spent": fraction_text(s.spent),
                 "remaining": fraction_text(s.remaining),
+                # typed (each names its unit); the figures above keep the keys of before, in the terms' unit
+                "lifetime": {"cap": budget_record(budget_of(s.terms.kind, s.budget, s.delta_budget)),
+                             "spent": budget_record(budget_of(s.terms.kind, s.spent, s.delta_spent))},
                 "delta_budget": None if s.delta_budget is None else fraction_text(s.delta_budget),
                 "delta_spent": None if s.delta_budget is None else fraction_text(s.delta_spent),
                 "data_versions": s.data_versions,
@@ -297,6 +310,7 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                                     "at": c.set_at} for c in s.caps],
                 "releases": [
                     {"release": r.release, "epsilon": fraction_text(r.epsilon),
+                     "charge": budget_record(budget_of(s.terms.kind, r.epsilon, r.delta)),
                      "delta": fraction_text(r.delta) if s.delta_budget is not None else None, "state": r.state,
                      "unfinished": r.unfinished, "state_at": r.state_at, "reason": r.reason,
                      "output_dir": r.output_dir,
