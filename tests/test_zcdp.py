@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprelease.accounting import ZCDP, PureDP
+from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.accounting import Terms
 from dprelease.accounting import zcdp_epsilon
 from dprelease.ledger import Ledger, resolve_location
@@ -204,3 +204,28 @@ def test_sums_modes_and_pure_mechanisms_under_zcdp(tmp_path):
         assert t.charge <= t.budget
     assert by["persons_by_sex_laplace"].scale == 1 / by["persons_by_sex_laplace"].pure_epsilon
     assert plan.charge <= plan.total and plan.fits
+
+
+def test_a_pure_release_runs_on_zcdp_and_approx_ledgers(tmp_path, run_env):
+    """A pure spec (lifetime ε = 4) planned on a dataset whose ledger terms are zCDP (cap ρ = 2)
+    or (ε, δ) runs as planned: the reservation compares the spec's lifetime figure only with a
+    cap of its own kind (it once compared ε = 4 with ρ = 2 and refused what the plan allowed)."""
+    pure_path = tmp_path / "pure.yaml"
+    pure_path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
+                         .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
+                         .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
+    pure = load_spec(pure_path)
+    for terms, cap, delta, spent in ((Terms("zcdp"), Fraction(2), None, ZCDP(Fraction(0))),
+                                     (Terms("approx"), Fraction(5), Fraction(1, 10**5),
+                                      ApproxDP(Fraction(0), Fraction(0)))):
+        ledger_path = tmp_path / f"{terms.kind}.sqlite"
+        with Ledger.open(resolve_location(str(ledger_path)), create=True) as ledger:
+            ledger.set_budget(pure.dataset.name, cap, reason="test", terms=terms, delta=delta)
+            planned = plan_release(pure, ledger.state(pure.dataset.name))
+        assert planned.fits and planned.lifetime_spent == spent and planned.terms == terms
+        proc = run(pure_path, "--output-dir", tmp_path / f"out-{terms.kind}", "--ledger", ledger_path, env=run_env)
+        assert proc.returncode == 0, proc.stderr
+        with Ledger.open(resolve_location(str(ledger_path)), create=False) as ledger:
+            state = ledger.state(pure.dataset.name)
+        assert state.spent == planned.charge.amount and state.budget == cap  # Σ ε²/2 in ρ; Σ ε in (ε, δ)
+        assert (state.spent == sum(t.budget.epsilon ** 2 / 2 for t in planned.tables)) == (terms.kind == "zcdp")

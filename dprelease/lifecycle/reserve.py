@@ -24,7 +24,10 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
     spec = request.spec
     local = _local_collections(plan, prepared.data_fingerprint)
     evaluations = ledger.evaluations_of(spec.dataset.name, prepared.data_fingerprint)
-    life = spec.dataset.lifetime  # the spec's lifetime budget: recorded if the dataset is new
+    # the spec's lifetime budget, recorded if the dataset is new and checked against the cap if not;
+    # only when it is of the ledger terms' kind: a pure spec's ε says nothing about a ρ or (ε, δ) cap
+    declared = spec.dataset.lifetime
+    life = declared if declared is not None and declared.kind == plan.terms.kind else None
     granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
                              charges=plan.ledger_charges(),
                              spec_fingerprint=plan.fingerprint, lifetime_from_spec=life.amount if life else None,
