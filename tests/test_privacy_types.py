@@ -41,7 +41,9 @@ def test_composition_is_the_exact_sum_and_refuses_floats():
 def test_conversions_are_explicit_and_exact():
     assert PureDP(Fraction(1, 2)).as_zcdp() == ZCDP(Fraction(1, 8))
     assert PureDP(Fraction(1, 2)).as_approx() == ApproxDP(Fraction(1, 2), Fraction(0))
-    assert budget_of("approx", Fraction(1), None) == ApproxDP(Fraction(1), Fraction(0))
+    assert budget_of("approx", Fraction(1), Fraction(0)) == ApproxDP(Fraction(1), Fraction(0))
+    with pytest.raises(ValueError, match="without its δ"):
+        budget_of("approx", Fraction(1), None)  # a missing δ is never taken for 0
     assert budget_of("zcdp", Fraction(3, 4)).amount == Fraction(3, 4) and ZCDP(Fraction(1)).symbol == "ρ"
     # (ε, δ) is within another only in both figures
     assert not ApproxDP(Fraction(1), Fraction(2, 10**6)) <= ApproxDP(Fraction(2), Fraction(1, 10**6))

@@ -202,14 +202,18 @@ def zero(kind: Kind) -> Budget:
 
 
 def budget_of(kind: Kind, amount: Fraction, delta: Fraction | None = None) -> Budget:
-    """A budget of ``kind`` from its figures as stored (the ledger's ``amount`` and ``delta``)."""
+    """A budget of ``kind`` from its figures as stored (the ledger's ``amount`` and ``delta``).
+    An (ε, δ) budget needs its δ (ValueError without: a missing δ is never taken for 0); the
+    other kinds have none."""
     match kind:
         case "pure":
             return PureDP(amount)
         case "zcdp":
             return ZCDP(amount)
         case "approx":
-            return ApproxDP(amount, Fraction(0) if delta is None else delta)
+            if delta is None:
+                raise ValueError(f"an (ε, δ) budget of ε = {amount} without its δ")
+            return ApproxDP(amount, delta)
     raise ValueError(f"unknown kind of guarantee {kind!r}")
 
 

@@ -202,11 +202,12 @@ def _column_from(c: dict[str, Any]) -> Column:
 
 
 def _table_from(t: dict[str, Any], kind: Any) -> Table:
+    no_delta = Fraction(0) if kind == "approx" else None  # a Gaussian table's δ is in t["delta"]
     table = Table(name=t["name"], group_by=tuple(t["group_by"]),
                   where=tuple(Condition(c, op, tuple(operand)) for c, op, operand in t["where"]),
-                  budget=budget_of(kind, Fraction(t["epsilon"])), post_process=t["post_process"],
+                  budget=budget_of(kind, Fraction(t["epsilon"]), no_delta), post_process=t["post_process"],
                   description=t["description"], levels=tuple(t["levels"]),
-                  level_budgets=tuple(budget_of(kind, Fraction(e)) for e in t["level_epsilons"]),
+                  level_budgets=tuple(budget_of(kind, Fraction(e), no_delta) for e in t["level_epsilons"]),
                   consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
                   upper=t.get("upper"), measure=_measure_from(t.get("measure")),
                   structural_zeros=t.get("structural_zeros", "publish"))

@@ -144,7 +144,7 @@ def guarantee(r: Reader, d: Definition, columns: list[Column], has_local: bool) 
 
 def typed(d: Definition, amount: Fraction, delta: Fraction | None = None) -> Budget | None:
     """``amount`` (with ``delta`` under approx) as a budget of the release's kind; None when the
-    definition itself is invalid (already reported)."""
-    if d.name not in KINDS:
+    definition itself is invalid, or an approx budget lacks its δ (both already reported)."""
+    if d.name not in KINDS or (d.name == "approx" and delta is None):
         return None
     return budget_of(d.name, amount, delta)  # type: ignore[arg-type]

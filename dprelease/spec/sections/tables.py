@@ -93,12 +93,13 @@ def _table(r: Reader, at: Path_, name: str | None, x: TableInputs) -> Table | No
     if noise is None:
         return None
     mechanism, delta, upper = noise
-    budget = typed(x.definition, epsilon)
+    no_delta = Fraction(0) if x.definition.name == "approx" else None  # a table's own δ comes below, or by split
+    budget = typed(x.definition, epsilon, no_delta)
     if budget is None:
         return None
     table = Table(name, tuple(group_by), tuple(where), budget, post,  # type: ignore[arg-type]
                   r.get(at + ("description",), str), levels,
-                  tuple(b for e in epsilons or () if (b := typed(x.definition, e)) is not None), consistency,
+                  tuple(b for e in epsilons or () if (b := typed(x.definition, e, no_delta)) is not None), consistency,
                   mechanism, upper, chosen,  # type: ignore[arg-type]
                   r.get(at + ("structural_zeros",), str, "publish"))  # type: ignore[arg-type]
     return table if delta is None else table.with_delta(delta)
