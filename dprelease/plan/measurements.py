@@ -37,7 +37,7 @@ from dprelease.mechanisms import (
     truncated_geometric,
 )
 from dprelease.mechanisms.discrete_laplace import variance as laplace_variance
-from dprelease.mechanisms.gaussian import gaussian_margin
+from dprelease.mechanisms.gaussian import gaussian_margin, gaussian_parts
 from dprelease.mechanisms.local import keep_probability
 
 # ---------------------------------------------------------------- sensitivities
@@ -139,8 +139,13 @@ class TruncatedGeometric(DiscreteLaplace):
     upper: int = 0
     kind: ClassVar[str] = "truncated_geometric"
 
+    def __post_init__(self) -> None:
+        if self.granularity != 1:  # its bound is a count's: the spec refuses it for sums
+            raise ValueError("the truncated geometric is for counts (granularity 1)")
+        check_scale(self.noise_scale)
+
     def draw(self, units: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
-        return truncated_geometric(units, self.upper, self.scale, rng=rng)
+        return truncated_geometric(units, self.upper, self.noise_scale, rng=rng)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +158,9 @@ class DiscreteGaussian:
     sigma2: Fraction
     granularity: int = 1
     kind: ClassVar[str] = "discrete_gaussian"
+
+    def __post_init__(self) -> None:
+        gaussian_parts(self.sigma2)  # the exact sampler takes σ² (ValueError otherwise)
 
     @property
     def noise_scale(self) -> Fraction:
