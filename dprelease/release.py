@@ -14,14 +14,14 @@ import numpy as np
 
 from dprelease import __version__
 from dprelease.data import ExactCounts, count_exact, file_fingerprint
+from dprelease.errors import DataError, InternalError, LedgerError
 from dprelease.faults import checkpoint
-from dprelease.errors import DataError, LedgerError
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
+from dprelease.manifest import RunFacts, manifest
 from dprelease.measure import check_structural, measure_counts, measure_mean, measure_mode
 from dprelease.mechanisms.local import Estimate, estimate_local
-from dprelease.postprocess import Invariants, postprocess_release, structural_masks
 from dprelease.plan import Plan
-from dprelease.manifest import RunFacts, manifest
+from dprelease.postprocess import Invariants, postprocess_release, structural_masks
 from dprelease.publish import (
     Layout,
     discard_staging,
@@ -97,7 +97,8 @@ class ReleaseRun:
 
     def measure_table(self, name: str) -> None:
         """Noise on each of one table's exact histograms (spends ε)."""
-        assert self.counts is not None, "load() first"
+        if self.counts is None:
+            raise InternalError("measure_table before load()")
         table = next(t for t in self.spec.tables if t.name == name)
         for level, dims, _ in table.measured():
             table_plan = next(p for p in self.plan.tables if p.name == name and p.level == level)

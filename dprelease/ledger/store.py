@@ -29,9 +29,8 @@ from typing import Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dprelease.accounting import Terms
-from dprelease.accounting import fraction_text
-from dprelease.errors import LedgerError
+from dprelease.accounting import Terms, fraction_text
+from dprelease.errors import InternalError, LedgerError
 from dprelease.ledger import keys, lease, queries, schema, transactions
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.records import (
@@ -145,7 +144,8 @@ class Ledger:
                 raise LedgerError(f"no run {run_id!r} in the ledger at {self.location.shown}" if not rows else
                                   f"{len(rows)} runs start with {run_id!r}; give more of the id")
             state = queries.dataset_state(conn, rows[0].dataset)
-        assert state is not None
+        if state is None:
+            raise InternalError("a dataset vanished inside its own transaction")
         return rows[0].dataset, next(r for r in state.runs if r.run_id == rows[0].run_id)
 
     def approval(self, dataset: str, spec_fingerprint: str) -> Approval | None:
@@ -280,7 +280,8 @@ class Ledger:
         with self._write() as conn:
             state = transactions.set_budget(conn, dataset, epsilon, reason=reason, by=by,
                                             terms=terms, delta=delta)
-        assert state is not None
+        if state is None:
+            raise InternalError("a dataset vanished inside its own transaction")
         return state
 
     def reserve(self, *, dataset: str, release: str,

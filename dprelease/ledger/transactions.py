@@ -11,9 +11,8 @@ from fractions import Fraction
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dprelease.accounting import Terms
-from dprelease.accounting import fraction_text
-from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
+from dprelease.accounting import Terms, fraction_text
+from dprelease.errors import AlreadyReleasedError, InternalError, LedgerError, OverBudgetError
 from dprelease.ledger import keys, lease, queries
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.policy import (
@@ -81,7 +80,8 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
                                             reason=f"initial cap from {spec_path or 'the spec'}",
                                             set_by=by, set_at=now()))
         state = queries.dataset_state(conn, dataset)
-        assert state is not None
+        if state is None:
+            raise InternalError(f"dataset {dataset!r} vanished inside its creating transaction")
     check_lifetime_matches(state, lifetime_from_spec, lifetime_delta_from_spec)
     if state.terms != terms:  # checked again here: two first releases may race
         raise LedgerError(f"dataset {dataset!r} is in the ledger under {state.terms.text!r} terms; this run was "

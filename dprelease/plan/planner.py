@@ -165,7 +165,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     refuse_local_over_central(spec, state)  # before the terms: the provenance is what is wrong
     terms, relation = ledger_terms(spec, state)
     if state is None:
-        assert declared is not None
+        if declared is None:
+            raise InternalError("a new dataset planned without its lifetime budget")
         lifetime, spent = declared, zero(terms.kind)
     else:
         if terms.kind == spec.definition:  # a pure spec's lifetime ε says nothing about a ρ or (ε, δ) cap
@@ -251,7 +252,8 @@ def _plan_mean(spec: Spec, t: Table, budget: Budget, cells: int, level: str | No
     budget (ε, ρ, and under approx the δ with it), the count the rest. Each part is planned as
     a table of its own (:meth:`MeanMeasure.centred_sum`, and a count), with the table's mechanism;
     the plan's ``parts`` are (sum, count) and it is charged their total."""
-    assert isinstance(t.measure, MeanMeasure)
+    if not isinstance(t.measure, MeanMeasure):
+        raise InternalError(f"table {t.name}: planned as a mean without one")
     for_sum = budget.scaled(t.measure.sum_share)
     parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms, relation),
              _plan_one(spec, replace(t, measure=None), budget - for_sum, cells, level, terms, relation))  # type: ignore[operator]
@@ -317,7 +319,8 @@ def _plan_table(spec: Spec, t: Table, budget: Budget, cells: int, level: str | N
 
     def noise(run_at: Fraction) -> DiscreteLaplace:
         if t.mechanism == "truncated_geometric":
-            assert t.upper is not None, "the loader gives every truncated_geometric table its upper bound"
+            if t.upper is None:
+                raise InternalError(f"table {t.name}: the truncated geometric without its upper bound")
             return TruncatedGeometric(sensitivity, run_at, g, upper=t.upper)
         return DiscreteLaplace(sensitivity, run_at, g)
 
@@ -401,7 +404,8 @@ def _plan_mode(spec: Spec, table: Table, budget: Budget, cells: int, level: str 
     one row, where every count moves the same way; 2Δu/ε otherwise (quantile utilities are
     never monotone). No margin of error (moe = 0): the output is a category, not a count. In a
     zcdp release it runs at the largest ε with ε²/2 ≤ its ρ."""
-    assert isinstance(table.measure, ModeMeasure)
+    if not isinstance(table.measure, ModeMeasure):
+        raise InternalError(f"table {table.name}: planned as a mode without one")
     monotone = table.measure.q is None and not relation.change
     du = utility_sensitivity(table.measure.q, relation)
     made, pure_epsilon = _pure_noise(spec, table.name, budget, lambda run_at: PermuteAndFlip(du, run_at, monotone))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dprelease.errors import Problem, SpecError
+from dprelease.errors import InternalError, Problem, SpecError
 from dprelease.spec import defaults
 from dprelease.spec.geography import invariants, parse_geography
 from dprelease.spec.model import DEFAULT_MAX_CELLS, Spec
@@ -65,7 +65,8 @@ def load_spec(path: str | Path, run_date: datetime | None = None) -> Spec:
     problems += r.problems
     if problems:
         raise SpecError(_dedupe(problems))
-    assert spec is not None
+    if spec is None:
+        raise InternalError(f"{path}: the spec was refused without a reason; please report it, with the spec")
     return spec
 
 

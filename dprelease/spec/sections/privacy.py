@@ -58,7 +58,11 @@ def _wrong_unit(r: Reader, d: Definition, at: Path_) -> None:
 
 
 def release_budget(r: Reader, d: Definition) -> Fraction | None:
-    """The release's ε (ρ under zcdp)."""
+    """The release's ε (ρ under zcdp); None if absent or invalid (reported)."""
+    if isinstance(r.get(("budget",), dict), dict) and not r.written(("budget", d.cost)) \
+            and not r.written(("budget", d.other)):  # e.g. {delta: D} alone: the schema lets it through
+        r.fail(("budget",), f"missing required key {d.cost!r} (the release's {d.symbol})")
+        return None
     return r.fraction(("budget", d.cost), d.symbol)
 
 
