@@ -280,7 +280,18 @@ def test_a_schema_4_ledger_gains_typed_terms_and_keeps_every_figure(url):
     ledger.reserve(dataset="z", release="r", charges=[("t", Fraction(1, 8))], spec_fingerprint="x",
                    lifetime_from_spec=None, terms=Terms("zcdp"))
     reserve(ledger, dataset="p", cap=Fraction(3), charges=[("t", Fraction(1, 3))])
-    before = [ledger.state(d) for d in ("z", "p")]
+    approx, bounded = Terms("approx"), Terms("pure", change=True, unit_id="PID")
+    ledger.set_budget("a", Fraction(5), reason="test", terms=approx, delta=Fraction(1, 10**5))
+    ledger.set_budget("a", Fraction(6), reason="raised", delta=Fraction(2, 10**5))  # a cap change, with its δ
+    ledger.reserve(dataset="a", release="r", charges=[("t", Fraction(1, 2), Fraction(1, 10**6)), ("u", Fraction(1, 4),
+                   Fraction(0))], spec_fingerprint="x", lifetime_from_spec=None, terms=approx)
+    ledger.set_budget("b", Fraction(1), reason="test", terms=bounded)
+    ledger.reserve(dataset="b", release="r", charges=[("t", Fraction(1, 5))], spec_fingerprint="x",
+                   lifetime_from_spec=None, terms=bounded)
+    names = ("z", "p", "a", "b")
+    before = [ledger.state(d) for d in names]
+    assert before[2].spent == Fraction(3, 4) and before[2].delta_spent == Fraction(1, 10**6)
+    assert before[2].delta_budget == Fraction(2, 10**5) and before[3].terms == bounded
     with ledger.engine.begin() as conn:  # back to schema 4's layout
         for table in ("budget_caps", "charges"):
             conn.execute(sa.text(f"ALTER TABLE {table} RENAME COLUMN amount TO epsilon"))
@@ -290,10 +301,12 @@ def test_a_schema_4_ledger_gains_typed_terms_and_keeps_every_figure(url):
     ledger.close()
     for _ in range(2):
         reopened = open_ledger(url)
-        assert [reopened.state(d) for d in ("z", "p")] == before
+        assert [reopened.state(d) for d in names] == before
         assert before[0].terms == Terms("zcdp") and before[0].spent == Fraction(1, 8)
         with reopened.engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT amount FROM charges ORDER BY id")).scalars().all() == ["1/8", "1/3"]
-            assert conn.execute(sa.text("SELECT guarantee FROM datasets ORDER BY name")).scalars().all() == [
-                "pure", "zcdp"]
+            assert conn.execute(sa.text("SELECT amount FROM charges ORDER BY id")).scalars().all() == [
+                "1/8", "1/3", "1/2", "1/4", "1/5"]
+            assert conn.execute(sa.text("SELECT name, guarantee, change_one_record, unit_id FROM datasets ORDER BY name")
+                                ).all() == [("a", "approx", False, None), ("b", "pure", True, "PID"),
+                                            ("p", "pure", False, None), ("z", "zcdp", False, None)]
         reopened.close()
