@@ -29,8 +29,8 @@ from pyarrow import csv
 
 from dprelease.data import file_fingerprint
 from dprelease.errors import DataError, LedgerError, UserError
+from dprelease.plan.local import randomizer_of
 from dprelease.ledger import RANDOMIZED, AnswerSet, Ledger
-from dprelease.mechanisms.local import coin_flip, randomize
 from dprelease.spec import LocalTable, Spec
 
 MEMO_FORMAT = 1
@@ -97,8 +97,7 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
                             f"{sorted(first_time)[0]!r}); a memoised collection only repeats earlier answers. Collect "
                             "new respondents in a collection of their own (memoised: false), which costs its ε")
     fresh = np.flatnonzero(reported < 0)
-    drawn = coin_flip(codes[fresh]) if table.protocol == "coin_flip" else randomize(
-        codes[fresh], len(domain), table.epsilon)  # type: ignore[arg-type]
+    drawn = randomizer_of(table, len(domain)).draw(codes[fresh])  # the plan's local randomizer
     reported[fresh] = drawn
     if memo is not None:
         for i in fresh:  # a respondent's first randomized answer is kept (one per respondent) ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from dprelease.errors import LedgerError
+from dprelease.errors import InternalError, LedgerError
 from dprelease.ledger import (
     AnswerSet,
     DatasetState,
@@ -23,7 +23,7 @@ from dprelease.ledger import (
     unregistered_message,
 )
 from dprelease.plan.measurements import CoinFlip, KRandomizedResponse, LocalRandomizer
-from dprelease.spec import Spec
+from dprelease.spec import LocalTable, Spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ def local_plans(spec: Spec, state: DatasetState | None, registered: tuple[Answer
         if not known:
             records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charge,
                                     asked.memoised, "", "", ""),)
-        randomizer = CoinFlip() if t.protocol == "coin_flip" else KRandomizedResponse(categories, asked.epsilon)
+        randomizer = randomizer_of(t, categories)
         out.append(LocalPlan(t.name, t.column, randomizer, asked, charge, known,
                              found, not_honoured))
     return tuple(out)
@@ -106,3 +106,12 @@ def refuse_local_over_central(spec: Spec, state: DatasetState | None) -> None:
             "its columns are not read as kind: local tables. Publish them as central tables of this dataset (charged "
             "to its lifetime budget; `dprelease ledger set-budget` records a cap change), or estimate them from a "
             "registered collection of answers the respondents randomized themselves")
+
+
+def randomizer_of(table: LocalTable, categories: int) -> LocalRandomizer:
+    """The respondents' mechanism of a local table over ``categories`` answers."""
+    if table.protocol == "coin_flip":
+        return CoinFlip()
+    if table.epsilon is None:
+        raise InternalError(f"local table {table.name}: k-RR without its ε")
+    return KRandomizedResponse(categories, table.epsilon)

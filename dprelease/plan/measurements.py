@@ -38,7 +38,7 @@ from dprelease.mechanisms import (
 )
 from dprelease.mechanisms.discrete_laplace import variance as laplace_variance
 from dprelease.mechanisms.gaussian import gaussian_margin, gaussian_parts
-from dprelease.mechanisms.local import keep_probability
+from dprelease.mechanisms.local import coin_flip, keep_probability, randomize
 
 # ---------------------------------------------------------------- sensitivities
 
@@ -273,6 +273,10 @@ class KRandomizedResponse:
         """e^ε/(e^ε + k − 1), for the estimators (float: post-processing, never sampling)."""
         return keep_probability(float(self.epsilon), self.k)
 
+    def draw(self, values: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
+        """Each respondent's report of their code in [0, k), exactly, from the OS CSPRNG."""
+        return randomize(values, self.k, self.epsilon, rng=rng)
+
 
 @dataclass(frozen=True, slots=True)
 class CoinFlip:
@@ -293,6 +297,10 @@ class CoinFlip:
     @property
     def keep_probability(self) -> float:
         return 0.75
+
+    def draw(self, values: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
+        """Each respondent's report of their yes/no code (0 or 1): two fair bits from the OS CSPRNG."""
+        return coin_flip(values, rng=rng)
 
 
 LocalRandomizer = KRandomizedResponse | CoinFlip
