@@ -16,7 +16,7 @@ from dprelease.data import encode, place_totals
 from dprelease.evaluate import exact_measurements
 from dprelease.mechanisms import discrete_laplace
 from dprelease.plan import plan_release
-from dprelease.postprocess import postprocess_release
+from dprelease.postprocess import Invariants, postprocess_release
 from dprelease.spec import canonical, fingerprint, load_spec
 from tests.conftest import ROOT
 from tests.stats import empirical_epsilon
@@ -80,7 +80,8 @@ def test_consistent_tables_hit_the_invariants_exactly(tmp_path, levels):
     totals = place_totals(spec, data)
     assert list(totals) == list(spec.invariant_levels)
     for _ in range(3):
-        published = postprocess_release(spec, noisy_release(exact, scales), scales, invariants=totals)
+        published = postprocess_release(spec, noisy_release(exact, scales), scales,
+                                        invariants=Invariants.from_totals(totals))
         check_consistency(spec, published)
         for level, want in totals.items():
             for t in spec.tables:

@@ -175,13 +175,13 @@ def test_change_one_record_audit_of_a_grouped_sum():
 def test_a_method_override_leaves_sums_alone(tmp_path):
     """`postprocess --method consistent` (and evaluate's consistent arm) is for counts: a sum
     keeps its own post-processing instead of being forced to add up to row counts."""
-    from dprelease.postprocess import postprocess_release
+    from dprelease.postprocess import Invariants, postprocess_release
 
     spec = load_spec(write(tmp_path, invariants="invariants: {totals: [root]}"))
     noisy = {("income_by_sex", None): np.array([-500, 900]), ("weighted_persons_by_sex", None): np.array([-7, 5])}
     scales = {k: Fraction(1) for k in noisy}
     for method in ("consistent", "clamp", None):
-        out = postprocess_release(spec, noisy, scales, method=method, invariants={"root": np.array([27253])})
+        out = postprocess_release(spec, noisy, scales, method=method, invariants=Invariants.from_totals({"root": np.array([27253])}))
         assert out[("income_by_sex", None)].tolist() == [-500, 900]  # post_process: none, as specified
         assert out[("weighted_persons_by_sex", None)].tolist() == [0, 5]  # the default for L ≥ 0: clamp
 

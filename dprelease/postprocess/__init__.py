@@ -12,7 +12,6 @@ zeros under every method (a mode's stay −1, a mean's empty): they are known, n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from fractions import Fraction
 
 import numpy as np
@@ -79,14 +78,14 @@ def groups(spec: Spec) -> list[list[Table]]:
 
 def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[Key, Fraction],
                         method: str | None = None,
-                        invariants: Invariants | Mapping[str, np.ndarray] | None = None,
+                        invariants: Invariants | None = None,
                         structural: Masks | None = None) -> dict[Key, np.ndarray]:
     """The published values of every measurement. ``method`` overrides the spec's choices for
     the count tables with unbiased noise (discrete Laplace); sums and truncated-geometric tables
     keep their own (consistent post-processing is for counts; a truncated output is clamped).
 
-    ``invariants`` (:class:`Invariants`: exact place totals per level, published outside DP;
-    a plain mapping level → totals is taken as such) are checked against the spec
+    ``invariants`` (:class:`Invariants`: exact place totals per level, published outside DP)
+    are checked against the spec
     (ValueError) and bind consistent post-processing of every group whose tables count all
     rows (no ``where``): each place's total is then its invariant. Clamped tables are not
     adjusted (clamping is per cell). They are the only values of the data used here.

@@ -56,17 +56,19 @@ def _read_only(totals: np.ndarray) -> np.ndarray:
     return copy
 
 
-def declared_invariants(spec: Spec, invariants: Invariants | Mapping[str, np.ndarray] | None) -> Invariants | None:
-    """``invariants`` checked against ``spec`` (:func:`check_invariants`), as :class:`Invariants`;
-    None for a release without any (None or empty). A plain mapping level → totals is taken as
-    the declared invariants."""
+def declared_invariants(spec: Spec, invariants: Invariants | None) -> Invariants | None:
+    """``invariants`` checked against ``spec`` (:func:`check_invariants`); None for a release
+    without any (None or empty). Only the :class:`Invariants` type crosses this boundary: the
+    caller states that these exact totals are the published invariants."""
     if invariants is None:
         return None
-    totals = invariants.as_dict() if isinstance(invariants, Invariants) else dict(invariants)
+    if not isinstance(invariants, Invariants):
+        raise TypeError(f"invariants cross into post-processing as Invariants, not {type(invariants).__name__}")
+    totals = invariants.as_dict()
     if not totals:
         return None
     check_invariants(spec, totals)
-    return invariants if isinstance(invariants, Invariants) else Invariants.from_totals(totals)
+    return invariants
 
 
 def check_invariants(spec: Spec, invariants: Mapping[str, np.ndarray]) -> None:
