@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate  # noqa: E402
 
 from dprelease.data import encode  # noqa: E402
-from dprelease.evaluate import exact_measurements  # noqa: E402
+from dprelease.evaluate import exact_measurements, plan_variances  # noqa: E402
 from dprelease.mechanisms import discrete_laplace  # noqa: E402
 from dprelease.postprocess import postprocess_release  # noqa: E402
 from dprelease.spec import load_spec  # noqa: E402
@@ -58,6 +58,7 @@ def main() -> None:
     spec = load_spec(out / "postprocess_bench.yaml")
     table = spec.tables[0]
     exact, scales = exact_measurements(spec, encode(spec))
+    variances = plan_variances(spec)
     cells = {level: exact[(table.name, level)].size for level, _, _ in table.measured()}
     print(f"cells per level: {cells} (total {sum(cells.values()):,})")
     timings: dict[str, list[float]] = {"clamp": [], "consistent": []}
@@ -65,7 +66,7 @@ def main() -> None:
         noisy = {k: v + discrete_laplace(scales[k], v.size) for k, v in exact.items()}
         for method in timings:
             start = time.perf_counter()
-            postprocess_release(spec, noisy, scales, method=method)
+            postprocess_release(spec, noisy, variances, method=method)
             timings[method].append(time.perf_counter() - start)
     clamp, consistent = (statistics.median(timings[m]) for m in ("clamp", "consistent"))
     print(f"post-processing, median of {args.repeats}: consistent {consistent:.2f} s, clamp {clamp:.3f} s "

@@ -45,21 +45,31 @@ def exact_measurements(spec: Spec, data: Encoded | ExactCounts) -> tuple[dict, d
     return exact, {key: plan.scale for key, plan in plans.items()}
 
 
+def plan_variances(spec: Spec) -> dict[tuple[str, str | None], float]:
+    """The noise variance of every count measurement, as the plan of a dataset new to the ledger
+    gives it (what consistent post-processing weights by)."""
+    from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace
+
+    return {(p.name, p.level): p.noise.variance() for p in measurement_plans(spec)
+            if isinstance(p.noise, (DiscreteLaplace, DiscreteGaussian)) and not p.parts}
+
+
 def evaluate(spec: Spec, trials: int) -> list[Row]:
     """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method."""
     # modes are categories and means ratios, not counts: errors in persons do not apply (left out here)
     spec = dataclasses.replace(spec, tables=tuple(t for t in spec.tables
                                                   if not isinstance(t.measure, (ModeMeasure, MeanMeasure))))
     counts = count_exact(spec)  # streamed, or on the spec's engine
-    exact, scales = exact_measurements(spec, counts)
+    exact, _ = exact_measurements(spec, counts)
     plans = {(p.name, p.level): p for p in measurement_plans(spec)}  # simulated with the release's own step
+    variances = plan_variances(spec)
     invariants = counts.invariants  # empty unless the spec declares invariants
     cell_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     total_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for _ in range(trials):
         noisy = {k: measure_counts(v // plans[k].granularity, plans[k]) for k, v in exact.items()}
         for method in METHODS:
-            published = postprocess_release(spec, noisy, scales, method=method,
+            published = postprocess_release(spec, noisy, variances, method=method,
                                             invariants=Invariants.from_totals(invariants))
             for t in spec.tables:
                 m = spec.dims_cells(t.group_by)

@@ -142,8 +142,7 @@ class ReleaseRun:
         invariants (exact totals published outside DP; no other data, no budget)."""
         self.stage = "postprocess"
         start = time.perf_counter()
-        scales = {(p.name, p.level): p.scale for p in self.plan.tables}
-        self.published_values = postprocess_release(self.spec, self.noisy, scales,
+        self.published_values = postprocess_release(self.spec, self.noisy, self.plan.noise_variances(),
                                                     invariants=Invariants.from_totals(self.invariants),
                                                     structural=structural_masks(self.plan))
         for p in self.plan.local:  # estimates from the randomized answers: post-processing

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from dprelease.evaluate import plan_variances
 from dprelease.data import encode
 from dprelease.evaluate import exact_measurements
 from dprelease.mechanisms import discrete_laplace
@@ -62,7 +63,7 @@ def check_consistency(spec, published):
 def test_consistent_output_adds_up_and_agrees(census):
     spec, exact, scales = census
     for _ in range(3):
-        published = postprocess_release(spec, noisy_release(exact, scales), scales)
+        published = postprocess_release(spec, noisy_release(exact, scales), plan_variances(spec))
         check_consistency(spec, published)
 
 
@@ -75,7 +76,7 @@ def test_consistent_is_no_worse_than_clamp_on_cells_and_better_on_totals(census)
     for _ in range(20):
         noisy = noisy_release(exact, scales)
         for method in ("clamp", "consistent"):
-            out = postprocess_release(spec, noisy, scales, method=method)
+            out = postprocess_release(spec, noisy, plan_variances(spec), method=method)
             for t in spec.tables:
                 m = spec.dims_cells(t.group_by)
                 for level in ("root", "STATE", "PUMA"):
@@ -185,7 +186,7 @@ def test_three_levels_from_a_mapping_file(tmp_path):
     exact, scales = exact_measurements(spec, encode(spec))
     assert exact[("by_sex", "COUNTY")].reshape(3, 2).sum(1).tolist() == [
         int(np.isin(tracts, ["01001", "01002"]).sum()), int((tracts == "01101").sum()), int((tracts == "02001").sum())]
-    published = postprocess_release(spec, noisy_release(exact, scales), scales)
+    published = postprocess_release(spec, noisy_release(exact, scales), plan_variances(spec))
     chain = [("root", None), ("STATE", None), ("COUNTY", "STATE"), ("TRACT", "COUNTY")]
     for t in spec.tables:
         m = spec.dims_cells(t.group_by)

@@ -11,6 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.evaluate import plan_variances
 from dprelease.accounting import Terms
 from dprelease.data import encode, place_totals
 from dprelease.evaluate import exact_measurements
@@ -80,7 +81,7 @@ def test_consistent_tables_hit_the_invariants_exactly(tmp_path, levels):
     totals = place_totals(spec, data)
     assert list(totals) == list(spec.invariant_levels)
     for _ in range(3):
-        published = postprocess_release(spec, noisy_release(exact, scales), scales,
+        published = postprocess_release(spec, noisy_release(exact, scales), plan_variances(spec),
                                         invariants=Invariants.from_totals(totals))
         check_consistency(spec, published)
         for level, want in totals.items():

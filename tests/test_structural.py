@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from dprelease.evaluate import plan_variances
 from dprelease.accounting import PureDP
 from dprelease.data.histogram import where_mask
 from dprelease.data.load import Encoded
@@ -163,8 +164,7 @@ def test_a_mode_and_a_mean_leave_structural_cells_unmeasured(tmp_path):
     means = [measure_mean(np.array([[0, 300], [0, 10]], dtype=np.int64), plans["mean"]) for _ in range(50)]
     assert all(m[0, 0] == 0 and m[1, 0] == 0 for m in means)
     published = postprocess_release(spec, {("mode", None): modes[0], ("mean", None): means[0]},
-                                    {k: p.scale for k, p in ((("mode", None), plans["mode"]),
-                                                             (("mean", None), plans["mean"]))})
+                                    {})  # modes and means: no noise variances (nothing consistent here)
     assert published[("mode", None)][0] == -1
     assert np.isnan(published[("mean", None)][0, 0]) and published[("mean", None)][1, 0] == 0
 
@@ -226,11 +226,11 @@ def test_consistent_post_processing_keeps_structural_cells_at_zero(tmp_path):
     by_key = {(p.name, p.level): p for p in plans.values()}
     for _ in range(3):
         noisy = {k: measure_counts(v, by_key[k]) for k, v in exact.items()}
-        published = postprocess_release(spec, noisy, scales)
+        published = postprocess_release(spec, noisy, plan_variances(spec))
         check_consistency(spec, published)
         for key, plan in by_key.items():
             assert not published[key][plan.structural_mask()].any(), key
-        clamped = postprocess_release(spec, noisy, scales, method="clamp")
+        clamped = postprocess_release(spec, noisy, plan_variances(spec), method="clamp")
         assert all(not clamped[k][p.structural_mask()].any() for k, p in by_key.items())
 
 

@@ -179,9 +179,9 @@ def test_a_method_override_leaves_sums_alone(tmp_path):
 
     spec = load_spec(write(tmp_path, invariants="invariants: {totals: [root]}"))
     noisy = {("income_by_sex", None): np.array([-500, 900]), ("weighted_persons_by_sex", None): np.array([-7, 5])}
-    scales = {k: Fraction(1) for k in noisy}
+    variances = {k: 1.0 for k in noisy}
     for method in ("consistent", "clamp", None):
-        out = postprocess_release(spec, noisy, scales, method=method, invariants=Invariants.from_totals({"root": np.array([27253])}))
+        out = postprocess_release(spec, noisy, variances, method=method, invariants=Invariants.from_totals({"root": np.array([27253])}))
         assert out[("income_by_sex", None)].tolist() == [-500, 900]  # post_process: none, as specified
         assert out[("weighted_persons_by_sex", None)].tolist() == [0, 5]  # the default for L ≥ 0: clamp
 

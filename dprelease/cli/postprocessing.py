@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from dprelease.errors import UserError
 from dprelease.reporting import read_release_json
 from dprelease.postprocess import Invariants, check_invariants, postprocess_release
+from dprelease.postprocess.estimation import noise_variance
 from dprelease.publish import read_invariant, sync_tree, utc_now, write_json, write_table
 from dprelease.spec import fingerprint
 from dprelease.spec.canonical import spec_from_canonical
@@ -37,7 +38,7 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
         raise UserError(f"{release_dir}/spec.json does not match the manifest's spec fingerprint; the release "
                         "directory has been altered")
     noisy: dict[tuple[str, str | None], np.ndarray] = {}
-    scales: dict[tuple[str, str | None], Fraction] = {}
+    variances: dict[tuple[str, str | None], float] = {}  # from the mechanism and scale the manifest records
     for entry in manifest["tables"]:
         key = (entry["name"], entry.get("level"))
         measure = entry.get("measure", "count")
@@ -48,7 +49,8 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
         noisy[key] = columns[0] if len(columns) == 1 else np.stack(columns)
         if noisy[key].shape[-1] != entry["cells"]:
             raise UserError(f"{entry['measurements']}: {noisy[key].shape[-1]} cells, the manifest says {entry['cells']}")
-        scales[key] = Fraction(entry["scale"])
+        if measure == "count":
+            variances[key] = noise_variance(entry["mechanism"], Fraction(entry["scale"]))
     invariants: dict[str, np.ndarray] = {}
     for entry in manifest.get("invariants", {}).get("totals", []):
         try:
@@ -64,7 +66,7 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     except ValueError as exc:
         raise UserError(f"{release_dir}/invariants: {exc}; the release directory has been altered") from None
     structural = _structural(release_dir, spec, manifest)
-    published = postprocess_release(spec, noisy, scales, method, invariants=Invariants.from_totals(invariants),
+    published = postprocess_release(spec, noisy, variances, method, invariants=Invariants.from_totals(invariants),
                                     structural=structural)
     versions = release_dir / "postprocessed"
     number = 1 + max((int(p.name.split("-")[0]) for p in versions.glob("*-*") if p.name.split("-")[0].isdigit()),

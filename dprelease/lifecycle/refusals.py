@@ -172,7 +172,6 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
     validated spec always can: a failure is a bug in dprelease (exit 1), not the user's."""
     from dprelease.postprocess import Invariants, postprocess_release, structural_masks
 
-    scales = {(t.name, t.level): t.scale for t in plan.tables}
     invariants = {level: np.zeros(1 if level == ROOT else spec.column(level).size, dtype=np.int64)
                   for level in spec.invariant_levels}
     try:
@@ -184,7 +183,7 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
                         "memory; publish fewer or coarser tables (limits.max_cells bounds a table's cells). "
                         "Nothing was spent.") from None
     try:
-        postprocess_release(spec, zeros, scales, invariants=Invariants.from_totals(invariants),
+        postprocess_release(spec, zeros, plan.noise_variances(), invariants=Invariants.from_totals(invariants),
                             structural=structural_masks(plan))  # as the run will: the plan's structural cells
         from dprelease.mechanisms.local import estimate_local
 

@@ -145,6 +145,12 @@ class Plan:
     def lifetime_remaining_after(self) -> Budget:
         return self.lifetime_remaining - self.charge  # type: ignore[operator]
 
+    def noise_variances(self) -> dict[tuple[str, str | None], float]:
+        """Per measurement of counts or sums, its noise's variance in value units (what consistent
+        post-processing weights by); modes and means have none."""
+        return {(t.name, t.level): t.noise.variance() for t in self.tables
+                if isinstance(t.noise, (DiscreteLaplace, DiscreteGaussian)) and not t.parts}
+
     def ledger_charges(self) -> list[tuple[str, Fraction, Fraction | None]]:
         """(measurement, amount, δ) per measurement, as the ledger records them: the amount in the
         unit of its terms, the δ under approx terms (None otherwise)."""

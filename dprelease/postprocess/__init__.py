@@ -12,7 +12,6 @@ zeros under every method (a mode's stay −1, a mean's empty): they are known, n
 
 from __future__ import annotations
 
-from fractions import Fraction
 
 import numpy as np
 
@@ -76,11 +75,14 @@ def groups(spec: Spec) -> list[list[Table]]:
     return list(out.values())
 
 
-def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[Key, Fraction],
+def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], variances: dict[Key, float],
                         method: str | None = None,
                         invariants: Invariants | None = None,
                         structural: Masks | None = None) -> dict[Key, np.ndarray]:
-    """The published values of every measurement. ``method`` overrides the spec's choices for
+    """The published values of every measurement. ``variances``: each count measurement's noise
+    variance, as its plan states it (:meth:`dprelease.plan.Plan.noise_variances`; a published
+    release's manifest records its mechanism and scale, :func:`noise_variance`): consistent
+    post-processing weights by them. ``method`` overrides the spec's choices for
     the count tables with unbiased noise (discrete Laplace); sums and truncated-geometric tables
     keep their own (consistent post-processing is for counts; a truncated output is clamped).
 
@@ -111,7 +113,7 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], scales: dict[K
         consistent = [[t] for t in spec.tables if t.post_process != "consistent" and overridable(t)] + groups(spec)
     for group in consistent:
         binding = invariants if not any(t.where for t in group) else None
-        published.update(consistent_group(spec, group, noisy, scales, binding, structural))
+        published.update(consistent_group(spec, group, noisy, variances, binding, structural))
     for t in spec.tables:
         for level, _, _ in t.measured():
             mask = structural.get((t.name, level))

@@ -40,7 +40,6 @@ when the caller passes them, and nothing else.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -48,7 +47,6 @@ from dprelease.postprocess.estimation import (
     group_levels,
     least_squares,
     marginal_matrix,
-    noise_variance,
     spread_to_children,
     unstructural_detail,
 )
@@ -59,7 +57,7 @@ from dprelease.spec import ROOT, Spec, Table
 
 
 def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str | None], np.ndarray],
-                     scales: dict[tuple[str, str | None], Fraction],
+                     variances: dict[tuple[str, str | None], float],
                      invariants: Invariants | None = None,
                      structural: dict[tuple[str, str | None], np.ndarray | None] | None = None
                      ) -> dict[tuple[str, str | None], np.ndarray]:
@@ -76,8 +74,6 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
     tables count every row (no ``where``). Each place's total then equals its invariant exactly.
     They are the only values of the confidential data this sees; all else is noisy.
     """
-    mechanisms = {t.name: t.mechanism for t in spec.tables}
-    variances = {key: noise_variance(mechanisms[key[0]], scale) for key, scale in scales.items()}
     dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
     sizes = [spec.column(c).size for c in dims]
     marginals = {t.name: marginal_matrix(sizes, [dims.index(c) for c in t.group_by]) for t in tables}
