@@ -52,6 +52,26 @@ def test_ledger_on_an_empty_location_creates_nothing(cli, isolated_ledger):
     assert not isolated_ledger.exists()
 
 
+def test_a_cap_is_given_in_the_unit_of_the_datasets_terms(cli, tmp_path):
+    """A zCDP dataset's cap is a ρ (--rho), a pure or (ε, δ) one's an ε (--epsilon): a ρ is never
+    typed under an ε name, and a cap in the wrong unit changes nothing."""
+    url = str(tmp_path / "l.sqlite")
+    made = cli("ledger", "set-budget", "z", "--rho", "2", "--reason", "initial", "--ledger", url, "--create")
+    assert made.code == 0, made
+    assert "lifetime cap (ρ) of z set (new dataset) to 2" in made.stdout
+    state = json.loads(cli("ledger", "--ledger", url, "--json").stdout)["datasets"][0]
+    assert state["definition"] == "zcdp" and state["lifetime"]["cap"] == {"rho": "2"}
+    wrong = cli("ledger", "set-budget", "z", "--epsilon", "3", "--reason", "x", "--ledger", url)
+    assert wrong.code == 2 and "give it as --rho R" in wrong.stderr
+    cli("ledger", "set-budget", "p", "--epsilon", "1", "--reason", "x", "--ledger", url, "--create")
+    wrong = cli("ledger", "set-budget", "p", "--rho", "3", "--reason", "x", "--ledger", url)
+    assert wrong.code == 2 and "give it as --epsilon E" in wrong.stderr
+    for both in (("--epsilon", "1", "--rho", "1"), ()):
+        assert cli("ledger", "set-budget", "p", *both, "--reason", "x", "--ledger", url).code == 2
+    caps = {d["name"]: d["lifetime"]["cap"] for d in json.loads(cli("ledger", "--ledger", url, "--json").stdout)["datasets"]}
+    assert caps == {"p": {"epsilon": "1"}, "z": {"rho": "2"}}  # nothing changed by the refusals
+
+
 def test_set_budget_is_recorded_and_shown(cli, tmp_path):
     url = str(tmp_path / "l.sqlite")
     refused = cli("ledger", "set-budget", "acs", "--epsilon", "4", "--reason", "initial", "--ledger", url)

@@ -69,24 +69,31 @@ def ledger_show(
 def ledger_set_budget(
     ctx: typer.Context,
     dataset: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: Annotated[str, typer.Option(metavar="E", help="The new lifetime cap, e.g. 6 or \"11/2\".")],
     reason: Annotated[str, typer.Option(metavar="TEXT", help="Why the cap changes; shown in every report.")],
+    epsilon: Annotated[Optional[str], typer.Option(
+        metavar="E", help="The new lifetime cap in ε (pure and (ε, δ) datasets), e.g. 6 or \"11/2\".")] = None,
+    rho: Annotated[Optional[str], typer.Option(
+        metavar="R", help="The new lifetime cap in ρ (zCDP datasets), e.g. 2.")] = None,
     by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
     create: Annotated[bool, typer.Option("--create", help="Add the dataset if the ledger does not have it.")] = False,
     delta: Annotated[Optional[str], typer.Option(
         metavar="D", help="The lifetime δ of an (ε, δ) dataset, e.g. 1e-6 (kept as it was if omitted).")] = None,
     terms: Annotated[Optional[str], typer.Option(
-        metavar="pure|zcdp|approx", help="With --create: the new dataset's terms (default: pure; approx with "
-        "--delta). --epsilon is then an ε, a ρ or an ε.")] = None,
+        metavar="pure|zcdp|approx", help="With --create: the new dataset's terms (default: pure; zcdp with "
+        "--rho; approx with --delta).")] = None,
     ledger: LedgerOpt = None,
 ) -> None:
     """Change a dataset's lifetime cap: an explicit, recorded decision. Spends are never reduced."""
     import re
 
+    if (epsilon is None) == (rho is None):
+        raise typer.BadParameter("give the new cap as --epsilon E (pure or (ε, δ) terms) or --rho R (zCDP terms)",
+                                 param_hint="--epsilon/--rho")
+    option, written = ("--rho", rho) if rho is not None else ("--epsilon", epsilon)
     try:
-        cap = parse_budget(epsilon, epsilon, what="--epsilon")
+        cap = parse_budget(written, written, what=option)
     except NotANumber as exc:
-        raise typer.BadParameter(str(exc), param_hint="--epsilon") from None
+        raise typer.BadParameter(str(exc), param_hint=option) from None
     try:
         cap_delta = None if delta is None else parse_budget(delta, delta, what="--delta")
     except NotANumber as exc:
@@ -95,7 +102,8 @@ def ledger_set_budget(
         raise typer.BadParameter("δ lies strictly between 0 and 1, e.g. 1e-6", param_hint="--delta")
     if terms is not None and terms not in ("pure", "zcdp", "approx"):
         raise typer.BadParameter(f"{terms!r} is not one of pure, zcdp, approx", param_hint="--terms")
-    new_terms = Terms("zcdp" if terms == "zcdp" else "approx" if terms == "approx" or cap_delta is not None else "pure")
+    new_terms = Terms("zcdp" if terms == "zcdp" or (terms is None and rho is not None) else
+                      "approx" if terms == "approx" or cap_delta is not None else "pure")
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}(/[^/\x00]{1,100})?", dataset):
         raise typer.BadParameter(f"{dataset!r} is not a dataset name (lower-case letters, digits, '.', '_', '-')",
                                  param_hint="DATASET")
@@ -112,9 +120,15 @@ def ledger_set_budget(
         if before is not None and terms is not None and before.terms.kind != terms:
             raise UserError(f"dataset {dataset!r} already has {before.terms.text!r} terms; a ledger's terms are fixed "
                             "when the dataset is created")
+        kind = before.terms.kind if before is not None else new_terms.kind
+        if (kind == "zcdp") != (option == "--rho"):  # a cap is given in the unit of the dataset's terms
+            right = "--rho R" if kind == "zcdp" else "--epsilon E"
+            raise UserError(f"dataset {dataset!r} {'has' if before is not None else 'would have'} "
+                            f"{Terms(kind).shown} terms: its cap is {'a ρ' if kind == 'zcdp' else 'an ε'}; give it as "
+                            f"{right}. Nothing was changed.")
         state = opened.set_budget(dataset, cap, reason=reason, by=by, terms=new_terms, delta=cap_delta)
     was = f"from {fraction_text(before.budget)} " if before else "(new dataset) "
-    out.print(f"lifetime cap of {dataset} set {was}to {fraction_text(state.budget)}; spent "
+    out.print(f"lifetime cap ({state.terms.symbol}) of {dataset} set {was}to {fraction_text(state.budget)}; spent "
               f"{fraction_text(state.spent)}, remaining {fraction_text(state.remaining)}", markup=False)
     if state.delta_budget is not None:
         out.print(f"lifetime δ of {dataset}: cap {fraction_text(state.delta_budget)}, spent "

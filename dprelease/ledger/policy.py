@@ -8,7 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from dprelease.accounting import fraction_text
-from dprelease.errors import LedgerError
+from dprelease.errors import InternalError, LedgerError
 from dprelease.ledger.records import AnswerSet, DatasetState, LocalCollection, LocalRecord
 
 
@@ -83,21 +83,23 @@ def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None,
             f"`dprelease ledger set-budget {state.name} --epsilon E --delta D --reason TEXT`")
     if from_spec is not None and from_spec != state.budget:
         last = state.caps[-1]
+        option = "--rho R" if state.terms.kind == "zcdp" else "--epsilon E"
         raise LedgerError(
-            f"dataset {state.name!r} has a lifetime budget of ε = {fraction_text(state.budget)} in the ledger "
-            f"(set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
+            f"dataset {state.name!r} has a lifetime budget of {state.terms.symbol} = {fraction_text(state.budget)} in "
+            f"the ledger (set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
             f"{fraction_text(from_spec)}. Make dataset.lifetime_budget match, or change the cap with "
-            f"`dprelease ledger set-budget {state.name} --epsilon E --reason TEXT`")
+            f"`dprelease ledger set-budget {state.name} {option} --reason TEXT`")
 
 
 def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bool = False) -> str:
     if delta:
-        assert state.delta_budget is not None
+        if state.delta_budget is None:
+            raise InternalError(f"dataset {state.name!r}: a δ charge on terms without a δ budget")
         return (f"over the lifetime δ of dataset {state.name!r}: requested δ = {fraction_text(requested)}, remaining "
                 f"{fraction_text(state.delta_budget - state.delta_spent)} (cap {fraction_text(state.delta_budget)}, "
                 f"spent {fraction_text(state.delta_spent)})")
     over = state.spent + requested - state.budget
-    return (f"over the lifetime budget of dataset {state.name!r}: requested ε = {fraction_text(requested)}, "
+    return (f"over the lifetime budget of dataset {state.name!r}: requested {state.terms.symbol} = {fraction_text(requested)}, "
             f"remaining {fraction_text(state.remaining)} (cap {fraction_text(state.budget)}, spent "
             f"{fraction_text(state.spent)}); over by {fraction_text(over)}")
 
