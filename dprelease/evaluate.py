@@ -48,10 +48,9 @@ def exact_measurements(spec: Spec, data: Encoded | ExactCounts) -> tuple[dict, d
 def plan_variances(spec: Spec) -> dict[tuple[str, str | None], float]:
     """The noise variance of every count measurement, as the plan of a dataset new to the ledger
     gives it (what consistent post-processing weights by)."""
-    from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace
+    from dprelease.plan.measurements import noise_variances
 
-    return {(p.name, p.level): p.noise.variance() for p in measurement_plans(spec)
-            if isinstance(p.noise, (DiscreteLaplace, DiscreteGaussian)) and not p.parts}
+    return noise_variances(measurement_plans(spec))
 
 
 def evaluate(spec: Spec, trials: int) -> list[Row]:

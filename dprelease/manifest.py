@@ -131,7 +131,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
            if plan.local else {}),
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": fraction_text(t.budget.amount), "budget": budget_record(t.budget),
-             "ledger_charge": budget_record(_charged(t)), "mechanism": t.mechanism,
+             "ledger_charge": budget_record(t.ledger_charge), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
@@ -186,9 +186,3 @@ def budget_record(budget: Budget) -> dict[str, str]:
         case PureDP(epsilon=epsilon):
             return {"epsilon": fraction_text(epsilon)}
     raise InternalError(f"not a budget: {budget!r}")
-
-
-def _charged(t: TablePlan) -> Budget:
-    if t.charge is None:
-        raise InternalError(f"{t.key} was planned without its charge")
-    return t.charge

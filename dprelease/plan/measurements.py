@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -333,6 +334,13 @@ class TablePlan:
         return self.noise.kind
 
     @property
+    def ledger_charge(self) -> Budget:
+        """What the ledger is charged; every plan sets it, so a missing one is a bug, never 0."""
+        if self.charge is None:
+            raise InternalError(f"{self.key} was planned without its charge")
+        return self.charge
+
+    @property
     def delta(self) -> Fraction | None:
         """On an (ε, δ) ledger, the δ this measurement is charged (0 for a pure mechanism)."""
         return self.charge.delta if isinstance(self.charge, ApproxDP) else None
@@ -393,3 +401,10 @@ class TablePlan:
     def key(self) -> str:
         """The ledger's name for this measurement: ``table`` or ``table/level``."""
         return self.name if self.level is None else f"{self.name}/{self.level}"
+
+
+def noise_variances(tables: Iterable[TablePlan]) -> dict[tuple[str, str | None], float]:
+    """Per measurement of counts or sums, its noise's variance in value units (what consistent
+    post-processing weights by); modes and means have none."""
+    return {(t.name, t.level): t.noise.variance() for t in tables
+            if isinstance(t.noise, (DiscreteLaplace, DiscreteGaussian)) and not t.parts}

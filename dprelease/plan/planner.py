@@ -65,6 +65,7 @@ from dprelease.plan.measurements import (
     PermuteAndFlip,
     TablePlan,
     TruncatedGeometric,
+    noise_variances,
     sum_l1,
     sum_l2_squared,
     utility_sensitivity,
@@ -148,13 +149,12 @@ class Plan:
     def noise_variances(self) -> dict[tuple[str, str | None], float]:
         """Per measurement of counts or sums, its noise's variance in value units (what consistent
         post-processing weights by); modes and means have none."""
-        return {(t.name, t.level): t.noise.variance() for t in self.tables
-                if isinstance(t.noise, (DiscreteLaplace, DiscreteGaussian)) and not t.parts}
+        return noise_variances(self.tables)
 
     def ledger_charges(self) -> list[tuple[str, Fraction, Fraction | None]]:
         """(measurement, amount, δ) per measurement, as the ledger records them: the amount in the
         unit of its terms, the δ under approx terms (None otherwise)."""
-        return [(t.key, _planned(t.charge).amount, t.delta) for t in self.tables]
+        return [(t.key, t.ledger_charge.amount, t.delta) for t in self.tables]
 
 
 def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
@@ -183,7 +183,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
         total=compose((t.budget for t in tables), spec.definition), release_budget=spec.budget,
-        confidence=spec.confidence, charge=compose((_planned(t.charge) for t in tables), terms.kind),
+        confidence=spec.confidence, charge=compose((t.ledger_charge for t in tables), terms.kind),
         lifetime_budget=lifetime, lifetime_spent=spent,
         lifetime_is_new=state is None, existing_run=state.live_run(spec.release) if state else None,
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
@@ -199,19 +199,6 @@ def with_provenance(spec: Spec, plan: Plan, state: DatasetState | None, register
     """``plan`` with its local tables checked against the registrations of the data file (keyed
     fingerprint ``answers``) and charged accordingly (see :func:`local_plans`)."""
     return replace(plan, local=local_plans(spec, state, registered, answers))
-
-
-def _planned(charge: Budget | None) -> Budget:
-    """The charge every measurement's plan sets; a missing one is a bug, never 0."""
-    if charge is None:
-        raise InternalError("a measurement was planned without its charge")
-    return charge
-
-
-def _charged(budget: Budget, terms: Terms) -> Budget:
-    """What the ledger is charged for a measurement of ``budget`` run as a pure or Gaussian
-    mechanism of its own kind: the budget itself, or on (ε, δ) terms a pure ε as (ε, 0)."""
-    return budget.as_approx() if terms.kind == "approx" and isinstance(budget, PureDP) else budget
 
 
 def measurement_plans(spec: Spec, terms: Terms | None = None,
@@ -264,7 +251,7 @@ def _plan_mean(spec: Spec, t: Table, budget: Budget, cells: int, level: str | No
     parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms, relation),
              _plan_one(spec, replace(t, measure=None), budget - for_sum, cells, level, terms, relation))  # type: ignore[operator]
     return replace(parts[0], budget=compose((p.budget for p in parts), spec.definition),
-                   charge=compose((_planned(p.charge) for p in parts), terms.kind), pure_epsilon=None, parts=parts)
+                   charge=compose((p.ledger_charge for p in parts), terms.kind), pure_epsilon=None, parts=parts)
 
 
 def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbouring]:
@@ -340,7 +327,9 @@ def _pure_charge(budget: Budget, run_at: Fraction, terms: Terms) -> Budget:
     """The ledger's charge for a pure ε-DP mechanism run at ``run_at``: on zCDP terms ε²/2
     (ε-DP implies ε²/2-zCDP; a zcdp release's own pure tables, or a pure release there),
     otherwise the measurement's budget (on (ε, δ) terms with δ = 0)."""
-    return PureDP(run_at).as_zcdp() if terms.kind == "zcdp" else _charged(budget, terms)
+    if terms.kind == "zcdp":
+        return PureDP(run_at).as_zcdp()
+    return budget.as_approx() if terms.kind == "approx" and isinstance(budget, PureDP) else budget
 
 
 N = TypeVar("N", DiscreteLaplace, PermuteAndFlip)

@@ -207,13 +207,9 @@ def declared_rules(r: Reader, columns: dict[str, Column], broken: frozenset[str]
         if not isinstance(body, dict):
             continue
         at: Path_ = ("rules", i)
-        name = r.get(at + ("name",), str)
-        if name is not None and name in names:
-            r.fail(at + ("name",), f"rule name {name!r} is already used by rules[{names[name]}]; names must "
-                   "be unique")
+        name, repeated = r.unique_name(at, names)
+        if repeated:
             name = None
-        elif name is not None:
-            names[name] = i
         premises = _rule_conditions(r, at + ("if",), columns, broken)
         conclusions = _rule_conditions(r, at + ("then",), columns, broken)
         if name is None or premises is None or conclusions is None:

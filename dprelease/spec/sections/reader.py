@@ -59,6 +59,19 @@ class Reader:
         """The scalar at ``path`` as written in the file."""
         return self.doc.text(path)
 
+    def unique_name(self, at: Path_, names: dict[str, int]) -> tuple[str | None, bool]:
+        """The name of the list item at ``at`` (``("tables", i)``), and whether an earlier item of
+        the list already has it (reported); ``names`` (name → index) is kept up to date."""
+        section, index = at
+        name = self.get(at + ("name",), str)
+        if name is not None and name in names:
+            self.fail(at + ("name",), f"{str(section)[:-1]} name {name!r} is already used by {section}[{names[name]}]; "
+                      "names must be unique")
+            return name, True
+        if name is not None:
+            names[name] = int(index)
+        return name, False
+
     def fraction(self, path: Path_, what: str = "ε") -> Fraction | None:
         """The exact number at ``path``, parsed from its text; None if absent or invalid (reported)."""
         node = self.get(path[:-1], dict, {})

@@ -52,12 +52,7 @@ def tables(r: Reader, x: TableInputs) -> tuple[list[Table], list[LocalTable]]:
         if not isinstance(body, dict):
             continue
         at: Path_ = ("tables", i)
-        name = r.get(at + ("name",), str)
-        if name is not None and name in names:
-            r.fail(at + ("name",), f"table name {name!r} is already used by tables[{names[name]}]; "
-                   "names must be unique")
-        elif name is not None:
-            names[name] = i
+        name, _ = r.unique_name(at, names)  # a repeated name is reported; the table is still checked
         if body.get("kind") == "local":
             answers = local_table(r, at, body, x.columns, x.release)
             if answers is not None:
