@@ -77,6 +77,54 @@ def test_the_cluster_counts_exactly_what_the_local_engine_counts(tmp_path, monke
     assert not any(worker_modules(cluster, SAMPLERS).values())  # and none ever loaded a sampler
 
 
+def test_the_histogram_checkpoint_reaches_a_hook_in_the_run_process(tmp_path, cluster):
+    """A fault hook lives in the run's process, never on a worker: on Dask the ``histogram``
+    checkpoint fires on the driver as each counted piece arrives, so a crash test can stop a Dask
+    run there as it stops a local one."""
+    from dprelease import faults
+
+    reached: list[str] = []
+    spec = on_dask(national_spec(tmp_path, NATIONAL, "csv"), cluster)
+    pieces = len(scan.Source(spec.dataset.resolved_path, "csv").split(scan.Source(spec.dataset.resolved_path, "csv")
+                                                                      .files()))
+    faults.install(reached.append)
+    try:
+        count_exact(spec)
+    finally:
+        faults.install(None)
+    assert reached == ["histogram"] * pieces and pieces >= 1
+
+
+def test_a_dask_run_killed_while_counting_fails_closed(tmp_path, cluster, run_env):
+    """SIGKILLed at the driver's ``histogram`` checkpoint: the reservation stays counted, the
+    next run is refused until it is voided (no noise was drawn), then runs cleanly."""
+    from tests.test_crash import resolve
+    from tests.test_run import _killed_at
+
+    spec = national_spec(tmp_path, NATIONAL, "csv").source
+    spec.write_text(spec.read_text() + f"engine: {{kind: dask, address: \"{cluster.scheduler_address}\"}}\n")
+    approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", str(spec), "--approve", "--by", "t"],
+                             env=child_env(run_env), capture_output=True, text=True, timeout=120)
+    assert approve.returncode == 0, approve.stderr
+    out = tmp_path / "out"
+    _killed_at("histogram", spec, out, run_env, tmp_path)
+    [record] = _state(spec).runs
+    assert record.state == "reserved" and not (out / "stream-test").exists()
+    assert run(spec, "--output-dir", out, env=run_env).returncode == 4  # refused while the reservation is open
+    settled = resolve(record.run_id, "void", run_env)
+    assert settled.returncode == 0, settled.stderr
+    clean = run(spec, "--output-dir", out, env=run_env)
+    assert clean.returncode == 0, clean.stderr
+    assert (out / "stream-test" / "manifest.json").exists()
+
+
+def _state(spec):
+    ledger = Ledger.open(resolve_location(), create=False)
+    assert ledger is not None
+    with ledger:
+        return ledger.state(load_spec(spec).dataset.name)
+
+
 def test_a_data_error_on_a_worker_reaches_the_operator(tmp_path, cluster):
     spec = on_dask(national_spec(tmp_path, national_with(tmp_path, 101, "RAC1P", "12"), "csv"), cluster)
     with pytest.raises(DataError, match=r"column RAC1P: 1 value\(s\) outside the declared domain, e\.g\. '12' at "

@@ -163,7 +163,9 @@ def _unreachable(address: str, where: str) -> str | None:
 
 def _count_on_dask(spec: Spec) -> ExactCounts:
     """Pieces counted on the cluster's workers, added up here as they arrive (one at a time in
-    memory). Without an address, a cluster of local worker processes for this run."""
+    memory). Without an address, a cluster of local worker processes for this run. The
+    ``histogram`` checkpoint fires here as each piece arrives: the workers' own checkpoints are
+    inert, as fault hooks are installed only in the run's process."""
     from distributed import Client, LocalCluster, as_completed
 
     src = source(spec)
@@ -179,6 +181,8 @@ def _count_on_dask(spec: Spec) -> ExactCounts:
             outcome = future.result()
             future.release()
             total.add(_unpack(outcome))
+            # a piece counted, seen here: a hook is installed in this process, never on a worker
+            checkpoint("histogram")
         return total
     finally:
         client.close()
