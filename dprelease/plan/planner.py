@@ -39,11 +39,14 @@ from dprelease.accounting import (
     Neighbouring,
     PureDP,
     Terms,
+    add,
     approx_to_zcdp,
     budget_of,
     compose,
     delta_of,
     fraction_text,
+    subtract,
+    within,
     zcdp_to_pure,
     zero,
 )
@@ -123,12 +126,12 @@ class Plan:
     @property
     def fits_release(self) -> bool:
         """Within the spec's budget (under approx, in ε and in δ)."""
-        return self.total <= self.release_budget  # type: ignore[operator]  # one kind, by construction
+        return within(self.total, self.release_budget)  # one kind, by construction (TypeError otherwise)
 
     @property
     def fits_lifetime(self) -> bool:
         """Within the dataset's remaining lifetime budget (under approx terms, in ε and in δ)."""
-        return self.lifetime_spent + self.charge <= self.lifetime_budget  # type: ignore[operator]
+        return within(self.lifetime_spent_after, self.lifetime_budget)
 
     @property
     def fits(self) -> bool:
@@ -136,15 +139,15 @@ class Plan:
 
     @property
     def lifetime_remaining(self) -> Budget:
-        return self.lifetime_budget - self.lifetime_spent  # type: ignore[operator]
+        return subtract(self.lifetime_budget, self.lifetime_spent)
 
     @property
     def lifetime_spent_after(self) -> Budget:
-        return self.lifetime_spent + self.charge  # type: ignore[operator]
+        return add(self.lifetime_spent, self.charge)
 
     @property
     def lifetime_remaining_after(self) -> Budget:
-        return self.lifetime_remaining - self.charge  # type: ignore[operator]
+        return subtract(self.lifetime_remaining, self.charge)
 
     def noise_variances(self) -> dict[tuple[str, str | None], float]:
         """Per measurement of counts or sums, its noise's variance in value units (what consistent
@@ -249,7 +252,8 @@ def _plan_mean(spec: Spec, t: Table, budget: Budget, cells: int, level: str | No
         raise InternalError(f"table {t.name}: planned as a mean without one")
     for_sum = budget.scaled(t.measure.sum_share)
     parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms, relation),
-             _plan_one(spec, replace(t, measure=None), budget - for_sum, cells, level, terms, relation))  # type: ignore[operator]
+             _plan_one(spec, replace(t, measure=None), subtract(budget, for_sum), cells, level, terms,
+                       relation))
     return replace(parts[0], budget=compose((p.budget for p in parts), spec.definition),
                    charge=compose((p.ledger_charge for p in parts), terms.kind), pure_epsilon=None, parts=parts)
 
