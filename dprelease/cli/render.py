@@ -22,7 +22,8 @@ from dprelease.accounting import (
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.manifest import budget_record
-from dprelease.plan import Plan
+from dprelease.plan import Plan, TablePlan
+from dprelease.plan.measurements import Mean, MeanPart
 
 
 
@@ -143,20 +144,22 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
         console.print(f"Note: neighbouring datasets: {plan.neighbouring}; the sensitivities below follow from it.",
                       markup=False, highlight=False)
 
-    rows = [(f"{t.key} · mean: {label}", p) for t in plan.tables if t.parts
-            for label, p in zip(("sum", "count"), t.parts)]
-    for key, t in [(t.key, t) for t in plan.tables if not t.parts] + rows:
-        mechanism = t.mechanism if t.pure_epsilon is None else f"{t.mechanism} at ε = {fraction_text(t.pure_epsilon)}"
-        table.add_row(key, both(t.budget.amount), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
-                      str(t.shown_sensitivity), both(t.shown_scale),
+    means = [(f"{t.key} · mean: {label}", p, t) for t in plan.tables if isinstance(t.noise, Mean)
+             for label, p in zip(("sum", "count"), t.noise.parts)]  # a row per part, after the other tables
+    rows: list[tuple[str, TablePlan | MeanPart, TablePlan]] = [
+        (t.key, t, t) for t in plan.tables if not isinstance(t.noise, Mean)]
+    for key, m, t in rows + means:  # m: what is measured (a table, or a mean's part); t: its cells
+        mechanism = m.mechanism if m.pure_epsilon is None else f"{m.mechanism} at ε = {fraction_text(m.pure_epsilon)}"
+        table.add_row(key, both(m.budget.amount), *([fraction_text(m.delta or 0)] if plan.approx else []), mechanism,
+                      str(m.shown_sensitivity), both(m.shown_scale),
                       f"{t.measured_cells:,} + {len(t.structural):,} structural" if t.structural else f"{t.cells:,}",
-                      "—" if t.mechanism == "permute_and_flip" else str(t.moe))
+                      "—" if m.mechanism == "permute_and_flip" else str(m.moe))
     if plan.tables:
         console.print(table)
     else:
         console.print(f"Plan for release {plan.release} ({spec_path}): no central tables", markup=False,
                       highlight=False)
-    if rows:
+    if means:
         console.print("Means: each is a noisy sum of value − centre (the bounds' midpoint) over a noisy count of the "
                       "same rows, the table's budget split as shown; mean = centre + sum/count, clamped to the "
                       "bounds, empty where the noisy count is below 1.", markup=False, highlight=False)

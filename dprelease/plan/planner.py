@@ -65,6 +65,8 @@ from dprelease.plan.local import LocalPlan, local_plans, refuse_local_over_centr
 from dprelease.plan.measurements import (
     DiscreteGaussian,
     DiscreteLaplace,
+    Mean,
+    MeanPart,
     PermuteAndFlip,
     TablePlan,
     TruncatedGeometric,
@@ -217,15 +219,14 @@ def measurement_plans(spec: Spec, terms: Terms | None = None,
 
 
 def _with_structural(spec: Spec, plan: TablePlan, dims: tuple[str, ...], mask: Any) -> TablePlan:
-    """The plan with its structural cells (and its parts', for a mean: the same cells). The
-    sensitivity, scale, ε and margins stay the full histogram's: see the module docstring."""
+    """The plan with its structural cells (a mean's are its parts' too: they count the same rows).
+    The sensitivity, scale, ε and margins stay the full histogram's: see the module docstring."""
     from dataclasses import replace
 
     if mask is None:
         return plan
     cells = tuple(int(i) for i in mask.nonzero()[0])
-    return replace(plan, structural=cells, parts=tuple(replace(p, structural=cells) for p in plan.parts),
-                   structural_summary=tuple(describe(spec, dims, mask)),
+    return replace(plan, structural=cells, structural_summary=tuple(describe(spec, dims, mask)),
                    structural_labels=tuple(map(tuple, cell_labels(spec, dims, mask.nonzero()[0]))))
 
 
@@ -247,15 +248,24 @@ def _plan_mean(spec: Spec, t: Table, budget: Budget, cells: int, level: str | No
     measurements on the same rows, composed sequentially — the sum gets ``sum_share`` of the
     budget (ε, ρ, and under approx the δ with it), the count the rest. Each part is planned as
     a table of its own (:meth:`MeanMeasure.centred_sum`, and a count), with the table's mechanism;
-    the plan's ``parts`` are (sum, count) and it is charged their total."""
+    the plan's noise is the :class:`Mean` of the two, and it is charged their total. Its row
+    shows the sum part's margins (:attr:`TablePlan.shown_noise`)."""
     if not isinstance(t.measure, MeanMeasure):
         raise InternalError(f"table {t.name}: planned as a mean without one")
     for_sum = budget.scaled(t.measure.sum_share)
-    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms, relation),
-             _plan_one(spec, replace(t, measure=None), subtract(budget, for_sum), cells, level, terms,
-                       relation))
-    return replace(parts[0], budget=compose((p.budget for p in parts), spec.definition),
-                   charge=compose((p.ledger_charge for p in parts), terms.kind), pure_epsilon=None, parts=parts)
+    mean = Mean(_mean_part(_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms,
+                                     relation)),
+                _mean_part(_plan_one(spec, replace(t, measure=None), subtract(budget, for_sum), cells, level, terms,
+                                     relation)))
+    return TablePlan(name=t.name, budget=mean.budget, noise=mean, cells=cells, moe=mean.sum.moe,
+                     moe95=mean.sum.moe95, level=level, charge=mean.charge)
+
+
+def _mean_part(part: TablePlan) -> MeanPart:
+    """A mean's sum or count, planned as a measurement of its own, as its part."""
+    if not isinstance(part.noise, (DiscreteLaplace, DiscreteGaussian)):
+        raise InternalError(f"{part.key}: a mean's part measured with the {part.mechanism}")
+    return MeanPart(part.noise, part.budget, part.ledger_charge, part.moe, part.moe95, part.pure_epsilon)
 
 
 def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbouring]:
@@ -419,7 +429,8 @@ def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> lis
     for the others (a mode has no margin; zcdp budgets are ρ)."""
     out = []
     for t in plan.tables:
-        if t.mechanism not in ("discrete_laplace", "truncated_geometric") or t.pure_epsilon is not None or t.parts:
+        if isinstance(t.noise, Mean) or t.mechanism not in ("discrete_laplace", "truncated_geometric") \
+                or t.pure_epsilon is not None:
             raise UserError(f"--target-moe works with discrete Laplace measurements; {t.key} uses {t.mechanism}")
         units = max(target_moe // t.granularity, 0)  # a margin in value units, on the granularity's grid
         out.append((t.key, epsilon_for_margin(units, confidence, Fraction(t.sensitivity, t.granularity))))
