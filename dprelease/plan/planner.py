@@ -40,6 +40,7 @@ from dprelease.accounting import (
     PureDP,
     Terms,
     add,
+    amount_text,
     approx_to_zcdp,
     budget_of,
     compose,
@@ -356,15 +357,19 @@ def _pure_noise(spec: Spec, name: str, budget: Budget, noise: Callable[[Fraction
     ε with ε²/2 ≤ ρ is rounded down to 12 significant digits, or fewer where the scale would not
     fit (rounding ε down only lowers the privacy loss). Raises UserError (exit 2) where no
     rounding helps: a pure spec's ε with too many digits."""
-    zcdp, epsilon = isinstance(budget, ZCDP), budget.amount  # under approx, a pure mechanism's δ is 0
-    candidates = [zcdp_to_pure(epsilon, digits) for digits in range(12, 3, -1)] if zcdp else [epsilon]
+    match budget:
+        case ZCDP(rho=rho):
+            candidates = [zcdp_to_pure(rho, digits) for digits in range(12, 3, -1)]
+        case PureDP(epsilon=epsilon) | ApproxDP(epsilon=epsilon):  # under approx, a pure mechanism's δ is 0
+            candidates = [epsilon]
+    zcdp = isinstance(budget, ZCDP)
     for run_at in candidates:
         try:
             return noise(run_at), (run_at if zcdp else None)
         except ValueError:
             continue
     raise UserError(  # exit 2, before anything is spent
-        f"{spec.source}: table {name}: {spec.symbol} = {fraction_text(epsilon)} has too many digits for the exact "
+        f"{spec.source}: table {name}: {spec.symbol} = {amount_text(budget)} has too many digits for the exact "
         "sampler (the noise scale must be a fraction with parts below 2^40); round it to at most 12 significant "
         "digits")
 
@@ -397,7 +402,7 @@ def _plan_gaussian(spec: Spec, table: Table, budget: Budget, cells: int, level: 
     try:
         sigma2 = sigma2_for(rho, l2)
     except ValueError:
-        raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {budget.amount} asks for a noise variance "
+        raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {amount_text(budget)} asks for a noise variance "
                         "the exact sampler cannot take; use a larger budget or coarser granularity") from None
     noise = DiscreteGaussian(l2, sigma2, g)
     return TablePlan(name=table.name, budget=budget, noise=noise, cells=cells,
