@@ -291,8 +291,9 @@ class Mean:
     in both parts or in neither. Sensitivities, under the release's neighbouring relation: the
     sum part's are those of a sum of values in [L − c, U − c] (:func:`sum_l1`,
     :func:`sum_l2_squared`: max(|L − c|, |U − c|) per row under add/remove, times the
-    contribution bound K), the count part's a count histogram's (K; Δ₂² K², 2K² under change one
-    record). Each part's noise was planned for that sensitivity at that part's budget.
+    contribution bound K), the count part's a count histogram's (:attr:`Neighbouring.count_l1`,
+    :attr:`Neighbouring.count_l2_squared`: K and K² under add/remove). Each part's noise was
+    planned for its sensitivity at that part's budget.
 
     Guarantees: the sum part is DP at :attr:`sum`'s budget and the count part at :attr:`count`'s
     (as each mechanism states), so the pair is DP at their sequential composition,
