@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from dprelease import __version__
-from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, delta_of, fraction_text, zcdp_epsilon
+from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, amount_text, delta_of, fraction_text, zcdp_epsilon
 from dprelease.errors import InternalError
 from dprelease.ledger import Approval, Evaluation
 from dprelease.plan import Plan, TablePlan
@@ -81,21 +81,21 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                                 "spent_after": budget_record(plan.lifetime_spent_after)}},
         # the same figures under the keys of manifest format 1, kept for its readers (`dprelease
         # report` reads older manifests): the spec's in budget_unit (ε, or ρ), the ledger's in ledger_unit
-        "total_epsilon": fraction_text(plan.total.amount),
-        "release_budget": fraction_text(plan.release_budget.amount),
+        "total_epsilon": amount_text(plan.total),
+        "release_budget": amount_text(plan.release_budget),
         "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
         "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
-        "ledger_charge": fraction_text(plan.charge.amount),
-        **({"implied_approximate_dp": {"epsilon": fraction_text(zcdp_epsilon(plan.charge.amount,
+        "ledger_charge": amount_text(plan.charge),
+        **({"implied_approximate_dp": {"epsilon": fraction_text(zcdp_epsilon(plan.charge.rho,
                                                                              plan.guarantee_delta)),
                                        "delta": fraction_text(plan.guarantee_delta)}}
            if isinstance(plan.charge, ZCDP) and plan.guarantee_delta is not None else {}),
         **({"release_delta_budget": fraction_text(delta_of(plan.release_budget) or Fraction(0)),
             "total_delta": fraction_text(plan.charge.delta)} if isinstance(plan.charge, ApproxDP) else {}),
-        "lifetime": {"budget": fraction_text(plan.lifetime_budget.amount),
-                     "spent_before": fraction_text(plan.lifetime_spent.amount),
-                     "spent_after": fraction_text(plan.lifetime_spent_after.amount),
-                     "remaining": fraction_text(plan.lifetime_remaining_after.amount),
+        "lifetime": {"budget": amount_text(plan.lifetime_budget),
+                     "spent_before": amount_text(plan.lifetime_spent),
+                     "spent_after": amount_text(plan.lifetime_spent_after),
+                     "remaining": amount_text(plan.lifetime_remaining_after),
                      **({"delta": {"budget": fraction_text(plan.lifetime_budget.delta),
                                    "spent_before": fraction_text(plan.lifetime_spent.delta),
                                    "spent_after": fraction_text(plan.lifetime_spent.delta + plan.charge.delta)}}
@@ -130,7 +130,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                                                  (p.charge for p in plan.local), Fraction(0)))}}
            if plan.local else {}),
         "tables": [
-            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.budget.amount), "budget": budget_record(t.budget),
+            {"name": t.name, "level": t.level, "epsilon": amount_text(t.budget), "budget": budget_record(t.budget),
              "ledger_charge": budget_record(t.ledger_charge), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
@@ -138,7 +138,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
-             **({"parts": [{"part": part, "epsilon": fraction_text(p.budget.amount), "mechanism": p.mechanism,
+             **({"parts": [{"part": part, "epsilon": amount_text(p.budget), "mechanism": p.mechanism,
                             "sensitivity": p.shown_sensitivity, "scale": fraction_text(p.shown_scale), "moe": p.moe,
                             "moe95": p.moe95, **({"delta": fraction_text(p.delta)} if p.delta is not None else {}),
                             **({"mechanism_epsilon": fraction_text(p.pure_epsilon)}

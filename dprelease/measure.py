@@ -15,7 +15,9 @@ from dprelease.mechanisms.sampling import Entropy
 
 from fractions import Fraction
 
+from dprelease.errors import InternalError
 from dprelease.plan import TablePlan
+from dprelease.plan.measurements import Mean
 
 
 def measure_counts(counts: np.ndarray, table: TablePlan, *, rng: Entropy | None = None) -> np.ndarray:
@@ -82,16 +84,26 @@ def measure_mean(parts: np.ndarray, table: TablePlan, *, rng: Entropy | None = N
     stacked the same way, the sum in value units.
 
     Neighbouring relation: the release's. Sensitivities: the sum part's is that of
-    :meth:`MeanMeasure.centred_sum` and the count part's a count's (``table.parts``, each with
-    its own scale). Guarantee: each part is DP at its share of the table's budget (as
+    :meth:`MeanMeasure.centred_sum` and the count part's a count's; the plan's
+    :class:`~dprelease.plan.measurements.Mean` holds each part's noise, at its own scale, and
+    draws both. Guarantee: each part is DP at its share of the table's budget (as
     :func:`measure_counts` states), so the pair is the table's ε (ρ; ε and δ) by sequential
-    composition; any mean computed from them is post-processing.
+    composition; any mean computed from them is post-processing. Structural cells (no possible
+    row, in either part) get no noise: exact zeros.
     """
-    if parts.shape != (2, table.cells):  # the parts' plans carry the structural cells: exact zeros
+    if not isinstance(table.noise, Mean):
+        raise InternalError(f"{table.key} is measured as a mean but planned with the {table.mechanism}")
+    if parts.dtype != np.int64:
+        raise TypeError("counts must be int64")
+    if parts.shape != (2, table.cells):
         raise ValueError(f"table {table.name}: a mean needs (sum, count) histograms of {table.cells} cells")
-    sum_plan, count_plan = table.parts
-    return np.stack([measure_counts(np.ascontiguousarray(parts[0]), sum_plan, rng=rng),
-                     measure_counts(np.ascontiguousarray(parts[1]), count_plan, rng=rng)])
+    keep = measured_mask(table)
+    if keep is None:
+        return table.noise.draw(parts, rng=rng)
+    check_structural(parts, table)
+    out = np.zeros(parts.shape, dtype=np.int64)  # structural cells: exact zeros, no noise drawn
+    out[:, keep] = table.noise.draw(parts[:, keep], rng=rng)
+    return out
 
 
 def measure_mode(counts: np.ndarray, table: TablePlan, categories: int, q: Fraction | None = None, *,

@@ -37,7 +37,7 @@ from prefect.artifacts import (  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
-from dprelease.accounting import fraction_text  # noqa: E402
+from dprelease.accounting import amount_text, fraction_text  # noqa: E402
 from dprelease.release import ReleaseRun  # noqa: E402
 
 _RUNS: dict[str, ReleaseRun] = {}
@@ -200,7 +200,7 @@ def burn_down_md(run: ReleaseRun) -> str:
 def budget_rows(run: ReleaseRun) -> list[dict[str, str | int | None]]:
     """The budget report's per-measurement figures (the same as its table), for a table artifact."""
     plan = run.plan
-    return [{"table": t.name, "level": t.level, plan.symbol: fraction_text(t.budget.amount), "mechanism": t.mechanism,
+    return [{"table": t.name, "level": t.level, plan.symbol: amount_text(t.budget), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "noise scale": fraction_text(t.shown_scale), "cells": t.cells,
              "structural cells": len(t.structural), "moe95": t.moe95} for t in plan.tables]
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dprelease.accounting import fraction_text
+from dprelease.accounting import amount_text, fraction_text
 from dprelease.plan import TablePlan
 from dprelease.plan.local import LocalPlan
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, Table
@@ -182,7 +182,7 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
                                          **({"centre": table.measure.centre,
                                              "note": "noisy_sum adds up value − centre"}
                                             if isinstance(table.measure, MeanMeasure) else {}),
-                                         "epsilon": fraction_text(plan.budget.amount),
+                                         "epsilon": amount_text(plan.budget),
                                          **({"delta": fraction_text(plan.delta)} if plan.delta is not None else {}),
                                          "mechanism": plan.mechanism, "sensitivity": plan.shown_sensitivity,
                                          "scale": fraction_text(plan.shown_scale)})}

@@ -21,6 +21,7 @@ from dprelease.manifest import RunFacts, manifest
 from dprelease.measure import check_structural, measure_counts, measure_mean, measure_mode
 from dprelease.mechanisms.local import Estimate, estimate_local
 from dprelease.plan import Plan
+from dprelease.plan.measurements import Mean
 from dprelease.postprocess import Invariants, postprocess_release, structural_masks
 from dprelease.publish import (
     Layout,
@@ -115,8 +116,8 @@ class ReleaseRun:
             start = time.perf_counter()
             self.noisy[(name, level)] = (measure_mode(counts, table_plan, self.spec.column(mode).size,
                                                       table.measure.q)  # type: ignore[union-attr]
-                                         if mode else measure_mean(counts, table_plan) if table_plan.parts
-                                         else measure_counts(counts, table_plan))
+                                         if mode else measure_mean(counts, table_plan)
+                                         if isinstance(table_plan.noise, Mean) else measure_counts(counts, table_plan))
             del counts
             self._timed("noise", start)
             checkpoint("noise")

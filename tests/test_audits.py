@@ -68,7 +68,7 @@ def test_the_audited_scales_are_the_planners(tmp_path):
     assert plans["count"].scale == 2 and plans["count"].sensitivity == 1  # laplace_counts: scale 2, Δ 1
     total = plans["total"]
     assert total.scale / total.granularity == 400 and total.sensitivity / total.granularity == 200  # laplace_sum
-    sum_part, count_part = plans["average"].parts
+    sum_part, count_part = plans["average"].noise.sum.noise, plans["average"].noise.count.noise
     assert sum_part.scale / sum_part.granularity == 200 and count_part.scale == 2  # mean_pair
     assert sum_part.sensitivity / sum_part.granularity == 100  # centred on 100000: the row moves it 100 units
     assert plans["mode"].scale == 2 and plans["mode"].mechanism_epsilon == Fraction(1, 2)  # mode: Δu/ε, monotone

@@ -49,7 +49,7 @@ def mean_setup(tmp_path, definition: str):  # type: ignore[no-untyped-def]
     parts = _neighbours(tmp_path, (200, 800, 1500), 2000, edit, definition)
     spec = load_spec(tmp_path / "means.yaml")
     plan = plan_release(spec, None).tables[0]
-    plan = dataclasses.replace(plan, cells=N, parts=tuple(dataclasses.replace(q, cells=N) for q in plan.parts))
+    plan = dataclasses.replace(plan, cells=N)
     return spec.tables[0].measure, plan, parts
 
 

@@ -58,10 +58,12 @@ def write(tmp_path, data=None, definition="pure", share=""):
 def test_the_budget_is_split_and_the_sum_is_centred(tmp_path):
     plan = plan_release(load_spec(write(tmp_path, share=", sum_share: 0.75")), None)
     mean = plan.tables[0]
-    total, count = mean.parts
+    total, count = mean.noise.sum, mean.noise.count
     assert (total.budget, count.budget) == (PureDP(Fraction(3, 4)), PureDP(Fraction(1, 4))) and mean.budget == PureDP(1)
-    assert total.sensitivity == 100_000 and total.granularity == 1000  # centred on 100000: half of max(|L|, |U|)
-    assert total.scale == Fraction(100_000) / Fraction(3, 4) and count.scale == 4 and count.sensitivity == 1
+    assert total.noise.sensitivity == 100_000  # centred on 100000: half of max(|L|, |U|)
+    assert total.noise.granularity == 1000
+    assert total.noise.scale == Fraction(100_000) / Fraction(3, 4) and count.noise.scale == 4
+    assert count.noise.sensitivity == 1
     assert mean.charge == PureDP(1) and plan.total == PureDP(2)
 
 
@@ -109,8 +111,7 @@ def _single_cell_plan(tmp_path, cells):
     path = write(tmp_path)
     path.write_text(path.read_text().replace("group_by: [SEX, AGE_GROUP]", "group_by: []"))
     mean = plan_release(load_spec(path), None).tables[0]
-    parts = tuple(dataclasses.replace(p, cells=cells) for p in mean.parts)
-    return dataclasses.replace(mean, cells=cells, parts=parts)
+    return dataclasses.replace(mean, cells=cells)
 
 
 def test_each_part_draws_its_planned_noise(tmp_path):
@@ -121,7 +122,7 @@ def test_each_part_draws_its_planned_noise(tmp_path):
     noisy = measure_mean(exact, plan)
     sum_noise = noisy[0] // 1000 - 37
     count_noise = noisy[1] - 500
-    s_units = float(plan.parts[0].scale / 1000)  # 200 units: Δ = 100 units at ε = 1/2
+    s_units = float(plan.noise.sum.noise.scale / 1000)  # 200 units: Δ = 100 units at ε = 1/2
     assert chi_square_pvalue(sum_noise, lambda k: discrete_laplace_pmf(k, s_units)) > 1e-6
     assert chi_square_pvalue(count_noise, lambda k: discrete_laplace_pmf(k, 2.0)) > 1e-6
     assert chi_square_pvalue(sum_noise, lambda k: discrete_laplace_pmf(k, s_units / 2)) < 1e-6
@@ -135,8 +136,8 @@ def test_the_mean_is_accurate_where_counts_are_large(tmp_path):
     n, true_mean = 2000, 64_000
     exact = np.stack([np.full(100_000, n * (true_mean - 100_000) // 1000), np.full(100_000, n)]).astype(np.int64)
     means = mean_values(measure_mean(exact, plan), MeanMeasure("PINCP", 0, 200_000, 1000))[0]
-    var_sum = 2 * (float(plan.parts[0].scale) ** 2)  # discrete Laplace variance ≈ 2b² (b in value units)
-    var_count = 2 * float(plan.parts[1].scale) ** 2
+    var_sum = 2 * (float(plan.noise.sum.noise.scale) ** 2)  # discrete Laplace variance ≈ 2b² (b in value units)
+    var_count = 2 * float(plan.noise.count.noise.scale) ** 2
     predicted = math.sqrt(var_sum / n**2 + ((true_mean - 100_000) / n) ** 2 * var_count)
     assert abs(means.mean() - true_mean) < 5 * predicted / math.sqrt(means.size) + 1
     assert means.std() == pytest.approx(predicted, rel=0.05)
@@ -169,7 +170,8 @@ def test_the_pair_is_epsilon_dp_on_neighbours(tmp_path):
     draws = 400_000
     plan = _single_cell_plan(tmp_path, draws)
     small, large = _neighbours(tmp_path)
-    assert abs(int(large[0, 0] - small[0, 0])) * 1000 <= plan.parts[0].sensitivity and large[1, 0] - small[1, 0] == 1
+    assert abs(int(large[0, 0] - small[0, 0])) * 1000 <= plan.noise.sum.noise.sensitivity
+    assert large[1, 0] - small[1, 0] == 1
 
     eps_hat, se = empirical_epsilon(*_tight_event(small, large, plan, draws))
     assert abs(eps_hat - 1) < 4 * se + 0.02, (eps_hat, se)
@@ -257,22 +259,20 @@ def test_means_under_zcdp_and_approx(tmp_path):
                     "budget: {rho: 2}").replace("epsilon: 1", "rho: 1").replace(
                     "unit: row}", "unit: row, delta: 1e-6}"))
     mean = plan_release(load_spec(path), None).tables[0]
-    total, count = mean.parts
+    total, count = mean.noise.sum, mean.noise.count
     assert total.mechanism == count.mechanism == "discrete_gaussian"
-    assert total.sensitivity == 100 ** 2 and count.sensitivity == 1
-    assert total.scale >= Fraction(100 ** 2) / (2 * Fraction(1, 2)) and total.charge <= ZCDP(Fraction(1, 2))
+    assert total.noise.sensitivity == 100 ** 2 and count.noise.sensitivity == 1
+    assert total.noise.scale >= Fraction(100 ** 2) / (2 * Fraction(1, 2)) and total.charge <= ZCDP(Fraction(1, 2))
     assert mean.charge == total.charge + count.charge <= ZCDP(1)
-    many = dataclasses.replace(total, cells=50_000)
-    draws = measure_mean(np.zeros((2, 50_000), np.int64),
-                         dataclasses.replace(mean, cells=50_000, parts=(many, dataclasses.replace(count, cells=50_000))))
+    draws = measure_mean(np.zeros((2, 50_000), np.int64), dataclasses.replace(mean, cells=50_000))
     units = draws[0] // 1000
-    assert chi_square_pvalue(units, lambda k: discrete_gaussian_pmf(k, float(total.scale))) > 1e-6
-    assert chi_square_pvalue(units, lambda k: discrete_gaussian_pmf(k, float(total.scale) / 2)) < 1e-6
+    assert chi_square_pvalue(units, lambda k: discrete_gaussian_pmf(k, float(total.noise.scale))) > 1e-6
+    assert chi_square_pvalue(units, lambda k: discrete_gaussian_pmf(k, float(total.noise.scale) / 2)) < 1e-6
 
     approx = write(tmp_path, definition="approx")
     approx.write_text(approx.read_text().replace("{epsilon: 4}", "{epsilon: 4, delta: 1e-5}").replace(
         "budget: {epsilon: 2}", "budget: {epsilon: 2, delta: 1e-6}"))
     plan = plan_release(load_spec(approx), None)
-    total, count = plan.tables[0].parts
+    total, count = plan.tables[0].noise.sum, plan.tables[0].noise.count
     assert (total.delta, count.delta) == (Fraction(1, 4 * 10**6), Fraction(1, 4 * 10**6))  # half of the table's 1/2
     assert plan.tables[0].delta == Fraction(1, 2 * 10**6) and plan.charge.delta == Fraction(1, 10**6)

@@ -161,3 +161,23 @@ def test_fingerprint_changes_with_a_domain_file_and_not_with_notation(tmp_path, 
 @pytest.mark.parametrize("spec", sorted((SPECS / "bad").glob("*.yaml"))[:5], ids=lambda p: p.stem)
 def test_plan_of_an_invalid_spec_exits_2(spec, cli):
     assert cli("plan", spec).code == 2
+
+
+def test_an_approx_plan_shows_its_epsilon_and_its_delta_each_on_its_own_line(tmp_path, cli):
+    """Under approx the budget lines are the ε's and δ has its own: an ε over the release budget
+    with a δ within it is OVER on the first line and fits on the second; the lifetime lines
+    likewise, each from the typed budgets' one subtraction."""
+    from tests.test_means import write
+
+    path = write(tmp_path, definition="approx")
+    path.write_text(path.read_text().replace("{epsilon: 4}", "{epsilon: 1, delta: 1e-7}").replace(
+        "budget: {epsilon: 2}", "budget: {epsilon: 1.75, delta: 1e-6}"))
+    text = cli("plan", path, "--ledger", tmp_path / "none.sqlite")
+    assert text.code == 3, text
+    assert "total ε = 2 of 7/4 (1.75) — OVER by 1/4 (0.25)" in text.stdout
+    assert "total δ = 1/1000000 of 1/1000000 — fits (δ composes by addition)" in text.stdout
+    assert "remaining 1 → -1 — OVER by 1\n" in text.stdout
+    assert "cap 1/10000000, spent 0 → 1/1000000 after this release — OVER" in text.stdout
+    validated = cli("validate", path)
+    assert "total ε = 2 of 7/4" in validated.stdout
+    assert "the tables' ε sum to 2, over the release budget of 7/4 by 1/4" in validated.stderr

@@ -8,7 +8,20 @@ from fractions import Fraction
 
 import pytest
 
-from dprelease.accounting import ZCDP, ApproxDP, Neighbouring, PrivacyUnit, PureDP, Terms, budget_of, compose, zero
+from dprelease.accounting import (
+    ZCDP,
+    ApproxDP,
+    Neighbouring,
+    PrivacyUnit,
+    PureDP,
+    Terms,
+    add,
+    budget_of,
+    compose,
+    subtract,
+    within,
+    zero,
+)
 
 KINDS_OF = [PureDP(Fraction(1, 4)), ZCDP(Fraction(1, 8)), ApproxDP(Fraction(1, 2), Fraction(1, 10**6))]
 
@@ -26,6 +39,28 @@ def test_budgets_of_different_kinds_neither_add_nor_compare(a, b):
         a <= b  # noqa: B015
     with pytest.raises(TypeError):
         compose([a, b], a.kind)
+
+
+@pytest.mark.parametrize("a", KINDS_OF)
+@pytest.mark.parametrize("b", KINDS_OF)
+def test_the_typed_helpers_for_budgets_of_a_kind_known_at_run_time(a, b):
+    """add, subtract and within (what a plan's union-typed budgets use, mypy-checked per kind) are
+    the operators within one kind, and refuse different kinds at run time as the operators do."""
+    if type(a) is type(b):
+        assert add(a, b) == a + b == a.scaled(Fraction(2)) and subtract(add(a, b), b) == a
+        assert within(a, add(a, b)) and not within(add(a, b), a) and within(a, a)
+        return
+    for helper in (add, subtract, within):
+        with pytest.raises(TypeError, match="convert one explicitly"):
+            helper(a, b)
+
+
+def test_within_an_approx_cap_is_within_both_its_epsilon_and_its_delta():
+    cap = ApproxDP(Fraction(1), Fraction(1, 10**6))
+    assert within(ApproxDP(Fraction(1), Fraction(1, 10**6)), cap)
+    assert not within(ApproxDP(Fraction(1, 2), Fraction(2, 10**6)), cap)  # δ over, ε not
+    assert not within(ApproxDP(Fraction(3, 2), Fraction(0)), cap)  # ε over, δ not
+    assert subtract(cap, ApproxDP(Fraction(3, 2), Fraction(0))) == ApproxDP(Fraction(-1, 2), Fraction(1, 10**6))
 
 
 def test_composition_is_the_exact_sum_and_refuses_floats():

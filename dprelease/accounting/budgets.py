@@ -217,9 +217,63 @@ def budget_of(kind: Kind, amount: Fraction, delta: Fraction | None = None) -> Bu
     raise ValueError(f"unknown kind of guarantee {kind!r}")
 
 
+def amount_text(budget: Budget, *, decimal: bool = False) -> str:
+    """A budget's one figure (ε, or ρ) for display beside its unit's symbol (``budget.symbol``,
+    ``Terms.symbol``): exact text (``"3/4"``), or with ``decimal`` the exact text and its decimal
+    (``"3/4 (0.75)"``). An (ε, δ) budget's δ is shown on its own (:func:`delta_of`)."""
+    return exact_and_decimal(budget.amount) if decimal else fraction_text(budget.amount)
+
+
 def compose(budgets: Iterable[Budget], kind: Kind) -> Budget:
     """Sequential composition: the exact sum of budgets, all of ``kind`` (TypeError otherwise)."""
     total = zero(kind)
     for b in budgets:
-        total = total + b  # type: ignore[operator]  # _same_kind refuses a mixed sum
+        total = add(total, b)
     return total
+
+
+# Budgets typed as the union ``Budget`` (a plan's, whose kind is the spec's or the ledger's, known
+# only at run time) add, subtract and compare through these: each case is one kind, which mypy
+# checks, and mixed kinds raise TypeError here, at run time. Budgets of a known type use the
+# operators, which mypy checks statically.
+
+
+def add(a: Budget, b: Budget) -> Budget:
+    """``a + b`` (sequential composition) of one kind; TypeError across kinds."""
+    match a, b:
+        case PureDP(), PureDP():
+            return a + b
+        case ZCDP(), ZCDP():
+            return a + b
+        case ApproxDP(), ApproxDP():
+            return a + b
+    raise _mixed(a, b, "add")
+
+
+def subtract(a: Budget, b: Budget) -> Budget:
+    """``a − b`` (what remains of a cap, or a table's budget less one part's share) of one kind;
+    TypeError across kinds."""
+    match a, b:
+        case PureDP(), PureDP():
+            return a - b
+        case ZCDP(), ZCDP():
+            return a - b
+        case ApproxDP(), ApproxDP():
+            return a - b
+    raise _mixed(a, b, "subtract")
+
+
+def within(used: Budget, cap: Budget) -> bool:
+    """``used ≤ cap``, of one kind (an (ε, δ) budget in ε and in δ); TypeError across kinds."""
+    match used, cap:
+        case PureDP(), PureDP():
+            return used <= cap
+        case ZCDP(), ZCDP():
+            return used <= cap
+        case ApproxDP(), ApproxDP():
+            return used <= cap
+    raise _mixed(used, cap, "compare")
+
+
+def _mixed(a: Budget, b: Budget, verb: str) -> TypeError:
+    return TypeError(f"cannot {verb} a {a.kind} budget and a {b.kind} one: convert one explicitly first")

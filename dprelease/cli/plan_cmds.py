@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from dprelease.accounting import NotANumber, fraction_text, parse_budget
+from dprelease.accounting import NotANumber, amount_text, compose, fraction_text, parse_budget, subtract
 from dprelease.cli.common import (
     LedgerOpt,
     handled,
@@ -38,11 +38,11 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
             failed += 1
             print(exc, file=sys.stderr)
             continue
-        total = sum((t.budget.amount for t in spec.tables), Fraction(0))  # in the spec's unit (ρ under zcdp)
-        cap = spec.budget.amount
+        total = compose((t.budget for t in spec.tables), spec.definition)  # of the spec's kind (ρ under zcdp)
+        over = subtract(total, spec.budget)
         local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
         out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables{local}, total {spec.symbol} = "
-                  f"{fraction_text(total)} of {fraction_text(cap)}", markup=False)
+                  f"{amount_text(total)} of {amount_text(spec.budget)}", markup=False)
         if spec.invariants:
             say(f"note: {path}: invariants — the number of persons per place at {', '.join(spec.invariant_levels)} "
                 "is published EXACTLY, not protected by differential privacy; every sensitivity is "
@@ -52,9 +52,9 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
                 f"{spec.sensitivity}")
         for warning in large_delta_warnings(spec):
             say(f"warning: {path}: {warning}")
-        if total > cap:
-            say(f"warning: {path}: the tables' ε sum to {fraction_text(total)}, over the release budget of "
-                f"{fraction_text(cap)} by {fraction_text(total - cap)}; "
+        if over.amount > 0:  # the ε (ρ); an approx spec's δ is checked when it is read
+            say(f"warning: {path}: the tables' ε sum to {amount_text(total)}, over the release budget of "
+                f"{amount_text(spec.budget)} by {amount_text(over)}; "
                 "`dprelease plan` and `run` will refuse it")
     if failed:
         say(f"{failed} of {len(specs)} spec(s) invalid")
@@ -161,11 +161,11 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
         print(json.dumps({"target_moe": target, "confidence": fraction_text(spec.confidence),
                           "total_epsilon": fraction_text(total),
                           "tables": [{"name": n, "epsilon": fraction_text(e),
-                                      "current_epsilon": fraction_text(t.budget.amount), "current_moe": t.moe}
+                                      "current_epsilon": amount_text(t.budget), "current_moe": t.moe}
                                      for (n, e), t in zip(needs, the_plan.tables)]}, indent=2))
         return
     out.print(f"ε per table for a margin of error of ±{target} at {pct(spec.confidence)} "
               "(rounded up to 3 significant digits, so the target is met):", markup=False)
     for (name, need), t in zip(needs, the_plan.tables):
-        out.print(f"  {name}: ε = {both(need)} (now {both(t.budget.amount)}, ±{t.moe})", markup=False)
-    out.print(f"  total: ε = {both(total)} (release budget {both(spec.budget.amount)})", markup=False)
+        out.print(f"  {name}: ε = {both(need)} (now {amount_text(t.budget, decimal=True)}, ±{t.moe})", markup=False)
+    out.print(f"  total: ε = {both(total)} (release budget {amount_text(spec.budget, decimal=True)})", markup=False)

@@ -13,16 +13,19 @@ from dprelease.accounting import (
     ApproxDP,
     Neighbouring,
     Terms,
+    amount_text,
     budget_of,
     delta_of,
     exact_and_decimal,
     fraction_text,
     percent_text,
+    subtract,
 )
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.manifest import budget_record
-from dprelease.plan import Plan
+from dprelease.plan import Plan, TablePlan
+from dprelease.plan.measurements import Mean, MeanPart
 
 
 
@@ -62,11 +65,11 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
                    "release": budget_record(plan.release_budget), "ledger_charge": budget_record(plan.charge),
                    "lifetime": {"cap": budget_record(plan.lifetime_budget), "spent": budget_record(plan.lifetime_spent),
                                 "spent_after": budget_record(plan.lifetime_spent_after)}},
-        "total_epsilon": fraction_text(plan.total.amount),  # in budget_unit (ρ for zcdp): the keys of before
-        "release_budget": fraction_text(plan.release_budget.amount),
+        "total_epsilon": amount_text(plan.total),  # in budget_unit (ρ for zcdp): the keys of before
+        "release_budget": amount_text(plan.release_budget),
         "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
         "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
-        "ledger_charge": fraction_text(plan.charge.amount),  # in ledger_unit
+        "ledger_charge": amount_text(plan.charge),  # in ledger_unit
         "confidence": fraction_text(plan.confidence),
         "delta": _text(plan.guarantee_delta if plan.guarantee_delta is not None else delta_of(plan.release_budget)),
         "total_delta": _text(delta_of(plan.charge)),
@@ -76,11 +79,11 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
             "spent_after": _text(delta_of(plan.lifetime_spent_after)),
         },
         "lifetime": {
-            "budget": fraction_text(plan.lifetime_budget.amount),
-            "spent": fraction_text(plan.lifetime_spent.amount),
-            "remaining": fraction_text(plan.lifetime_remaining.amount),
-            "spent_after": fraction_text(plan.lifetime_spent_after.amount),
-            "remaining_after": fraction_text(plan.lifetime_remaining_after.amount),
+            "budget": amount_text(plan.lifetime_budget),
+            "spent": amount_text(plan.lifetime_spent),
+            "remaining": amount_text(plan.lifetime_remaining),
+            "spent_after": amount_text(plan.lifetime_spent_after),
+            "remaining_after": amount_text(plan.lifetime_remaining_after),
             "new_dataset": plan.lifetime_is_new,
             "changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by, "at": c.set_at}
                         for c in plan.lifetime_caps],
@@ -98,14 +101,14 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
                           "charged_per_respondent": fraction_text(p.charge), "already_recorded": p.already_recorded}
                          for p in plan.local],
         "tables": [
-            {"name": t.name, "level": t.level, "epsilon": fraction_text(t.budget.amount), "mechanism": t.mechanism,
+            {"name": t.name, "level": t.level, "epsilon": amount_text(t.budget), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              "structural": {"summary": list(t.structural_summary), "cells": [list(c) for c in t.structural_labels]}
              if t.structural else None,
              "moe95": t.moe95, "moe": t.moe, "delta": None if t.delta is None else fraction_text(t.delta),
              "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None,
-             **({"parts": [{"part": label, "epsilon": fraction_text(p.budget.amount), "sensitivity": p.shown_sensitivity,
+             **({"parts": [{"part": label, "epsilon": amount_text(p.budget), "sensitivity": p.shown_sensitivity,
                             "scale": fraction_text(p.shown_scale), "moe": p.moe, "moe95": p.moe95}
                            for label, p in zip(("sum", "count"), t.parts)]} if t.parts else {})}
             for t in plan.tables
@@ -143,51 +146,52 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
         console.print(f"Note: neighbouring datasets: {plan.neighbouring}; the sensitivities below follow from it.",
                       markup=False, highlight=False)
 
-    rows = [(f"{t.key} · mean: {label}", p) for t in plan.tables if t.parts
-            for label, p in zip(("sum", "count"), t.parts)]
-    for key, t in [(t.key, t) for t in plan.tables if not t.parts] + rows:
-        mechanism = t.mechanism if t.pure_epsilon is None else f"{t.mechanism} at ε = {fraction_text(t.pure_epsilon)}"
-        table.add_row(key, both(t.budget.amount), *([fraction_text(t.delta or 0)] if plan.approx else []), mechanism,
-                      str(t.shown_sensitivity), both(t.shown_scale),
+    means = [(f"{t.key} · mean: {label}", p, t) for t in plan.tables if isinstance(t.noise, Mean)
+             for label, p in zip(("sum", "count"), t.noise.parts)]  # a row per part, after the other tables
+    rows: list[tuple[str, TablePlan | MeanPart, TablePlan]] = [
+        (t.key, t, t) for t in plan.tables if not isinstance(t.noise, Mean)]
+    for key, m, t in rows + means:  # m: what is measured (a table, or a mean's part); t: its cells
+        mechanism = m.mechanism if m.pure_epsilon is None else f"{m.mechanism} at ε = {fraction_text(m.pure_epsilon)}"
+        table.add_row(key, amount_text(m.budget, decimal=True), *([fraction_text(m.delta or 0)] if plan.approx else []), mechanism,
+                      str(m.shown_sensitivity), both(m.shown_scale),
                       f"{t.measured_cells:,} + {len(t.structural):,} structural" if t.structural else f"{t.cells:,}",
-                      "—" if t.mechanism == "permute_and_flip" else str(t.moe))
+                      "—" if m.mechanism == "permute_and_flip" else str(m.moe))
     if plan.tables:
         console.print(table)
     else:
         console.print(f"Plan for release {plan.release} ({spec_path}): no central tables", markup=False,
                       highlight=False)
-    if rows:
+    if means:
         console.print("Means: each is a noisy sum of value − centre (the bounds' midpoint) over a noisy count of the "
                       "same rows, the table's budget split as shown; mean = centre + sum/count, clamped to the "
                       "bounds, empty where the noisy count is below 1.", markup=False, highlight=False)
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
                   "noise distribution (before clamping).", markup=False, highlight=False)
     print_structural(console, plan)
-    total, cap = plan.total.amount, plan.release_budget.amount
-    mark = "fits" if total <= cap else f"OVER by {both(total - cap)}"
-    console.print(f"Release budget:  total {plan.symbol} = {both(total)} of {both(cap)} — "
-                  f"{mark}", markup=False, highlight=False)
-    if isinstance(plan.total, ApproxDP) and isinstance(plan.release_budget, ApproxDP):
-        over = plan.total.delta - plan.release_budget.delta
+    over = subtract(plan.total, plan.release_budget)  # a line for its ε (ρ), and under approx one for its δ
+    mark = "fits" if over.amount <= 0 else f"OVER by {amount_text(over, decimal=True)}"
+    console.print(f"Release budget:  total {plan.symbol} = {amount_text(plan.total, decimal=True)} of "
+                  f"{amount_text(plan.release_budget, decimal=True)} — {mark}", markup=False, highlight=False)
+    if isinstance(plan.total, ApproxDP) and isinstance(plan.release_budget, ApproxDP) and isinstance(over, ApproxDP):
         console.print(f"Release δ:       total δ = {fraction_text(plan.total.delta)} of "
                       f"{fraction_text(plan.release_budget.delta)} — "
-                      f"{'fits' if over <= 0 else f'OVER by {fraction_text(over)}'} (δ composes by addition)",
+                      f"{'fits' if over.delta <= 0 else f'OVER by {fraction_text(over.delta)}'} (δ composes by addition)",
                       markup=False, highlight=False)
     new = " (new to the ledger; cap from the spec)" if plan.lifetime_is_new else ""
     after, life = plan.lifetime_spent_after, plan.lifetime_budget
-    mark = ("fits" if after.amount <= life.amount  # δ has its own line below
-            else f"OVER by {both(after.amount - life.amount)}")
+    over = subtract(after, life)  # this line's is the ε (ρ): δ has its own line below
+    mark = "fits" if over.amount <= 0 else f"OVER by {amount_text(over, decimal=True)}"
     if plan.ledger_symbol != plan.symbol:
-        console.print(f"This pure ε-DP release is charged to a zCDP ledger as ρ = Σ ε²/2 = {both(plan.charge.amount)} "
+        console.print(f"This pure ε-DP release is charged to a zCDP ledger as ρ = Σ ε²/2 = {amount_text(plan.charge, decimal=True)} "
                       "(ε-DP implies ε²/2-zCDP).", markup=False, highlight=False)
     if plan.guarantee_delta is not None and isinstance(plan.charge, ZCDP):
         from dprelease.accounting import zcdp_epsilon
 
         console.print(f"Implied (ε, δ)-DP of this release: ε = {both(zcdp_epsilon(plan.charge.rho, plan.guarantee_delta))} "
                       f"at δ = {fraction_text(plan.guarantee_delta)}.", markup=False, highlight=False)
-    console.print(f"Lifetime budget ({plan.ledger_symbol}) of dataset {plan.dataset}{new}: cap {both(life.amount)}, "
-                  f"spent {both(plan.lifetime_spent.amount)} → {both(after.amount)} after this release, remaining "
-                  f"{both(plan.lifetime_remaining.amount)} → {both(plan.lifetime_remaining_after.amount)} — {mark}",
+    console.print(f"Lifetime budget ({plan.ledger_symbol}) of dataset {plan.dataset}{new}: cap {amount_text(life, decimal=True)}, "
+                  f"spent {amount_text(plan.lifetime_spent, decimal=True)} → {amount_text(after, decimal=True)} after this release, remaining "
+                  f"{amount_text(plan.lifetime_remaining, decimal=True)} → {amount_text(plan.lifetime_remaining_after, decimal=True)} — {mark}",
                   markup=False, highlight=False)
     if isinstance(life, ApproxDP) and isinstance(after, ApproxDP) and isinstance(plan.lifetime_spent, ApproxDP):
         console.print(f"Lifetime δ of dataset {plan.dataset}: cap {fraction_text(life.delta)}, spent "

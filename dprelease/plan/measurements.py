@@ -4,7 +4,8 @@ The planner builds one of these per measurement (:class:`TablePlan`, the plan of
 measurement, holds it as ``noise``); everything downstream reads it instead of recomputing: the sampler's
 parameters (checked against the exact sampler here, when the plan is made, so a run never
 fails on them after reserving), the margin of error, the noise variance consistency weights
-by, and what the manifest shows. Only :mod:`dprelease.measure` calls ``draw``.
+by, and what the manifest shows. Only :mod:`dprelease.measure` calls ``draw``. A mean is a
+:class:`Mean`: its sum and its count, each a measurement of its own (:class:`MeanPart`).
 
 Units: a sum's values are multiples of its ``granularity`` g, and noise is drawn in those units
 (a count's g is 1). ``scale`` and ``sensitivity`` keep the meaning each mechanism's manifest
@@ -27,7 +28,7 @@ import numpy as np
 
 from dprelease.mechanisms.sampling import Entropy
 
-from dprelease.accounting import ApproxDP, Budget, Neighbouring, ln_upper_bound
+from dprelease.accounting import ApproxDP, Budget, Neighbouring, add, delta_of, ln_upper_bound
 from dprelease.errors import InternalError
 from dprelease.mechanisms import (
     check_scale,
@@ -244,7 +245,104 @@ class PermuteAndFlip:
         return permute_and_flip(utilities, self.epsilon, self.utility_sensitivity, monotone=self.monotone, rng=rng)
 
 
-Noise = DiscreteLaplace | TruncatedGeometric | DiscreteGaussian | PermuteAndFlip
+# ---------------------------------------------------------------- a mean: two measurements of the same rows
+
+
+@dataclass(frozen=True, slots=True)
+class MeanPart:
+    """One of a mean's two measurements (its sum or its count): the noise drawn on it, the share
+    of the mean's budget it spends (of the spec's kind), what the ledger is charged for it (of
+    the terms' kind) and its margins, in value units, at the plan's confidence and at 95%."""
+
+    noise: DiscreteLaplace | DiscreteGaussian
+    budget: Budget
+    charge: Budget
+    moe: int
+    moe95: int
+    pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
+
+    @property
+    def mechanism(self) -> str:
+        return self.noise.kind
+
+    @property
+    def delta(self) -> Fraction | None:
+        """On an (ε, δ) ledger, the δ this part is charged (0 for a pure mechanism)."""
+        return delta_of(self.charge)
+
+    @property
+    def shown_sensitivity(self) -> int:
+        return self.noise.shown_sensitivity
+
+    @property
+    def shown_scale(self) -> Fraction:
+        return self.noise.shown_scale
+
+
+@dataclass(frozen=True, slots=True)
+class Mean:
+    """A mean per cell, measured as two histograms over exactly the same rows: the sum of the
+    values and their count, each with noise of its own (discrete Laplace or discrete Gaussian,
+    the table's mechanism) at its share of the table's budget (``sum_share`` to the sum).
+
+    Assumes (the planner and the data layer, from the spec, never from the data): every value is
+    clamped to the declared bounds [L, U], put on the granularity's grid and centred on the
+    bounds' midpoint c before summing (:meth:`dprelease.spec.MeanMeasure.centred_sum`); a row is
+    in both parts or in neither. Sensitivities, under the release's neighbouring relation: the
+    sum part's are those of a sum of values in [L − c, U − c] (:func:`sum_l1`,
+    :func:`sum_l2_squared`: max(|L − c|, |U − c|) per row under add/remove, times the
+    contribution bound K), the count part's a count histogram's (:attr:`Neighbouring.count_l1`,
+    :attr:`Neighbouring.count_l2_squared`: K and K² under add/remove). Each part's noise was
+    planned for its sensitivity at that part's budget.
+
+    Guarantees: the sum part is DP at :attr:`sum`'s budget and the count part at :attr:`count`'s
+    (as each mechanism states), so the pair is DP at their sequential composition,
+    :attr:`budget` (ε, ρ, or ε and δ add up); the ledger is charged :attr:`charge`, the parts'
+    charges composed. A mean computed from the pair (c + sum/count, clamped, empty where the
+    noisy count is below 1) is post-processing. Parts whose budgets (or charges) are of
+    different kinds are refused (TypeError): they do not compose."""
+
+    sum: MeanPart
+    count: MeanPart
+    kind: ClassVar[str] = "mean"
+
+    def __post_init__(self) -> None:
+        add(self.sum.budget, self.count.budget)  # TypeError for parts of different kinds
+        add(self.sum.charge, self.count.charge)
+        if self.count.noise.granularity != 1:
+            raise ValueError("a mean's count part counts rows (granularity 1)")
+
+    @property
+    def parts(self) -> tuple[MeanPart, MeanPart]:
+        """(sum, count): the order of the stacked histograms :meth:`draw` takes."""
+        return self.sum, self.count
+
+    @property
+    def budget(self) -> Budget:
+        """The parts' budgets composed (sequential composition: the same rows are measured twice)."""
+        return add(self.sum.budget, self.count.budget)
+
+    @property
+    def charge(self) -> Budget:
+        """What the ledger is charged: the parts' charges composed, of the ledger terms' kind."""
+        return add(self.sum.charge, self.count.charge)
+
+    def variances(self) -> tuple[float, float]:
+        """One cell's noise variance of each part, (sum, count), in value units squared."""
+        return self.sum.noise.variance(), self.count.noise.variance()
+
+    def draw(self, units: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
+        """``units`` stacked as (centred sums in units of the granularity, row counts), int64 of
+        shape (2, cells); returns both noisy, stacked the same way, the sum in value units: the
+        sum part's noise drawn first, then the count part's."""
+        if units.ndim != 2 or units.shape[0] != 2:
+            raise ValueError(f"a mean draws on (sum, count) histograms stacked as (2, cells), not {units.shape}")
+        return np.stack([self.sum.noise.draw(np.ascontiguousarray(units[0]), rng=rng),
+                         self.count.noise.draw(np.ascontiguousarray(units[1]), rng=rng)])
+
+
+Noise = DiscreteLaplace | TruncatedGeometric | DiscreteGaussian | PermuteAndFlip | Mean
+OneNoise = DiscreteLaplace | DiscreteGaussian | PermuteAndFlip  # the noise of one histogram (not a mean)
 
 
 # ---------------------------------------------------------------- local randomizers (answers, not counts)
@@ -313,25 +411,49 @@ LocalRandomizer = KRandomizedResponse | CoinFlip
 @dataclass(frozen=True, slots=True)
 class TablePlan:
     """One measurement: a table (at one level of its geography), its budget, and its noise
-    mechanism with every parameter (:mod:`dprelease.plan.measurements`)."""
+    mechanism with every parameter (:mod:`dprelease.plan.measurements`); a mean's noise is a
+    :class:`Mean`, which holds its two parts."""
 
     name: str
-    budget: Budget  # the table's budget at this level, of the spec's kind (ε, ρ, or (ε, δ))
+    budget: Budget  # the table's budget at this level, of the spec's kind (ε, ρ, or (ε, δ)); a mean's: its parts'
     noise: Noise  # the mechanism and its parameters, computed once
     cells: int
-    moe: int  # at the plan's confidence, in value units (the noise's margin)
+    moe: int  # at the plan's confidence, in value units: the margin its row shows (see shown_noise)
     moe95: int
     level: str | None = None  # the geographic level of this measurement (None: a plain table)
     charge: Budget | None = None  # what the ledger is charged, of its terms' kind (ρ on a zCDP ledger)
     pure_epsilon: Fraction | None = None  # a pure mechanism in a zcdp release: the ε it runs at
-    parts: tuple[TablePlan, ...] = ()  # a mean: its (sum, count) measurements; the rest describes the sum
     structural: tuple[int, ...] = ()  # structural cells (indices into the full cross product): not measured, exact 0
     structural_summary: tuple[str, ...] = ()  # the structural cells in words ("AGE_GROUP = 0-17")
     structural_labels: tuple[tuple[str, ...], ...] = ()  # each structural cell as its published categories
 
+    def __post_init__(self) -> None:
+        if isinstance(self.noise, Mean) and (self.budget != self.noise.budget or self.charge != self.noise.charge):
+            raise InternalError(f"{self.key}: a mean planned with a budget or charge other than its parts'")
+
+    @property
+    def parts(self) -> tuple[MeanPart, ...]:
+        """A mean's (sum, count) parts (:class:`Mean`); () for every other measurement."""
+        return self.noise.parts if isinstance(self.noise, Mean) else ()
+
+    @property
+    def shown_noise(self) -> OneNoise:
+        """The noise this measurement's one-row summary names (its mechanism, sensitivity and
+        scale in the manifest's and the plan's table row, the measurements file's metadata; its
+        ``moe``): its own. A mean's row names its sum part's, as manifest format 1 always has;
+        its parts, listed with it, name each their own."""
+        return self.noise.sum.noise if isinstance(self.noise, Mean) else self.noise
+
+    def _one_noise(self) -> OneNoise:
+        """The noise of a measurement of one histogram; a mean has two (its parts'): a bug to ask."""
+        if isinstance(self.noise, Mean):
+            raise InternalError(f"{self.key} is a mean: its sum and count parts each have their own noise")
+        return self.noise
+
     @property
     def mechanism(self) -> str:
-        return self.noise.kind
+        """The mechanism its row names (:attr:`shown_noise`)."""
+        return self.shown_noise.kind
 
     @property
     def ledger_charge(self) -> Budget:
@@ -348,16 +470,16 @@ class TablePlan:
     @property
     def sensitivity(self) -> int:
         """L1 (Δ₂² for the discrete Gaussian, in units of the granularity; Δu for permute-and-flip)."""
-        return self.noise.sensitivity
+        return self._one_noise().sensitivity
 
     @property
     def scale(self) -> Fraction:
         """Δ/ε in value units (σ² in units of the granularity; the temperature for permute-and-flip)."""
-        return self.noise.scale
+        return self._one_noise().scale
 
     @property
     def granularity(self) -> int:
-        return self.noise.granularity
+        return self._one_noise().granularity
 
     @property
     def upper(self) -> int | None:
@@ -389,13 +511,13 @@ class TablePlan:
 
     @property
     def shown_sensitivity(self) -> int:
-        """The sensitivity in value units, as published."""
-        return self.noise.shown_sensitivity
+        """The sensitivity in value units, as its row shows it (:attr:`shown_noise`)."""
+        return self.shown_noise.shown_sensitivity
 
     @property
     def shown_scale(self) -> Fraction:
-        """The noise scale in value units, as published."""
-        return self.noise.shown_scale
+        """The noise scale in value units, as its row shows it (:attr:`shown_noise`)."""
+        return self.shown_noise.shown_scale
 
     @property
     def key(self) -> str:
@@ -405,6 +527,6 @@ class TablePlan:
 
 def noise_variances(tables: Iterable[TablePlan]) -> dict[tuple[str, str | None], float]:
     """Per measurement of counts or sums, its noise's variance in value units (what consistent
-    post-processing weights by); modes and means have none."""
+    post-processing weights by); modes and means (:meth:`Mean.variances`, per part) have none."""
     return {(t.name, t.level): t.noise.variance() for t in tables
-            if isinstance(t.noise, (DiscreteLaplace, DiscreteGaussian)) and not t.parts}
+            if isinstance(t.noise, (DiscreteLaplace, DiscreteGaussian))}

@@ -39,11 +39,15 @@ from dprelease.accounting import (
     Neighbouring,
     PureDP,
     Terms,
+    add,
+    amount_text,
     approx_to_zcdp,
     budget_of,
     compose,
     delta_of,
     fraction_text,
+    subtract,
+    within,
     zcdp_to_pure,
     zero,
 )
@@ -62,6 +66,8 @@ from dprelease.plan.local import LocalPlan, local_plans, refuse_local_over_centr
 from dprelease.plan.measurements import (
     DiscreteGaussian,
     DiscreteLaplace,
+    Mean,
+    MeanPart,
     PermuteAndFlip,
     TablePlan,
     TruncatedGeometric,
@@ -123,12 +129,12 @@ class Plan:
     @property
     def fits_release(self) -> bool:
         """Within the spec's budget (under approx, in ε and in δ)."""
-        return self.total <= self.release_budget  # type: ignore[operator]  # one kind, by construction
+        return within(self.total, self.release_budget)  # one kind, by construction (TypeError otherwise)
 
     @property
     def fits_lifetime(self) -> bool:
         """Within the dataset's remaining lifetime budget (under approx terms, in ε and in δ)."""
-        return self.lifetime_spent + self.charge <= self.lifetime_budget  # type: ignore[operator]
+        return within(self.lifetime_spent_after, self.lifetime_budget)
 
     @property
     def fits(self) -> bool:
@@ -136,15 +142,15 @@ class Plan:
 
     @property
     def lifetime_remaining(self) -> Budget:
-        return self.lifetime_budget - self.lifetime_spent  # type: ignore[operator]
+        return subtract(self.lifetime_budget, self.lifetime_spent)
 
     @property
     def lifetime_spent_after(self) -> Budget:
-        return self.lifetime_spent + self.charge  # type: ignore[operator]
+        return add(self.lifetime_spent, self.charge)
 
     @property
     def lifetime_remaining_after(self) -> Budget:
-        return self.lifetime_remaining - self.charge  # type: ignore[operator]
+        return subtract(self.lifetime_remaining, self.charge)
 
     def noise_variances(self) -> dict[tuple[str, str | None], float]:
         """Per measurement of counts or sums, its noise's variance in value units (what consistent
@@ -214,15 +220,14 @@ def measurement_plans(spec: Spec, terms: Terms | None = None,
 
 
 def _with_structural(spec: Spec, plan: TablePlan, dims: tuple[str, ...], mask: Any) -> TablePlan:
-    """The plan with its structural cells (and its parts', for a mean: the same cells). The
-    sensitivity, scale, ε and margins stay the full histogram's: see the module docstring."""
+    """The plan with its structural cells (a mean's are its parts' too: they count the same rows).
+    The sensitivity, scale, ε and margins stay the full histogram's: see the module docstring."""
     from dataclasses import replace
 
     if mask is None:
         return plan
     cells = tuple(int(i) for i in mask.nonzero()[0])
-    return replace(plan, structural=cells, parts=tuple(replace(p, structural=cells) for p in plan.parts),
-                   structural_summary=tuple(describe(spec, dims, mask)),
+    return replace(plan, structural=cells, structural_summary=tuple(describe(spec, dims, mask)),
                    structural_labels=tuple(map(tuple, cell_labels(spec, dims, mask.nonzero()[0]))))
 
 
@@ -244,14 +249,24 @@ def _plan_mean(spec: Spec, t: Table, budget: Budget, cells: int, level: str | No
     measurements on the same rows, composed sequentially — the sum gets ``sum_share`` of the
     budget (ε, ρ, and under approx the δ with it), the count the rest. Each part is planned as
     a table of its own (:meth:`MeanMeasure.centred_sum`, and a count), with the table's mechanism;
-    the plan's ``parts`` are (sum, count) and it is charged their total."""
+    the plan's noise is the :class:`Mean` of the two, and it is charged their total. Its row
+    shows the sum part's margins (:attr:`TablePlan.shown_noise`)."""
     if not isinstance(t.measure, MeanMeasure):
         raise InternalError(f"table {t.name}: planned as a mean without one")
     for_sum = budget.scaled(t.measure.sum_share)
-    parts = (_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms, relation),
-             _plan_one(spec, replace(t, measure=None), budget - for_sum, cells, level, terms, relation))  # type: ignore[operator]
-    return replace(parts[0], budget=compose((p.budget for p in parts), spec.definition),
-                   charge=compose((p.ledger_charge for p in parts), terms.kind), pure_epsilon=None, parts=parts)
+    mean = Mean(_mean_part(_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms,
+                                     relation)),
+                _mean_part(_plan_one(spec, replace(t, measure=None), subtract(budget, for_sum), cells, level, terms,
+                                     relation)))
+    return TablePlan(name=t.name, budget=mean.budget, noise=mean, cells=cells, moe=mean.sum.moe,
+                     moe95=mean.sum.moe95, level=level, charge=mean.charge)
+
+
+def _mean_part(part: TablePlan) -> MeanPart:
+    """A mean's sum or count, planned as a measurement of its own, as its part."""
+    if not isinstance(part.noise, (DiscreteLaplace, DiscreteGaussian)):
+        raise InternalError(f"{part.key}: a mean's part measured with the {part.mechanism}")
+    return MeanPart(part.noise, part.budget, part.ledger_charge, part.moe, part.moe95, part.pure_epsilon)
 
 
 def ledger_terms(spec: Spec, state: DatasetState | None) -> tuple[Terms, Neighbouring]:
@@ -342,15 +357,19 @@ def _pure_noise(spec: Spec, name: str, budget: Budget, noise: Callable[[Fraction
     ε with ε²/2 ≤ ρ is rounded down to 12 significant digits, or fewer where the scale would not
     fit (rounding ε down only lowers the privacy loss). Raises UserError (exit 2) where no
     rounding helps: a pure spec's ε with too many digits."""
-    zcdp, epsilon = isinstance(budget, ZCDP), budget.amount  # under approx, a pure mechanism's δ is 0
-    candidates = [zcdp_to_pure(epsilon, digits) for digits in range(12, 3, -1)] if zcdp else [epsilon]
+    match budget:
+        case ZCDP(rho=rho):
+            candidates = [zcdp_to_pure(rho, digits) for digits in range(12, 3, -1)]
+        case PureDP(epsilon=epsilon) | ApproxDP(epsilon=epsilon):  # under approx, a pure mechanism's δ is 0
+            candidates = [epsilon]
+    zcdp = isinstance(budget, ZCDP)
     for run_at in candidates:
         try:
             return noise(run_at), (run_at if zcdp else None)
         except ValueError:
             continue
     raise UserError(  # exit 2, before anything is spent
-        f"{spec.source}: table {name}: {spec.symbol} = {fraction_text(epsilon)} has too many digits for the exact "
+        f"{spec.source}: table {name}: {spec.symbol} = {amount_text(budget)} has too many digits for the exact "
         "sampler (the noise scale must be a fraction with parts below 2^40); round it to at most 12 significant "
         "digits")
 
@@ -383,7 +402,7 @@ def _plan_gaussian(spec: Spec, table: Table, budget: Budget, cells: int, level: 
     try:
         sigma2 = sigma2_for(rho, l2)
     except ValueError:
-        raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {budget.amount} asks for a noise variance "
+        raise UserError(f"{spec.source}: table {table.name}: {spec.symbol} = {amount_text(budget)} asks for a noise variance "
                         "the exact sampler cannot take; use a larger budget or coarser granularity") from None
     noise = DiscreteGaussian(l2, sigma2, g)
     return TablePlan(name=table.name, budget=budget, noise=noise, cells=cells,
@@ -415,7 +434,8 @@ def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> lis
     for the others (a mode has no margin; zcdp budgets are ρ)."""
     out = []
     for t in plan.tables:
-        if t.mechanism not in ("discrete_laplace", "truncated_geometric") or t.pure_epsilon is not None or t.parts:
+        if isinstance(t.noise, Mean) or t.mechanism not in ("discrete_laplace", "truncated_geometric") \
+                or t.pure_epsilon is not None:
             raise UserError(f"--target-moe works with discrete Laplace measurements; {t.key} uses {t.mechanism}")
         units = max(target_moe // t.granularity, 0)  # a margin in value units, on the granularity's grid
         out.append((t.key, epsilon_for_margin(units, confidence, Fraction(t.sensitivity, t.granularity))))

@@ -19,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dprelease.accounting import ApproxDP, budget_of, delta_of, fraction_text
+from dprelease.accounting import ApproxDP, amount_text, budget_of, delta_of, fraction_text
 from dprelease.spec.model import (
     BinnedColumn,
     CategoricalColumn,
@@ -49,23 +49,23 @@ def canonical(spec: Spec) -> dict[str, Any]:
         "dataset": {
             "name": d.name, "path": d.path, "format": d.format, "na_values": list(d.na_values),
             "delimiter": d.delimiter,
-            "lifetime_epsilon": fraction_text(d.lifetime.amount) if d.lifetime else None,
+            "lifetime_epsilon": amount_text(d.lifetime) if d.lifetime else None,
             **({"lifetime_delta": fraction_text(d.lifetime.delta)} if isinstance(d.lifetime, ApproxDP) else {}),
             **({"partition": {"column": d.partition_column, "value": d.partition_value,
                               "disjoint_units": d.disjoint_units}} if d.partition_column else {}),
         },
         "privacy": {"definition": spec.definition,
                     "unit": spec.unit if spec.unit == "row" else {"id": spec.unit_id, "max_rows": spec.max_rows}},
-        "budget": {"epsilon": fraction_text(spec.budget.amount)},
+        "budget": {"epsilon": amount_text(spec.budget)},
         "columns": [_column(c) for c in spec.columns],
         "geography": list(spec.geography),
         "tables": [
             {
                 "name": t.name, "description": t.description, "group_by": list(t.group_by),
-                "levels": list(t.levels), "level_epsilons": [fraction_text(b.amount) for b in t.level_budgets],
+                "levels": list(t.levels), "level_epsilons": [amount_text(b) for b in t.level_budgets],
                 "consistency": t.consistency,
                 "where": [[c.column, c.op, list(c.operand)] for c in t.where],
-                "epsilon": fraction_text(t.budget.amount), "post_process": t.post_process,
+                "epsilon": amount_text(t.budget), "post_process": t.post_process,
                 # only when not the default: specs without keep their fingerprints
                 **({"mechanism": t.mechanism, "upper": t.upper} if t.mechanism != "discrete_laplace" else {}),
                 **({"measure": {"sum": t.measure.column, "bounds": [t.measure.low, t.measure.high],
