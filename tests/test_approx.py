@@ -16,7 +16,7 @@ import pytest
 from dprelease.accounting import ApproxDP
 from dprelease.accounting import Terms
 from dprelease.accounting import Neighbouring
-from dprelease.plan.measurements import sum_l1, sum_l2_squared
+from dprelease.plan.sensitivities import sum_l1, sum_l2_squared
 from dprelease.accounting import approx_to_zcdp, zcdp_epsilon, zcdp_to_pure
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.ledger.schema import SCHEMA_VERSION

@@ -15,10 +15,8 @@ from dprelease.measure import measure_mean
 from dprelease.mechanisms import margin_of_error
 from dprelease.mechanisms.gaussian import gaussian_margin
 from dprelease.plan.measurements import (
-    CoinFlip,
     DiscreteGaussian,
     DiscreteLaplace,
-    KRandomizedResponse,
     Mean,
     MeanPart,
     PermuteAndFlip,
@@ -26,6 +24,7 @@ from dprelease.plan.measurements import (
     TruncatedGeometric,
     noise_variances,
 )
+from dprelease.plan.randomizers import CoinFlip, KRandomizedResponse
 from tests.test_sampler import _Counter  # the samplers' deterministic test seam (never for noise)
 
 CONF = Fraction(95, 100)

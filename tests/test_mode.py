@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 
 from dprelease.accounting import Neighbouring
-from dprelease.plan.measurements import utility_sensitivity
+from dprelease.plan.sensitivities import utility_sensitivity
 from dprelease.measure import measure_mode
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from dprelease.accounting import Neighbouring
-from dprelease.plan.measurements import sum_l1
+from dprelease.plan.sensitivities import sum_l1
 from dprelease.data import encode, histogram
 from dprelease.measure import measure_counts
 from dprelease.mechanisms import discrete_laplace

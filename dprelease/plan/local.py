@@ -22,7 +22,7 @@ from dprelease.ledger import (
     provenance_of,
     unregistered_message,
 )
-from dprelease.plan.measurements import CoinFlip, KRandomizedResponse, LocalRandomizer
+from dprelease.plan.randomizers import CoinFlip, KRandomizedResponse, LocalRandomizer
 from dprelease.spec import LocalTable, Spec
 
 

@@ -12,9 +12,8 @@ Units: a sum's values are multiples of its ``granularity`` g, and noise is drawn
 entry has always had (``shown_*`` are in value units); ``noise_scale`` is what the sampler
 gets.
 
-Sensitivity formulas (how far one privacy unit moves a histogram, a sum, a utility) are
-here too, as functions of the measure and the neighbouring relation
-(:class:`dprelease.accounting.Neighbouring`).
+The sensitivity formulas are in :mod:`dprelease.plan.sensitivities`; the local tables'
+randomizers in :mod:`dprelease.plan.randomizers`.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import numpy as np
 
 from dprelease.mechanisms.sampling import Entropy
 
-from dprelease.accounting import ApproxDP, Budget, Neighbouring, add, delta_of, ln_upper_bound
+from dprelease.accounting import ApproxDP, Budget, add, delta_of
 from dprelease.errors import InternalError
 from dprelease.mechanisms import (
     check_scale,
@@ -40,46 +39,6 @@ from dprelease.mechanisms import (
 )
 from dprelease.mechanisms.discrete_laplace import variance as laplace_variance
 from dprelease.mechanisms.gaussian import gaussian_margin, gaussian_parts
-from dprelease.mechanisms.local import coin_flip, keep_probability, randomize
-
-# ---------------------------------------------------------------- sensitivities
-
-
-def sum_l1(low: int, high: int, relation: Neighbouring, cells: int) -> int:
-    """L1 sensitivity of a histogram of sums of values clamped to [low, high], in value units.
-
-    With M = max(|low|, |high|): add/remove one row moves one cell by at most M. Change one
-    record: a row that changes cell (or enters or leaves the table's ``where``) takes up to M
-    out of one cell and puts up to M into another, so 2M for a table of more than one cell; for
-    a single cell, max(high − low, M), since the changed row may also be dropped
-    (``on_out_of_domain: drop``) or missing (counted 0). Times the contribution bound K."""
-    m = max(abs(low), abs(high))
-    per_row = m if not relation.change else 2 * m if cells > 1 else max(high - low, m)
-    return per_row * relation.unit.max_rows
-
-
-def sum_l2_squared(low: int, high: int, granularity: int, relation: Neighbouring, cells: int) -> int:
-    """Δ₂² of a histogram of sums, in units of the granularity (for the discrete Gaussian): m²
-    under add/remove (m = max(|low|, |high|)/g, one cell moves); under change one record the
-    larger of 2m² (−m in one cell, +m in another) and ((high − low)/g)² (the record stays in
-    its cell and its value moves from low to high: 4m² when low = −high); a single cell's
-    max((high − low)/g, m)². Times K² (a person's K rows, all in one cell at worst)."""
-    m = max(abs(low), abs(high)) // granularity
-    span = (high - low) // granularity
-    per_row = m * m if not relation.change else max(2 * m * m, span * span) if cells > 1 else max(span, m) ** 2
-    return per_row * relation.unit.max_rows ** 2
-
-
-def utility_sensitivity(q: Fraction | None, relation: Neighbouring) -> int:
-    """Δu of a mode's or quantile's utility (see :class:`dprelease.spec.ModeMeasure`): K for a
-    mode (one row moves one count by 1, a person's K rows K); K·max(a, b − a) for a q = a/b
-    quantile, doubled under change one record."""
-    k = relation.unit.max_rows
-    if q is None:
-        return k
-    a, b = q.numerator, q.denominator
-    return k * (2 if relation.change else 1) * max(a, b - a)
-
 
 # ---------------------------------------------------------------- mechanisms
 
@@ -289,8 +248,8 @@ class Mean:
     clamped to the declared bounds [L, U], put on the granularity's grid and centred on the
     bounds' midpoint c before summing (:meth:`dprelease.spec.MeanMeasure.centred_sum`); a row is
     in both parts or in neither. Sensitivities, under the release's neighbouring relation: the
-    sum part's are those of a sum of values in [L − c, U − c] (:func:`sum_l1`,
-    :func:`sum_l2_squared`: max(|L − c|, |U − c|) per row under add/remove, times the
+    sum part's are those of a sum of values in [L − c, U − c] (:func:`~dprelease.plan.sensitivities.sum_l1`,
+    :func:`~dprelease.plan.sensitivities.sum_l2_squared`: max(|L − c|, |U − c|) per row under add/remove, times the
     contribution bound K), the count part's a count histogram's (:attr:`Neighbouring.count_l1`,
     :attr:`Neighbouring.count_l2_squared`: K and K² under add/remove). Each part's noise was
     planned for its sensitivity at that part's budget.
@@ -346,63 +305,6 @@ OneNoise = DiscreteLaplace | DiscreteGaussian | PermuteAndFlip  # the noise of o
 
 
 # ---------------------------------------------------------------- local randomizers (answers, not counts)
-
-
-@dataclass(frozen=True, slots=True)
-class KRandomizedResponse:
-    """k-ary randomized response, run by each respondent: the true category with probability
-    e^ε/(e^ε + k − 1), each other one with probability 1/(e^ε + k − 1). ε-local DP for that
-    respondent's answer (any two answers' report distributions are within e^ε)."""
-
-    k: int
-    epsilon: Fraction
-    kind: ClassVar[str] = "k_rr"
-
-    @property
-    def epsilon_bound(self) -> Fraction:
-        """The per-respondent ε the ledger records (exact)."""
-        return self.epsilon
-
-    @property
-    def epsilon_shown(self) -> str:
-        return str(self.epsilon)
-
-    @property
-    def keep_probability(self) -> float:
-        """e^ε/(e^ε + k − 1), for the estimators (float: post-processing, never sampling)."""
-        return keep_probability(float(self.epsilon), self.k)
-
-    def draw(self, values: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
-        """Each respondent's report of their code in [0, k), exactly, from the OS CSPRNG."""
-        return randomize(values, self.k, self.epsilon, rng=rng)
-
-
-@dataclass(frozen=True, slots=True)
-class CoinFlip:
-    """Warner's coin flip for a yes/no answer: the truth with probability 3/4, the other answer
-    with 1/4. ln 3-local DP; ln 3 is recorded as a rational upper bound."""
-
-    k: ClassVar[int] = 2
-    kind: ClassVar[str] = "coin_flip"
-
-    @property
-    def epsilon_bound(self) -> Fraction:
-        return ln_upper_bound(3)
-
-    @property
-    def epsilon_shown(self) -> str:
-        return "ln 3"
-
-    @property
-    def keep_probability(self) -> float:
-        return 0.75
-
-    def draw(self, values: np.ndarray, rng: Entropy | None = None) -> np.ndarray:
-        """Each respondent's report of their yes/no code (0 or 1): two fair bits from the OS CSPRNG."""
-        return coin_flip(values, rng=rng)
-
-
-LocalRandomizer = KRandomizedResponse | CoinFlip
 
 
 # ---------------------------------------------------------------- one measurement's plan

@@ -72,10 +72,8 @@ from dprelease.plan.measurements import (
     TablePlan,
     TruncatedGeometric,
     noise_variances,
-    sum_l1,
-    sum_l2_squared,
-    utility_sensitivity,
 )
+from dprelease.plan.sensitivities import sum_l1, sum_l2_squared, utility_sensitivity
 from dprelease.plan.structural import cell_labels, describe, measurement_masks
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table, fingerprint
 
