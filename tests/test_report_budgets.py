@@ -1,6 +1,7 @@
-"""Reading a manifest's budgets back as typed budgets: its typed records (``{"epsilon": …}``,
-``{"rho": …}``, ``{"epsilon": …, "delta": …}``), or the format-1 keys of a manifest written before
-them. Manifests are made from plans (no data is read, nothing drawn)."""
+"""The reports read a manifest's budgets from its typed records (``{"epsilon": …}``, ``{"rho": …}``,
+``{"epsilon": …, "delta": …}``) through one reader, :mod:`dprelease.manifest`, and show each
+figure with the unit of its type; a manifest written before typed records (format-1 keys only)
+still reports exactly as before. Manifests are made from plans (no data is read, nothing drawn)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from fractions import Fraction
 
 import pytest
 
+from dprelease import reporting
 from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.errors import UserError
 from dprelease.ledger import Ledger, resolve_location
-from dprelease.manifest import budget_record, manifest, read_budget, release_budgets
+from dprelease.manifest import budget_record, manifest, read_budget, release_budgets, table_budget
 from dprelease.plan import plan_release
+from dprelease.report import budget_report_md
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
 
@@ -107,6 +110,13 @@ def format1(typed: dict) -> dict:
     return old
 
 
+def outputs(m: dict) -> tuple:
+    """Everything the reports show of a manifest, but the HTML's figures: the markdown, the JSON
+    report and the warnings (the HTML is checked on the zCDP release below)."""
+    return budget_report_md(m), json.dumps(reporting.report_json(m, None), ensure_ascii=False), \
+        reporting.warnings(m, None), reporting.burn_down(m, None)
+
+
 # ---------------------------------------------------------------- the one reader
 
 
@@ -137,6 +147,96 @@ def test_typed_records_of_mixed_kinds_are_refused(manifests):
     m["budget"]["lifetime"]["cap"] = {"epsilon": "2"}
     with pytest.raises(UserError, match="mix kinds"):
         release_budgets(m)
+
+
+# ---------------------------------------------------------------- reports read the typed records
+
+
+def test_a_zcdp_report_shows_rho_from_the_typed_records(manifests):
+    """The format-1 keys are given other figures and units (as if an ε-DP release): the reports
+    do not change, so they read none of them; changing a typed record changes what they show."""
+    typed = manifests["zcdp"]
+    md = budget_report_md(typed)
+    assert "| table | ρ | share |" in md and "## Lifetime budget of ds-zcdp (ρ)" in md
+    assert "| by_sex_age | 3/10 (0.3) | ≈54.55% | discrete_gaussian |" in md
+    assert "| mean_income · mean: sum | 1/20 (0.05) | ≈9.09% |" in md  # a part: format 1, in its table's unit
+    assert "the release as a whole is ρ = " in md and "(asked 11/20 (0.55);" in md
+
+    decoy = copy.deepcopy(typed)
+    decoy.update({"total_epsilon": "7", "release_budget": "8", "ledger_charge": "9", "budget_unit": "epsilon",
+                  "ledger_unit": "epsilon", "lifetime": {"budget": "40", "spent_before": "30", "spent_after": "39",
+                                                         "remaining": "1"}})
+    for t in decoy["tables"]:
+        t["epsilon"] = "3"
+    assert outputs(decoy) == outputs(typed)
+    html = reporting.report_html(typed, None, md)
+    assert reporting.report_html(decoy, None, md) == html
+
+    changed = copy.deepcopy(typed)
+    changed["tables"][0]["budget"] = {"rho": "1/7"}
+    changed["budget"]["lifetime"]["cap"] = {"rho": "3"}
+    md2 = budget_report_md(changed)
+    assert "| by_sex_age | 1/7 (≈0.1429) |" in md2 and "\n| 3 | 0 |" in md2
+    assert reporting.report_json(changed, None)["tables"][0]["epsilon"] == "1/7"
+    assert reporting.report_json(changed, None)["lifetime"]["budget"] == "3"
+
+
+def test_the_unit_shown_is_the_type_of_the_record(manifests):
+    """Typed records of an ε-DP release in a manifest whose format-1 keys say ρ: ε is shown."""
+    m = copy.deepcopy(manifests["pure"])
+    m.update({"budget_unit": "rho", "ledger_unit": "rho"})
+    md = budget_report_md(m)
+    assert md == budget_report_md(manifests["pure"])
+    assert "| table | ε | share |" in md and "(ε)\n" in md and "Pure ε-differential privacy" in md
+    as_rho = copy.deepcopy(manifests["pure"])  # and the same figures typed as ρ are shown as ρ
+    for name in ("total", "release", "ledger_charge"):
+        as_rho["budget"][name] = {"rho": as_rho["budget"][name]["epsilon"]}
+    for name, record in as_rho["budget"]["lifetime"].items():
+        as_rho["budget"]["lifetime"][name] = {"rho": record["epsilon"]}
+    for t in as_rho["tables"]:
+        t["budget"] = {"rho": t["budget"]["epsilon"]}
+    shown = budget_report_md(as_rho)
+    assert "| table | ρ | share |" in shown and "(ρ)\n" in shown and "ρ-zero-concentrated" in shown
+    assert reporting.report_json(as_rho, None)["budget_unit"] == "rho"
+    assert not any("spends" in w for w in reporting.warnings(as_rho, None))  # ρ = 3/2 is not an ε over 1
+    assert any("spends ε = 3/2" in w for w in reporting.warnings(manifests["pure"], None))
+
+
+def test_an_approx_report_reads_epsilon_and_delta_typed(manifests):
+    typed = manifests["approx"]
+    md = budget_report_md(typed)
+    assert "| table | ε | δ | share |" in md and "(ε = 1, δ = 1/1000000)-DP" in md
+    assert "| δ 1/500000 | 0 | 1/1000000 | 1/1000000 | 1/1000000 |" in md
+    changed = copy.deepcopy(typed)
+    changed["budget"]["ledger_charge"] = {"epsilon": "1", "delta": "1/2000000"}
+    changed["budget"]["lifetime"]["spent_after"] = {"epsilon": "1", "delta": "1/2000000"}
+    changed["lifetime"]["delta"]["spent_after"] = "999"  # a format-1 decoy
+    assert "| δ 1/500000 | 0 | 1/2000000 | 1/2000000 | 3/2000000 |" in budget_report_md(changed)
+    assert reporting.report_json(changed, None)["lifetime"]["delta"]["spent_after"] == "1/2000000"
+
+
+# ---------------------------------------------------------------- manifests without typed records
+
+
+@pytest.mark.parametrize("kind", ["pure", "zcdp", "approx", "pure-on-zcdp", "pure-on-approx"])
+def test_a_manifest_without_typed_records_reports_identically(manifests, kind):
+    typed = manifests[kind]
+    old = format1(typed)
+    assert outputs(old) == outputs(typed)
+    if kind == "pure-on-approx":  # format 1 cannot tell ε from (ε, 0) on an (ε, δ) ledger: the figures agree
+        assert release_budgets(old).total == release_budgets(typed).total.as_approx()
+    else:
+        assert release_budgets(old) == release_budgets(typed)
+    for t_old, t in zip(old["tables"], typed["tables"]):
+        assert table_budget(old, t_old).amount == table_budget(typed, t).amount
+
+
+def test_a_manifest_from_before_zcdp_reports_identically(manifests):
+    """Pure releases' manifests before zCDP had no budget_unit, ledger_unit or ledger_charge."""
+    old = format1(manifests["pure"])
+    for key in ("budget_unit", "ledger_unit", "ledger_charge"):
+        del old[key]
+    assert outputs(old) == outputs(manifests["pure"])
 
 
 def test_the_kinds_of_the_old_keys(manifests):
