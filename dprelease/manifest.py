@@ -5,17 +5,33 @@ sensitivity, scale, budget and margin of error per measurement, the spec's finge
 dataset's lifetime budget before and after, where that budget lives and who approved the plan.
 Nothing data-dependent but the noisy outputs' parameters: no data fingerprint, row count or
 timing (those are in the internal run record).
+
+Every budget is written as a typed record naming its unit (:func:`budget_record`) beside the
+keys of format 1; readers get them back as typed budgets through :func:`read_budget`
+(:func:`release_budgets`, :func:`table_budget`, :func:`part_budget`), which reads a manifest
+written before typed records from its format-1 keys.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Mapping
 
 from dprelease import __version__
-from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, amount_text, delta_of, fraction_text, zcdp_epsilon
-from dprelease.errors import InternalError
+from dprelease.accounting import (
+    ZCDP,
+    ApproxDP,
+    Budget,
+    Kind,
+    PureDP,
+    amount_text,
+    budget_of,
+    delta_of,
+    fraction_text,
+    zcdp_epsilon,
+)
+from dprelease.errors import InternalError, UserError
 from dprelease.ledger import Approval, Evaluation
 from dprelease.plan import Plan, TablePlan
 from dprelease.plan.measurements import PermuteAndFlip
@@ -186,3 +202,119 @@ def budget_record(budget: Budget) -> dict[str, str]:
         case PureDP(epsilon=epsilon):
             return {"epsilon": fraction_text(epsilon)}
     raise InternalError(f"not a budget: {budget!r}")
+
+
+# ---------------------------------------------------------------- reading a manifest's budgets
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseBudgets:
+    """A published release's budgets as its manifest states them, typed (:func:`release_budgets`)."""
+
+    total: Budget  # the tables' budgets composed, of the spec's kind
+    release: Budget  # the spec's budget: block, of the same kind
+    ledger_charge: Budget  # what the dataset's ledger was charged, of its terms' kind
+    cap: Budget  # the dataset's lifetime budget, of its terms' kind
+    spent_before: Budget  # of the lifetime budget, before this release
+    spent_after: Budget
+
+    @property
+    def remaining(self) -> Budget:
+        """What remained of the lifetime budget after this release: exactly cap − spent after."""
+        return self.cap - self.spent_after  # type: ignore[operator]  # one kind: checked by release_budgets
+
+
+def read_budget(record: Any, kind: Kind | None = None) -> Budget:
+    """One budget record of a manifest as a typed budget, exactly (never through a float).
+
+    A typed record names its unit, as :func:`budget_record` writes it: ``{"epsilon": …}`` is ε-DP,
+    ``{"rho": …}`` ρ-zCDP and ``{"epsilon": …, "delta": …}`` (ε, δ)-DP. Figures under the keys of
+    format 1 (all a manifest had before typed records, and all a mean's parts have) do not name
+    their unit: their ``"epsilon"`` is ρ under zCDP, and a ``"delta"`` counts under (ε, δ) only.
+    They are read with ``kind`` given: the one the manifest states elsewhere (:func:`format1_kinds`),
+    or their table's. A record that is neither is a UserError (the manifest was altered)."""
+    if not isinstance(record, Mapping):
+        raise UserError(f"manifest budget {record!r} is not a record such as {{\"epsilon\": \"1/4\"}}")
+    if kind is not None:
+        return budget_of(kind, _figure(record, "epsilon"), _figure(record, "delta") if kind == "approx" else None)
+    match sorted(record):
+        case ["rho"]:
+            return ZCDP(_figure(record, "rho"))
+        case ["epsilon"]:
+            return PureDP(_figure(record, "epsilon"))
+        case ["delta", "epsilon"]:
+            return ApproxDP(_figure(record, "epsilon"), _figure(record, "delta"))
+    raise UserError(f"manifest budget record {dict(record)!r} names no unit: expected {{\"epsilon\": …}}, "
+                    "{\"rho\": …} or {\"epsilon\": …, \"delta\": …}")
+
+
+def _figure(record: Mapping[str, Any], key: str) -> Fraction:
+    """The exact figure ``record[key]``, written as text (``"1/4"``)."""
+    text = record.get(key)
+    if not isinstance(text, str):
+        raise UserError(f"manifest budget record {dict(record)!r}: {key} must be exact text such as \"1/4\", "
+                        f"not {text!r}")
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise UserError(f"manifest budget record {dict(record)!r}: {key} {text!r} is not a fraction") from None
+
+
+def format1_kinds(manifest: Mapping[str, Any]) -> tuple[Kind, Kind]:
+    """The kinds of a manifest's format-1 figures: (the spec's, the ledger's). ``budget_unit`` and
+    ``ledger_unit`` say "rho" under zCDP (manifests before zCDP have neither: they were pure);
+    ``total_delta`` is written under (ε, δ) ledger terms only. A pure release on an (ε, δ) ledger
+    reads as (ε, 0): format 1 does not tell them apart, and (ε, 0)-DP is ε-DP."""
+    approx = "total_delta" in manifest
+
+    def kind(unit_key: str) -> Kind:
+        return "zcdp" if manifest.get(unit_key) == "rho" else "approx" if approx else "pure"
+
+    return kind("budget_unit"), kind("ledger_unit")
+
+
+def release_budgets(manifest: Mapping[str, Any]) -> ReleaseBudgets:
+    """A manifest's release and lifetime budgets, typed: from its typed records (``budget``), or,
+    in a manifest written before them, from the keys of format 1 (:func:`read_budget`)."""
+    try:
+        typed = manifest.get("budget")
+        if isinstance(typed, Mapping) and "total" in typed:
+            life = typed["lifetime"]
+            found = ReleaseBudgets(*(read_budget(r) for r in (typed["total"], typed["release"], typed["ledger_charge"],
+                                                               life["cap"], life["spent_before"], life["spent_after"])))
+        else:
+            spec_kind, ledger_kind = format1_kinds(manifest)
+            life, life_delta = manifest["lifetime"], manifest["lifetime"].get("delta", {})
+
+            def old(epsilon: Any, delta: Any, kind: Kind) -> Budget:
+                return read_budget({"epsilon": epsilon, "delta": delta}, kind)
+
+            found = ReleaseBudgets(
+                old(manifest["total_epsilon"], manifest.get("total_delta"), spec_kind),
+                old(manifest["release_budget"], manifest.get("release_delta_budget"), spec_kind),
+                # manifests before zCDP had no ledger_charge: a pure ledger was charged the total
+                old(manifest.get("ledger_charge", manifest["total_epsilon"]), manifest.get("total_delta"), ledger_kind),
+                *(old(life[key], life_delta.get(key), ledger_kind)
+                  for key in ("budget", "spent_before", "spent_after")))
+    except KeyError as exc:
+        raise UserError(f"the manifest has no {exc.args[0]!r} budget figure: it was altered") from None
+    spec_kinds = {found.total.kind, found.release.kind}
+    ledger_kinds = {b.kind for b in (found.ledger_charge, found.cap, found.spent_before, found.spent_after)}
+    if len(spec_kinds) > 1 or len(ledger_kinds) > 1:
+        raise UserError(f"the manifest's budgets mix kinds (the release's: {', '.join(sorted(spec_kinds))}; its "
+                        f"ledger's: {', '.join(sorted(ledger_kinds))}; each is one kind): it was altered")
+    return found
+
+
+def table_budget(manifest: Mapping[str, Any], entry: Mapping[str, Any]) -> Budget:
+    """A table's budget in a manifest (of the spec's kind): its typed record, or, in a manifest
+    written before them, its format-1 ``epsilon`` (and ``delta``)."""
+    if "budget" in entry:
+        return read_budget(entry["budget"])
+    return read_budget(entry, format1_kinds(manifest)[0])
+
+
+def part_budget(table: Budget, part: Mapping[str, Any]) -> Budget:
+    """The budget of a mean's part (its sum or its count), of its table's kind: parts state only
+    the format-1 ``epsilon`` (and ``delta``)."""
+    return read_budget(part, table.kind)

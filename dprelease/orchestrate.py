@@ -184,6 +184,7 @@ def burn_down_md(run: ReleaseRun) -> str:
     import json
 
     from dprelease.ledger import Ledger
+    from dprelease.manifest import release_budgets
     from dprelease.reporting import burn_down
 
     ledger = Ledger.open(run.location, create=False)
@@ -193,7 +194,8 @@ def burn_down_md(run: ReleaseRun) -> str:
         state = ledger.state(run.spec.dataset.name)
     manifest = json.loads((run.layout.final / "manifest.json").read_text("utf-8"))
     rows = [f"| {p.release} | {p.state} | {fraction_text(p.spent_after)} |" for p in burn_down(manifest, state)]
-    return "\n".join(["", f"## Burn-down of {run.spec.dataset.name} (cap {manifest['lifetime']['budget']})", "",
+    cap = fraction_text(release_budgets(manifest).cap.amount)
+    return "\n".join(["", f"## Burn-down of {run.spec.dataset.name} (cap {cap})", "",
                       "| release | state | spent after |", "|---|---|---:|", *rows, ""])
 
 

@@ -19,12 +19,23 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Iterable
 
-from dprelease.accounting import exact_and_decimal, fraction_text, percent_text
+from dprelease.accounting import ApproxDP, Budget, ZCDP, delta_of, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import CapChange
+from dprelease.manifest import ReleaseBudgets, part_budget, read_budget, release_budgets, table_budget
 
 
 def _both(text: str) -> str:
     return exact_and_decimal(Fraction(text))
+
+
+def _amount(budget: Budget) -> str:
+    """A budget's one figure (ε, or ρ; an (ε, δ) budget's ε) for people: ``3/4 (0.75)``."""
+    return exact_and_decimal(budget.amount)
+
+
+def _delta(budget: Budget) -> str:
+    """The δ of an (ε, δ) budget, exact; 0 for the other kinds (a pure budget on (ε, δ) terms costs δ = 0)."""
+    return fraction_text(delta_of(budget) or Fraction(0))
 
 
 _pct = percent_text
@@ -49,12 +60,13 @@ def _record_lines(manifest: dict[str, Any]) -> list[str]:
 
 
 def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -> str:
-    total = Fraction(manifest["total_epsilon"])
-    sym = "ρ" if manifest.get("budget_unit") == "rho" else "ε"
-    life_sym = "ρ" if manifest.get("ledger_unit") == "rho" else "ε"
+    """The report's markdown. Every budget figure is read typed (:func:`dprelease.manifest.release_budgets`,
+    ``table_budget``, ``part_budget``) and shown with the unit of its type."""
+    budgets = release_budgets(manifest)
+    sym, life_sym = budgets.total.symbol, budgets.cap.symbol
     confidence = _pct(Fraction(manifest["confidence"]))
-    life = manifest["lifetime"]
-    approx = "total_delta" in manifest
+    approx = isinstance(budgets.ledger_charge, ApproxDP)  # charged (ε, δ): δ columns and rows
+    implied = read_budget(manifest["implied_approximate_dp"]) if "implied_approximate_dp" in manifest else None
     lines = [
         f"# Budget report — {manifest['release']}",
         "",
@@ -67,10 +79,9 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         *([f"**Period:** {manifest['partition']['assumption']}.", ""] if "partition" in manifest else []),
         "## Guarantee",
         "",
-        _guarantee(manifest, sym),
-        *(["", f"**Implied (ε, δ)-DP of this release:** ε = {_both(manifest['implied_approximate_dp']['epsilon'])} "
-           f"at δ = {manifest['implied_approximate_dp']['delta']} (Canonne, Kamath and Steinke 2020, Corollary 13; "
-           "ε rounded up)."] if "implied_approximate_dp" in manifest else []),
+        _guarantee(manifest, budgets),
+        *(["", f"**Implied (ε, δ)-DP of this release:** ε = {_amount(implied)} at δ = {_delta(implied)} (Canonne, "
+           "Kamath and Steinke 2020, Corollary 13; ε rounded up)."] if implied is not None else []),
         "",
         "## Spend per table",
         "",
@@ -80,12 +91,13 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     ]
     for entry in manifest["tables"]:
         base = entry["name"] if entry.get("level") is None else f"{entry['name']} @ {entry['level']}"
-        rows = ([(f"{base} · mean: {p['part']}", {**entry, **p}) for p in entry["parts"]] if "parts" in entry
-                else [(base, entry)])
-        for name, t in rows:
-            share = _pct(Fraction(t["epsilon"]) / total)
+        budget = table_budget(manifest, entry)
+        rows = ([(f"{base} · mean: {p['part']}", {**entry, **p}, part_budget(budget, p)) for p in entry["parts"]]
+                if "parts" in entry else [(base, entry, budget)])
+        for name, t, spent in rows:
+            share = _pct(spent.amount / budgets.total.amount)
             mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
-            lines.append(f"| {name} | {_both(t['epsilon'])} |{' ' + t.get('delta', '0') + ' |' if approx else ''} "
+            lines.append(f"| {name} | {_amount(spent)} |{' ' + _delta(spent) + ' |' if approx else ''} "
                          f"{share} | {mechanism} | {t['sensitivity']} | "
                          f"{_both(t['scale'])} | {_cells(t)} | {t['moe']} | {t['post_process']} |")
     lines += _structural_section(manifest)
@@ -95,12 +107,9 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "",
         "| cap | spent before | this release | spent after | remaining |",
         "|---:|---:|---:|---:|---:|",
-        f"| {_both(life['budget'])} | {_both(life['spent_before'])} | {_both(manifest.get('ledger_charge', manifest['total_epsilon']))} | "
-        f"{_both(life['spent_after'])} | {_both(life['remaining'])} |",
-        *([f"| δ {life['delta']['budget']} | {life['delta']['spent_before']} | {manifest['total_delta']} | "
-           f"{life['delta']['spent_after']} | "
-           f"{fraction_text(Fraction(life['delta']['budget']) - Fraction(life['delta']['spent_after']))} |"]
-          if "delta" in life else []),
+        "| " + " | ".join(_amount(b) for b in _lifetime_row(budgets)) + " |",
+        *(["| δ " + " | ".join(_delta(b) for b in _lifetime_row(budgets)) + " |"]
+          if all(isinstance(b, ApproxDP) for b in _lifetime_row(budgets)) else []),
         "",
     ]
     if "local_tables" in manifest:
@@ -171,7 +180,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
                     if isinstance(t.get("measure"), dict) and "mean" in t["measure"]}.values()],
         *[f"- `{t['name']}` publishes, per cell, the most common category of `{t['measure']['mode']}`, chosen by the "
           "exponential mechanism (permute-and-flip, McKenna and Sheldon 2020) with the cell's category counts as "
-          f"utilities (sensitivity {t['sensitivity']}; exponent ε·u/({'' if _monotone(t) else '2'}Δu)). "
+          f"utilities (sensitivity {t['sensitivity']}; exponent ε·u/({'' if _monotone(manifest, t) else '2'}Δu)). "
           "It has no margin of error: the chosen category is the true mode with high probability when the mode "
           "leads the runner-up by several times Δu/ε."
           for t in {t['name']: t for t in manifest["tables"]
@@ -195,38 +204,45 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     return "\n".join(lines)
 
 
-def _monotone(t: dict[str, Any]) -> bool:
+def _lifetime_row(budgets: ReleaseBudgets) -> tuple[Budget, ...]:
+    """The lifetime table's row, in the ledger terms' kind: cap, spent before, this release, spent
+    after, remaining."""
+    return budgets.cap, budgets.spent_before, budgets.ledger_charge, budgets.spent_after, budgets.remaining
+
+
+def _monotone(manifest: dict[str, Any], t: dict[str, Any]) -> bool:
     """An exponential mechanism's exponent ε·u/Δu (monotone utility) rather than ε·u/(2Δu): as the
     plan recorded it in the manifest (manifests before it did: from the scale)."""
     if "monotone" in t:
         return bool(t["monotone"])
-    epsilon = Fraction(t.get("mechanism_epsilon", t["epsilon"]))
+    epsilon = Fraction(t["mechanism_epsilon"]) if "mechanism_epsilon" in t else table_budget(manifest, t).amount
     return Fraction(t["scale"]) == Fraction(t["sensitivity"]) / epsilon
 
 
-def _guarantee(manifest: dict[str, Any], sym: str) -> str:
+def _guarantee(manifest: dict[str, Any], budgets: ReleaseBudgets) -> str:
     n, neighbouring = len(manifest["tables"]), manifest["privacy"]["neighbouring"]
+    total, release, charge = budgets.total, budgets.release, budgets.ledger_charge
     if n == 0:
         return ("This release has no central tables and spends none of the central budgets: its tables are "
                 "estimated from answers the respondents randomized themselves (local differential privacy, below).")
-    if "total_delta" in manifest:
+    if isinstance(charge, ApproxDP):  # its δ is the release's: a pure release there costs δ = 0
         return (f"Approximate (ε, δ)-differential privacy; neighbouring datasets: {neighbouring}. The {n} "
                 f"measurements compose sequentially (ε and δ add): the release as a whole is "
-                f"(ε = {_both(manifest['total_epsilon'])}, δ = {manifest['total_delta']})-DP (release budget "
-                f"ε = {_both(manifest['release_budget'])}, δ = {manifest['release_delta_budget']}). Each discrete "
+                f"(ε = {_amount(total)}, δ = {_delta(charge)})-DP (release budget "
+                f"ε = {_amount(release)}, δ = {_delta(release)}). Each discrete "
                 "Gaussian table is calibrated through zCDP: the largest ρ whose (ε, δ) bound (Canonne, Kamath and "
                 "Steinke 2020, Proposition 12) is within the table's (ε, δ), rounded down, then σ² = Δ₂²/(2ρ) "
                 "rounded up; pure ε-DP tables have δ = 0. Post-processing is free.")
-    if sym == "ε":
+    if not isinstance(total, ZCDP):
         return (f"Pure ε-differential privacy; neighbouring datasets: {neighbouring}. The {n} measurements compose "
-                f"sequentially: the release as a whole is ε = {_both(manifest['total_epsilon'])}-DP "
-                f"(release budget {_both(manifest['release_budget'])}). Each table is one histogram over the full "
+                f"sequentially: the release as a whole is {total}-DP "
+                f"(release budget {_amount(release)}). Each table is one histogram over the full "
                 "declared domain, so its cells together cost the table's ε once. Post-processing is free.")
     pure = [t for t in manifest["tables"] if "mechanism_epsilon" in t]
     return (f"ρ-zero-concentrated differential privacy; neighbouring datasets: {neighbouring}. The {n} "
-            f"measurements compose sequentially: the release as a whole is ρ = {_both(manifest['ledger_charge'])}-zCDP "
-            f"(asked {_both(manifest['total_epsilon'])}; each σ² is rounded up, so the cost is never more; release "
-            f"budget {_both(manifest['release_budget'])}). "
+            f"measurements compose sequentially: the release as a whole is {charge}-zCDP "
+            f"(asked {_amount(total)}; each σ² is rounded up, so the cost is never more; release "
+            f"budget {_amount(release)}). "
             + (f"{len(pure)} pure ε-DP measurement(s) run at the largest ε with ε²/2 ≤ their ρ (ε-DP implies "
                "ε²/2-zCDP). " if pure else "")
             + "Post-processing is free.")

@@ -17,10 +17,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dprelease.accounting import decimal_text, fraction_text
+from dprelease.accounting import ZCDP, ApproxDP, Budget, decimal_text, fraction_text
 from dprelease.errors import UserError
 from dprelease.ledger import DatasetState
 from dprelease.ledger.records import LIVE_STATES
+from dprelease.manifest import ReleaseBudgets, release_budgets, table_budget
 
 LARGE_TABLE_EPSILON = Fraction(1)  # a single table above this is flagged for review
 LOW_REMAINING = Fraction(1, 10)  # flag when less than this share of the lifetime cap remains
@@ -52,9 +53,9 @@ def burn_down(manifest: dict[str, Any], state: DatasetState | None) -> list[Burn
     """What counted as spent after each release of the dataset, in order: from the ledger when it
     is reachable, else this release alone (from its manifest)."""
     if state is None:
-        life = manifest["lifetime"]
-        return [BurnDownPoint("(before)", "committed", Fraction(life["spent_before"]), ""),
-                BurnDownPoint(manifest["release"], "committed", Fraction(life["spent_after"]), manifest["created_at"])]
+        budgets = release_budgets(manifest)
+        return [BurnDownPoint("(before)", "committed", budgets.spent_before.amount, ""),
+                BurnDownPoint(manifest["release"], "committed", budgets.spent_after.amount, manifest["created_at"])]
     spent, out = Fraction(0), [BurnDownPoint("(start)", "", Fraction(0), "")]
     for run in state.runs:
         if run.state in LIVE_STATES:
@@ -65,18 +66,18 @@ def burn_down(manifest: dict[str, Any], state: DatasetState | None) -> list[Burn
 
 def warnings(manifest: dict[str, Any], state: DatasetState | None) -> list[str]:
     out = []
-    symbol = "ρ" if manifest.get("budget_unit") == "rho" else "ε"
     for t in manifest["tables"]:
-        if symbol == "ε" and Fraction(t["epsilon"]) > LARGE_TABLE_EPSILON:
+        budget = table_budget(manifest, t)
+        if budget.symbol == "ε" and budget.amount > LARGE_TABLE_EPSILON:  # a ρ is not compared with an ε threshold
             name = t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}"
-            out.append(f"table {name} spends ε = {t['epsilon']} (over {fraction_text(LARGE_TABLE_EPSILON)}): "
-                       "check it is intended")
+            out.append(f"table {name} spends {budget.symbol} = {fraction_text(budget.amount)} (over "
+                       f"{fraction_text(LARGE_TABLE_EPSILON)}): check it is intended")
     if "invariants" in manifest:
         levels = ", ".join(e["level"] for e in manifest["invariants"]["totals"])
         out.append(f"invariants: the number of persons per place at {levels} is published EXACTLY, not protected by "
                    "differential privacy")
-    life = manifest["lifetime"]
-    remaining, cap = Fraction(life["remaining"]), Fraction(life["budget"])
+    budgets = release_budgets(manifest)
+    remaining, cap = budgets.remaining.amount, budgets.cap.amount
     if cap > 0 and remaining < cap * LOW_REMAINING:
         out.append(f"the dataset's lifetime budget is nearly spent: {fraction_text(remaining)} of "
                    f"{fraction_text(cap)} remained after this release")
@@ -96,16 +97,36 @@ def warnings(manifest: dict[str, Any], state: DatasetState | None) -> list[str]:
     return out
 
 
+def _unit(budget: Budget) -> str:
+    """The name of a budget's one figure, as the JSON report's ``budget_unit`` states it."""
+    return "rho" if isinstance(budget, ZCDP) else "epsilon"
+
+
+def _lifetime_json(budgets: ReleaseBudgets) -> dict[str, Any]:
+    """The lifetime figures as the JSON report has always stated them (in the ledger terms' unit,
+    and δ under (ε, δ) terms)."""
+    cap, before, charge, after = budgets.cap, budgets.spent_before, budgets.ledger_charge, budgets.spent_after
+    return {"budget": fraction_text(cap.amount), "spent_before": fraction_text(before.amount),
+            "spent_after": fraction_text(after.amount), "remaining": fraction_text(budgets.remaining.amount),
+            **({"delta": {"budget": fraction_text(cap.delta), "spent_before": fraction_text(before.delta),
+                          "spent_after": fraction_text(after.delta)}}
+               if isinstance(cap, ApproxDP) and isinstance(before, ApproxDP) and isinstance(after, ApproxDP)
+               and isinstance(charge, ApproxDP) else {})}
+
+
 def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[str, Any]:
+    budgets = release_budgets(manifest)
     return {
         **({"exact_publications": manifest["exact_publications"]} if "exact_publications" in manifest else {}),
         "release": manifest["release"], "dataset": manifest["dataset"], "run_id": manifest["run_id"],
-        "budget_unit": manifest.get("budget_unit", "epsilon"), "total": manifest["total_epsilon"],
-        "release_budget": manifest["release_budget"],
-        "tables": [{"name": t["name"], "level": t.get("level"), "epsilon": t["epsilon"], "mechanism": t["mechanism"],
-                    "moe95": t.get("moe95"), "structural_cells": t.get("structural_cells", 0)}
+        "budget_unit": _unit(budgets.total), "total": fraction_text(budgets.total.amount),
+        "release_budget": fraction_text(budgets.release.amount),
+        "tables": [{"name": t["name"], "level": t.get("level"),
+                    "epsilon": fraction_text(table_budget(manifest, t).amount),  # in budget_unit, as ever
+                    "mechanism": t["mechanism"], "moe95": t.get("moe95"),
+                    "structural_cells": t.get("structural_cells", 0)}
                    for t in manifest["tables"]],
-        "lifetime": manifest["lifetime"],
+        "lifetime": _lifetime_json(budgets),
         "burn_down": [{"release": p.release, "state": p.state, "spent_after": fraction_text(p.spent_after),
                        "created_at": p.created_at} for p in burn_down(manifest, state)],
         "burn_down_source": "ledger" if state is not None else "manifest (this release only)",
@@ -134,15 +155,16 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> dict[str, t
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    symbol = "ρ" if manifest.get("budget_unit") == "rho" else "ε"
+    budgets = release_budgets(manifest)
+    symbol = budgets.total.symbol
     names = [t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}" for t in manifest["tables"]]
     out: dict[str, tuple[str, str]] = {}
 
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
-    ax.barh(names, [float(Fraction(t["epsilon"])) for t in manifest["tables"]], color="#3b6ea5")
+    ax.barh(names, [float(table_budget(manifest, t).amount) for t in manifest["tables"]], color="#3b6ea5")  # display
     ax.invert_yaxis()
-    ax.set_xlabel(f"{symbol} per table (release total {decimal_text(Fraction(manifest['total_epsilon']))} of "
-                  f"{decimal_text(Fraction(manifest['release_budget']))})")
+    ax.set_xlabel(f"{symbol} per table (release total {decimal_text(budgets.total.amount)} of "
+                  f"{decimal_text(budgets.release.amount)})")
     out["allocation"] = (f"{symbol} allocation per table", _png(fig))
 
     points = burn_down(manifest, state)
@@ -150,10 +172,10 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> dict[str, t
     xs = list(range(len(points)))
     ax.step(xs, [float(p.spent_after) for p in points], where="post", color="#a53b3b", marker="o",
             label="spent (reserved, committed or failed)")
-    ax.axhline(float(Fraction(manifest["lifetime"]["budget"])), color="black", linestyle="--", label="lifetime cap")
+    ax.axhline(float(budgets.cap.amount), color="black", linestyle="--", label="lifetime cap")  # display
     ax.set_ylim(bottom=0)
     ax.set_xticks(xs, [p.release for p in points], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(manifest.get("ledger_unit", "epsilon").replace("epsilon", "ε").replace("rho", "ρ"))
+    ax.set_ylabel(budgets.cap.symbol)
     ax.legend(fontsize=8)
     out["burndown"] = (f"lifetime budget burn-down of {manifest['dataset']}", _png(fig))
 

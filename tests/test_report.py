@@ -55,8 +55,8 @@ def test_warnings_flag_what_needs_review(two_releases):
     release, _ = two_releases
     manifest = reporting.read_manifest(release)
     assert reporting.warnings(manifest, None) == []
-    manifest["tables"][0]["epsilon"] = "3/2"
-    manifest["lifetime"]["remaining"] = "1/4"
+    manifest["tables"][0]["budget"] = {"epsilon": "3/2"}  # the typed records the reports read
+    manifest["budget"]["lifetime"]["spent_after"] = {"epsilon": "15/4"}  # of 4: 1/4 remains
     manifest["invariants"] = {"totals": [{"level": "STATE"}]}
     found = reporting.warnings(manifest, None)
     assert any("spends ε = 3/2" in w for w in found) and any("nearly spent" in w for w in found)

@@ -1,0 +1,247 @@
+"""The reports read a manifest's budgets from its typed records (``{"epsilon": …}``, ``{"rho": …}``,
+``{"epsilon": …, "delta": …}``) through one reader, :mod:`dprelease.manifest`, and show each
+figure with the unit of its type; a manifest written before typed records (format-1 keys only)
+still reports exactly as before. Manifests are made from plans (no data is read, nothing drawn)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from fractions import Fraction
+
+import pytest
+
+from dprelease import reporting
+from dprelease.accounting import ZCDP, ApproxDP, PureDP
+from dprelease.errors import UserError
+from dprelease.ledger import Ledger, resolve_location
+from dprelease.manifest import budget_record, manifest, read_budget, release_budgets, table_budget
+from dprelease.plan import plan_release
+from dprelease.report import budget_report_md
+from dprelease.spec import load_spec
+from tests.conftest import ROOT
+
+HEAD = """\
+release: {release}
+dataset:
+  name: {dataset}
+  path: {data}
+  na_values: ["N"]
+{lifetime}privacy: {{definition: {definition}, unit: row{delta}}}
+budget: {budget}
+columns:
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+  AGEP: {{range: [0, 99]}}
+  RAC1P: {{domain: [1, 2, 3, 4, 5, 6, 7, 8, 9]}}
+derived:
+  AGE_GROUP: {{from: AGEP, bins: [0, 18, 65, 100], labels: ["0-17", "18-64", "65+"]}}
+tables:
+"""
+TABLES = {  # a Gaussian count, a pure count, a mean (two parts) and a mode, in each definition's unit
+    "zcdp": """\
+  - {name: by_sex_age, group_by: [SEX, AGE_GROUP], rho: 0.3}
+  - {name: by_sex, group_by: [SEX], rho: 0.1, mechanism: discrete_laplace}
+  - {name: mean_income, group_by: [SEX], measure: {mean: PINCP, bounds: [0, 200000], granularity: 1000, missing: skip}, rho: 0.1}
+  - {name: mode_race, group_by: [SEX], measure: {mode: RAC1P}, rho: 0.05}
+""",
+    "approx": """\
+  - {name: by_sex_age, group_by: [SEX, AGE_GROUP], epsilon: 0.5}
+  - {name: by_sex, group_by: [SEX], epsilon: 0.2, mechanism: discrete_laplace}
+  - {name: mean_income, group_by: [SEX], measure: {mean: PINCP, bounds: [0, 200000], granularity: 1000, missing: skip}, epsilon: 0.3}
+""",
+    "pure": """\
+  - {name: by_sex_age, group_by: [SEX, AGE_GROUP], epsilon: 0.25}
+  - {name: by_sex, group_by: [SEX], epsilon: 1.5}
+  - {name: mean_income, group_by: [SEX], measure: {mean: PINCP, bounds: [0, 200000], granularity: 1000, missing: skip}, epsilon: 0.25}
+  - {name: mode_race, group_by: [SEX], measure: {mode: RAC1P}, epsilon: 0.2}
+""",
+}
+BUDGET = {"zcdp": ("{rho: 0.55}", "  lifetime_budget: {rho: 2}\n", ", delta: 1e-6"),
+          "approx": ("{epsilon: 1, delta: 1e-6}", "  lifetime_budget: {epsilon: 5, delta: 2e-6}\n", ""),
+          "pure": ("{epsilon: 2.2}", "  lifetime_budget: {epsilon: 4}\n", "")}
+
+
+def spec_path(tmp_path, definition, *, release=None, dataset=None, lifetime=True):
+    budget, life, delta = BUDGET[definition]
+    path = tmp_path / f"{release or definition}.yaml"
+    path.write_text(HEAD.format(release=release or f"typed-{definition}", dataset=dataset or f"ds-{definition}",
+                                data=ROOT / "data" / "nist_acs" / "ma2019.csv", lifetime=life if lifetime else "",
+                                definition=definition, delta=delta, budget=budget) + TABLES[definition])
+    return path
+
+
+def manifest_of(path, state=None):
+    spec = load_spec(path)
+    return manifest(spec, plan_release(spec, state), "run-1", "2026-11-26T00:00:00+00:00")
+
+
+def on_ledger(tmp_path, first, second):
+    """The manifest of spec ``second`` planned on the dataset after ``first`` was reserved in a
+    ledger: a pure release on the zCDP or (ε, δ) terms ``first`` set."""
+    spec = load_spec(first)
+    plan = plan_release(spec, None)
+    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=True)
+    try:
+        ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=plan.ledger_charges(),
+                       spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime.amount,
+                       terms=plan.terms, lifetime_delta_from_spec=getattr(spec.dataset.lifetime, "delta", None))
+        return manifest_of(second, ledger.state(spec.dataset.name))
+    finally:
+        ledger.close()
+
+
+@pytest.fixture
+def manifests(tmp_path):
+    """A pure, a zCDP and an (ε, δ) release, and pure releases on zCDP and (ε, δ) ledgers."""
+    out = {kind: manifest_of(spec_path(tmp_path, kind)) for kind in ("pure", "zcdp", "approx")}
+    for terms in ("zcdp", "approx"):
+        later = spec_path(tmp_path, "pure", release=f"pure-on-{terms}", dataset=f"ds-{terms}", lifetime=False)
+        (tmp_path / terms).mkdir()
+        out[f"pure-on-{terms}"] = on_ledger(tmp_path / terms, spec_path(tmp_path, terms), later)
+    return out
+
+
+def format1(typed: dict) -> dict:
+    """The manifest as written before typed records: only the keys of format 1."""
+    old = copy.deepcopy(typed)
+    del old["budget"]
+    for t in old["tables"]:
+        del t["budget"], t["ledger_charge"]
+    return old
+
+
+def outputs(m: dict) -> tuple:
+    """Everything the reports show of a manifest, but the HTML's figures: the markdown, the JSON
+    report and the warnings (the HTML is checked on the zCDP release below)."""
+    return budget_report_md(m), json.dumps(reporting.report_json(m, None), ensure_ascii=False), \
+        reporting.warnings(m, None), reporting.burn_down(m, None)
+
+
+# ---------------------------------------------------------------- the one reader
+
+
+@pytest.mark.parametrize("budget", [PureDP(Fraction(1, 4)), ZCDP(Fraction(3, 10)),
+                                    ApproxDP(Fraction(1, 2), Fraction(1, 10**6)), ApproxDP(Fraction(1), Fraction(0))])
+def test_a_typed_record_reads_back_as_the_budget_written(budget):
+    assert read_budget(budget_record(budget)) == budget
+    assert type(read_budget(json.loads(json.dumps(budget_record(budget))))) is type(budget)
+
+
+def test_format1_figures_are_read_in_the_kind_the_manifest_states():
+    assert read_budget({"epsilon": "3/10"}, "zcdp") == ZCDP(Fraction(3, 10))  # the old key held ρ
+    assert read_budget({"epsilon": "1/4", "delta": "0"}, "pure") == PureDP(Fraction(1, 4))
+    assert read_budget({"epsilon": "1/4", "delta": "1e-6"}, "approx") == ApproxDP(Fraction(1, 4), Fraction(1, 10**6))
+    with pytest.raises(UserError, match="delta"):  # a missing δ is never taken for 0
+        read_budget({"epsilon": "1/4"}, "approx")
+
+
+@pytest.mark.parametrize("record", [{"epsilon": "1", "rho": "1"}, {"rho": "1", "delta": "0"}, {}, {"eps": "1"},
+                                    {"epsilon": 0.25}, {"rho": "a quarter"}, "1/4", None])
+def test_a_record_that_names_no_unit_is_refused(record):
+    with pytest.raises(UserError):
+        read_budget(record)
+
+
+def test_typed_records_of_mixed_kinds_are_refused(manifests):
+    m = copy.deepcopy(manifests["zcdp"])
+    m["budget"]["lifetime"]["cap"] = {"epsilon": "2"}
+    with pytest.raises(UserError, match="mix kinds"):
+        release_budgets(m)
+
+
+# ---------------------------------------------------------------- reports read the typed records
+
+
+def test_a_zcdp_report_shows_rho_from_the_typed_records(manifests):
+    """The format-1 keys are given other figures and units (as if an ε-DP release): the reports
+    do not change, so they read none of them; changing a typed record changes what they show."""
+    typed = manifests["zcdp"]
+    md = budget_report_md(typed)
+    assert "| table | ρ | share |" in md and "## Lifetime budget of ds-zcdp (ρ)" in md
+    assert "| by_sex_age | 3/10 (0.3) | ≈54.55% | discrete_gaussian |" in md
+    assert "| mean_income · mean: sum | 1/20 (0.05) | ≈9.09% |" in md  # a part: format 1, in its table's unit
+    assert "the release as a whole is ρ = " in md and "(asked 11/20 (0.55);" in md
+
+    decoy = copy.deepcopy(typed)
+    decoy.update({"total_epsilon": "7", "release_budget": "8", "ledger_charge": "9", "budget_unit": "epsilon",
+                  "ledger_unit": "epsilon", "lifetime": {"budget": "40", "spent_before": "30", "spent_after": "39",
+                                                         "remaining": "1"}})
+    for t in decoy["tables"]:
+        t["epsilon"] = "3"
+    assert outputs(decoy) == outputs(typed)
+    html = reporting.report_html(typed, None, md)
+    assert reporting.report_html(decoy, None, md) == html
+
+    changed = copy.deepcopy(typed)
+    changed["tables"][0]["budget"] = {"rho": "1/7"}
+    changed["budget"]["lifetime"]["cap"] = {"rho": "3"}
+    md2 = budget_report_md(changed)
+    assert "| by_sex_age | 1/7 (≈0.1429) |" in md2 and "\n| 3 | 0 |" in md2
+    assert reporting.report_json(changed, None)["tables"][0]["epsilon"] == "1/7"
+    assert reporting.report_json(changed, None)["lifetime"]["budget"] == "3"
+
+
+def test_the_unit_shown_is_the_type_of_the_record(manifests):
+    """Typed records of an ε-DP release in a manifest whose format-1 keys say ρ: ε is shown."""
+    m = copy.deepcopy(manifests["pure"])
+    m.update({"budget_unit": "rho", "ledger_unit": "rho"})
+    md = budget_report_md(m)
+    assert md == budget_report_md(manifests["pure"])
+    assert "| table | ε | share |" in md and "(ε)\n" in md and "Pure ε-differential privacy" in md
+    as_rho = copy.deepcopy(manifests["pure"])  # and the same figures typed as ρ are shown as ρ
+    for name in ("total", "release", "ledger_charge"):
+        as_rho["budget"][name] = {"rho": as_rho["budget"][name]["epsilon"]}
+    for name, record in as_rho["budget"]["lifetime"].items():
+        as_rho["budget"]["lifetime"][name] = {"rho": record["epsilon"]}
+    for t in as_rho["tables"]:
+        t["budget"] = {"rho": t["budget"]["epsilon"]}
+    shown = budget_report_md(as_rho)
+    assert "| table | ρ | share |" in shown and "(ρ)\n" in shown and "ρ-zero-concentrated" in shown
+    assert reporting.report_json(as_rho, None)["budget_unit"] == "rho"
+    assert not any("spends" in w for w in reporting.warnings(as_rho, None))  # ρ = 3/2 is not an ε over 1
+    assert any("spends ε = 3/2" in w for w in reporting.warnings(manifests["pure"], None))
+
+
+def test_an_approx_report_reads_epsilon_and_delta_typed(manifests):
+    typed = manifests["approx"]
+    md = budget_report_md(typed)
+    assert "| table | ε | δ | share |" in md and "(ε = 1, δ = 1/1000000)-DP" in md
+    assert "| δ 1/500000 | 0 | 1/1000000 | 1/1000000 | 1/1000000 |" in md
+    changed = copy.deepcopy(typed)
+    changed["budget"]["ledger_charge"] = {"epsilon": "1", "delta": "1/2000000"}
+    changed["budget"]["lifetime"]["spent_after"] = {"epsilon": "1", "delta": "1/2000000"}
+    changed["lifetime"]["delta"]["spent_after"] = "999"  # a format-1 decoy
+    assert "| δ 1/500000 | 0 | 1/2000000 | 1/2000000 | 3/2000000 |" in budget_report_md(changed)
+    assert reporting.report_json(changed, None)["lifetime"]["delta"]["spent_after"] == "1/2000000"
+
+
+# ---------------------------------------------------------------- manifests without typed records
+
+
+@pytest.mark.parametrize("kind", ["pure", "zcdp", "approx", "pure-on-zcdp", "pure-on-approx"])
+def test_a_manifest_without_typed_records_reports_identically(manifests, kind):
+    typed = manifests[kind]
+    old = format1(typed)
+    assert outputs(old) == outputs(typed)
+    if kind == "pure-on-approx":  # format 1 cannot tell ε from (ε, 0) on an (ε, δ) ledger: the figures agree
+        assert release_budgets(old).total == release_budgets(typed).total.as_approx()
+    else:
+        assert release_budgets(old) == release_budgets(typed)
+    for t_old, t in zip(old["tables"], typed["tables"]):
+        assert table_budget(old, t_old).amount == table_budget(typed, t).amount
+
+
+def test_a_manifest_from_before_zcdp_reports_identically(manifests):
+    """Pure releases' manifests before zCDP had no budget_unit, ledger_unit or ledger_charge."""
+    old = format1(manifests["pure"])
+    for key in ("budget_unit", "ledger_unit", "ledger_charge"):
+        del old[key]
+    assert outputs(old) == outputs(manifests["pure"])
+
+
+def test_the_kinds_of_the_old_keys(manifests):
+    budgets = release_budgets(format1(manifests["pure-on-zcdp"]))
+    assert isinstance(budgets.total, PureDP) and isinstance(budgets.ledger_charge, ZCDP)
+    assert isinstance(budgets.cap, ZCDP) and budgets.remaining == budgets.cap - budgets.spent_after
+    approx = release_budgets(format1(manifests["approx"]))
+    assert approx.ledger_charge == ApproxDP(Fraction(1), Fraction(1, 10**6)) == approx.total
