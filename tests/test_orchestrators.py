@@ -140,3 +140,23 @@ def test_the_day_server_starts_is_used_and_stops(tmp_path, monkeypatch):
     assert server.recorded() is None and not server.state_file().exists()
     assert not os.path.exists(f"/proc/{kept.pid}") or "Z" in Path(f"/proc/{kept.pid}/stat").read_text().split()[2]
     assert "runs (--orchestrator auto): inline" in cli("server", "status").stdout
+
+
+@pytest.mark.parametrize("stage", ["histogram", "noise"])
+def test_an_inline_run_killed_fails_closed_as_a_flow_run_does(tmp_path, stage):
+    """The fault checkpoints are in the steps, so an inline run stops at them too: killed before
+    noise, the reservation stays counted until voided; killed after, it can only be failed."""
+    from tests.test_crash import resolve
+    from tests.test_run import _killed_at, ledger_state
+
+    spec, out = _spec(tmp_path, f"inline-crash-{stage}"), tmp_path / "out"
+    env = {"PREFECT_API_URL": None, "PREFECT_HOME": str(tmp_path / "no-home")}
+    _killed_at(stage, spec, out, env, tmp_path)
+    [record] = ledger_state(DATASET).runs
+    assert record.state == ("reserved" if stage == "histogram" else "drawing")
+    assert run(spec, "--output-dir", out, env=env).returncode == 4  # refused while the reservation is open
+    settled = resolve(record.run_id, "void" if stage == "histogram" else "fail", env)
+    assert settled.returncode == 0, settled.stderr
+    again = run(spec, "--output-dir", out, env=env)
+    assert again.returncode == (0 if stage == "histogram" else 4), again.stderr
+    assert not (tmp_path / "no-home").exists()
