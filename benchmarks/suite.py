@@ -6,8 +6,11 @@
                                                 # and the results section of benchmarks/README.md
     python benchmarks/suite.py --report benchmarks/results/latest.json   # README from saved results
 
-Parts (each can be skipped: --skip sampler workload big e2e):
+Parts (each can be skipped: --skip sampler small workload big e2e):
 
+* small: the shipped demo, whole process, in each way a run can go (inline, with the day's
+  server, a temporary server; first runs on a new PREFECT_HOME) against ``dprelease plan``
+  and OpenDP's Polars context (benchmarks/small_release.py);
 * sampler: exact discrete Laplace samples per second, ours (ChaCha20 keystream from
   os.urandom, integer-only) vs OpenDP's vector discrete Laplace (its venv) vs numpy's
   difference of two geometrics (PCG64, floating point: insecure, inexact; a yardstick only);
@@ -87,30 +90,26 @@ def local_anchor(kind: str, data_dir: Path) -> dict:  # type: ignore[type-arg]
 
 
 class Ours:
-    """``dprelease run`` as a child process: ephemeral Prefect with a warm PREFECT_HOME, a fresh
-    ledger and output directory each time."""
+    """``dprelease run`` as a child process, a fresh ledger and output directory each time: by
+    default (no Prefect server up here, so inline), or as a first run forced through Prefect on
+    a new PREFECT_HOME (``first_run_prefect``: a temporary server and its database migrations)."""
 
     def __init__(self) -> None:
-        self.home = DATA / "prefect-home"
         self.count = 0
 
-    def run(self, data_dir: Path, rows: int) -> dict:  # type: ignore[type-arg]
-        if not (self.home / "warm").exists():  # the first ephemeral start builds Prefect's database
-            self.home.mkdir(parents=True, exist_ok=True)
-            self._once(data_dir, rows)
-            (self.home / "warm").write_text("")
-        return self._once(data_dir, rows)
-
-    def _once(self, data_dir: Path, rows: int) -> dict:  # type: ignore[type-arg]
+    def run(self, data_dir: Path, rows: int, first_run_prefect: bool = False) -> dict:  # type: ignore[type-arg]
         self.count += 1
         release = f"bench-{os.getpid()}-{self.count}"
         spec = write_spec(data_dir, rows, release)
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                env = {**os.environ, "PREFECT_HOME": str(self.home), "XDG_DATA_HOME": f"{tmp}/xdg"}
+                home = Path(tmp) / "prefect-home"  # new each time: only a run through Prefect uses it
+                home.mkdir()
+                env = {**os.environ, "PREFECT_HOME": str(home), "XDG_DATA_HOME": f"{tmp}/xdg"}
                 env.pop("PREFECT_API_URL", None)
+                extra = ["--orchestrator", "prefect"] if first_run_prefect else []
                 wall, rss, _ = child([sys.executable, "-m", "dprelease", "run", str(spec), "--output-dir",
-                                      f"{tmp}/out"], env=env)
+                                      f"{tmp}/out", *extra], env=env)
                 record = json.loads(Path(f"{tmp}/out/_internal/{release}/run.json").read_text())
         finally:
             spec.unlink()
@@ -118,6 +117,9 @@ class Ours:
         assert record["rows"]["read"] == rows, record["rows"]
         return {**{k: timings[k] for k in ("fingerprint", *COMPUTE_STAGES, "publish")},
                 "compute": sum(timings[k] for k in COMPUTE_STAGES), "wall": wall, "rss_mb": rss}
+
+
+FIRST_RUN = "ours, first run via Prefect (new PREFECT_HOME)"
 
 
 def sampler(n: int, repeats: int) -> dict:  # type: ignore[type-arg]
@@ -166,7 +168,7 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=100_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sampler-n", type=int, default=10_000_000)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["sampler", "workload", "big", "e2e"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["sampler", "small", "workload", "big", "e2e"])
     parser.add_argument("--anchors", nargs="*", default=["opendp-polars", "tumult-analytics"])
     parser.add_argument("--report", type=Path, help="only regenerate the README section from saved results")
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
@@ -181,6 +183,11 @@ def main() -> None:
     if "sampler" not in args.skip:
         results["sampler"] = sampler(args.sampler_n, args.repeats)
         print(json.dumps({"sampler": results["sampler"]}), flush=True)
+    if "small" not in args.skip:
+        from small_release import measure
+
+        results["small"] = measure(args.repeats)
+        print(json.dumps({"small": results["small"]["rows"]}), flush=True)
     if "workload" not in args.skip:
         for rows in args.rows:
             data_dir = dataset(rows)
@@ -202,6 +209,7 @@ def main() -> None:
             data_dir = dataset(rows)
             entry = {"ours": results["workload"].get(str(rows), {}).get("ours")
                      or median_runs(lambda: ours.run(data_dir, rows), args.repeats)}
+            entry[FIRST_RUN] = median_runs(lambda: ours.run(data_dir, rows, first_run_prefect=True), args.repeats)
             for name in args.anchors:
                 python = VENVS / name.split("-")[0] / "bin" / "python"
                 if not python.exists():
@@ -238,6 +246,10 @@ def tables(results: dict) -> list[str]:  # type: ignore[type-arg]
             targets.append(f"sampler ≥ 30× OpenDP's throughput: {ratio:.1f}× — {verdict(ratio >= 30)}")
         lines += [f"| numpy geometric difference (PCG64, floats: insecure, inexact; yardstick) | "
                   f"{s['numpy_per_s'] / 1e6:.2f} M | {s['ours_per_s'] / s['numpy_per_s']:.2f}× |", ""]
+    if results.get("small"):
+        from small_release import table_lines
+
+        lines += table_lines(results["small"])
     if results.get("workload"):
         lines += ["### The 6-table workload: exact histograms (ours: + noise + post-processing)", "",
                   "| rows | plain bincount s | pandas s | DuckDB s | ours: load | histogram | noise | post-process "
@@ -280,7 +292,7 @@ def tables(results: dict) -> list[str]:  # type: ignore[type-arg]
                 else:
                     lines.append(f"| {int(rows):,} | {name} | — | — | {(r.get('missing') or r.get('failed', ''))[:120]} |")
         for rows, e in results["e2e"].items():
-            anchors = {n: r for n, r in e.items() if n != "ours" and r and "compute" in r}
+            anchors = {n: r for n, r in e.items() if not n.startswith("ours") and r and "compute" in r}
             if not anchors or not e.get("ours"):
                 continue
             o = e["ours"]
@@ -306,7 +318,7 @@ def verdict(met: bool) -> str:
 def after_startup(name: str, r: dict) -> float:  # type: ignore[type-arg]
     """Seconds after start-up: an anchor's from its first step to every table collected; ours
     the run record's every stage (fingerprint, load, histogram, noise, post-process, publish)."""
-    if name != "ours":
+    if not name.startswith("ours"):
         return r["compute"]
     return r["compute"] + r.get("fingerprint", 0.0) + r.get("publish", 0.0)
 

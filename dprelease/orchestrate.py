@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from pathlib import Path
+from typing import Callable
 
 # An empty PREFECT_API_URL means "no server" to a user, but breaks Prefect's event worker.
 if os.environ.get("PREFECT_API_URL", None) == "":
@@ -38,7 +40,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
 from dprelease.accounting import amount_text, fraction_text  # noqa: E402
-from dprelease.release import ReleaseRun  # noqa: E402
+from dprelease.release import ReleaseRun, Step  # noqa: E402
 
 _RUNS: dict[str, ReleaseRun] = {}
 
@@ -72,61 +74,58 @@ class StepFailed(RuntimeError):
     """What Prefect sees of a failed step: the step, never the message."""
 
 
-def _step(run_id: str, step, *args) -> None:  # type: ignore[no-untyped-def]
+def _step(run_id: str, action: Callable[[ReleaseRun], None], what: str = "a step") -> None:
     run = _RUNS[run_id]
     try:
-        step(run, *args)
+        action(run)
     except Exception as exc:
         run.error = exc
-        raise StepFailed(f"{step.__name__} failed ({type(exc).__name__}); details on the operator's "
+        raise StepFailed(f"{what} failed ({type(exc).__name__}); details on the operator's "
                          "terminal") from None
 
 
 @task(name="load", **_TASK)
-def load_task(run_id: str) -> None:
-    _step(run_id, ReleaseRun.load)
+def load_task(run_id: str, step: Step) -> None:
+    _step(run_id, step.run, step.name)
 
 
-@task(name="measure", task_run_name="measure-{table}", **_TASK)
-def measure_task(run_id: str, table: str) -> None:
-    _step(run_id, ReleaseRun.measure_table, table)
+@task(name="measure", task_run_name="measure-{step.table}", **_TASK)
+def measure_task(run_id: str, step: Step) -> None:
+    _step(run_id, step.run, step.name)
 
 
 @task(name="postprocess", **_TASK)
-def postprocess_task(run_id: str) -> None:
-    _step(run_id, ReleaseRun.postprocess)
+def postprocess_task(run_id: str, step: Step) -> None:
+    _step(run_id, step.run, step.name)
 
 
 @task(name="publish", **_TASK)
-def publish_task(run_id: str) -> None:
-    _step(run_id, ReleaseRun.publish)
+def publish_task(run_id: str, step: Step) -> None:
+    _step(run_id, step.run, step.name)
+
+
+PROGRESS_SECONDS = 1.0  # the progress artifact is updated at most this often (and once done)
+_TASKS = {"load": load_task, "measure": measure_task, "postprocess": postprocess_task, "publish": publish_task}
 
 
 @flow(name="dprelease-release", flow_run_name="{release}", retries=0, persist_result=False,
       validate_parameters=False, log_prints=False)
 def release_flow(run_id: str, release: str) -> None:
-    """Load once, one task per table (histogram → noise per level), post-process, publish, report."""
+    """The run's steps (:meth:`ReleaseRun.steps`), one task each, then the budget report's artifacts."""
     from prefect.runtime import flow_run
 
     run = _RUNS[run_id]
     run.flow_run_id = str(flow_run.id) if flow_run.id else None
-    steps = 3 + len(run.spec.tables)  # load, each table, post-process, publish
+    steps = run.steps()
     progress = create_progress_artifact(progress=0.0, key=artifact_key(release, "progress"),
                                         description=f"Progress of release {release}")
-
-    def done(step: int, what: str) -> None:
-        update_progress_artifact(progress, 100.0 * step / steps, description=f"{release}: {what}")
-        run.report_progress(what, step, steps)
-
-    load_task(run_id)
-    done(1, "data loaded")
-    for i, table in enumerate(run.spec.tables):
-        measure_task(run_id, table.name)
-        done(2 + i, f"measured {table.name}")
-    postprocess_task(run_id)
-    done(steps - 1, "post-processed")
-    publish_task(run_id)
-    done(steps, "published")
+    shown = time.monotonic()
+    for i, step in enumerate(steps, 1):
+        _TASKS[step.name](run_id, step)
+        if i == len(steps) or time.monotonic() - shown >= PROGRESS_SECONDS:  # each update is an API call
+            update_progress_artifact(progress, 100.0 * i / len(steps), description=f"{release}: {step.done}")
+            shown = time.monotonic()
+        run.report_progress(step.done, i, len(steps))
     create_markdown_artifact(key=artifact_key(release), markdown=(run.report_md or "") + burn_down_md(run),
                              description=f"Budget report of release {release}")
     create_table_artifact(key=artifact_key(release, "budget-table"), table=budget_rows(run),
@@ -144,13 +143,14 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, requi
     from prefect import get_run_logger
     from prefect.runtime import flow_run
 
-    from dprelease.lifecycle import Voice, run_spec
+    from dprelease.lifecycle import Orchestrator, Voice, run_spec
 
     start = flow_run.scheduled_start_time
     run_date = start.astimezone(timezone.utc) if start is not None else None
     logger = get_run_logger()
     voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
-    run_spec(Path(spec_path), ledger, Path(output_dir), orchestrate=run_release, voice=voice,
+    record = {"kind": "prefect", "api": os.environ.get("PREFECT_API_URL", ""), "chosen_by": "schedule"}
+    run_spec(Path(spec_path), ledger, Path(output_dir), orchestrate=Orchestrator(run_release, record), voice=voice,
              require_approval=require_approval, run_date=run_date)
 
 

@@ -41,6 +41,23 @@ from dprelease.spec import ModeMeasure, Spec, canonical
 STAGE_TIMINGS = ("fingerprint", "load", "histogram", "noise", "postprocess", "publish")
 
 
+@dataclass(frozen=True)
+class Step:
+    """One step of a reserved run, as every orchestrator runs it (Prefect as one task each,
+    inline as one call each): ``load``, ``measure`` (one table: every level's noise),
+    ``postprocess``, ``publish``; ``done`` is what the progress line says once it is done."""
+
+    name: str
+    done: str
+    table: str | None = None
+
+    def run(self, release: ReleaseRun) -> None:
+        if self.name == "measure":
+            release.measure_table(self.table or "")
+        else:
+            getattr(release, self.name)()
+
+
 @dataclass(eq=False)
 class ReleaseRun:
     """The mutable state of one run (in this process only)."""
@@ -69,12 +86,18 @@ class ReleaseRun:
     local_counts: dict[str, np.ndarray] = field(default_factory=dict)  # randomized answers per category
     local_estimates: dict[str, tuple[Estimate, Estimate]] = field(default_factory=dict)  # (IBU, MI)
     flow_run_id: str | None = None
+    orchestrator: dict[str, str] | None = None  # how the steps were run: recorded in run.json, never published
     report_md: str | None = None
     error: BaseException | None = None
 
     def report_progress(self, what: str, step: int, steps: int) -> None:
         if self.on_progress is not None:
             self.on_progress(what, step, steps)
+
+    def steps(self) -> list[Step]:
+        """The run's steps in order: load, each table, post-process, publish."""
+        return [Step("load", "data loaded"), *(Step("measure", f"measured {t.name}", t.name) for t in self.spec.tables),
+                Step("postprocess", "post-processed"), Step("publish", "published")]
 
     def _timed(self, stage: str, start: float) -> None:
         self.timings[stage] += time.perf_counter() - start
@@ -204,6 +227,7 @@ class ReleaseRun:
             "rows": {"read": data.rows_read, "dropped": data.rows_dropped, "over_contribution_bound": data.rows_over_bound,
                      "used": data.rows} if data else None,
             "ledger": self.location.shown,
+            "orchestrator": self.orchestrator,
             "prefect_flow_run_id": self.flow_run_id,
             "stage": self.stage,
             "noise_drawn": self.noise_drawn,

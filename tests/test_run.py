@@ -214,10 +214,13 @@ def test_sigkill_during_noise_publishes_nothing_and_leaves_the_reservation_count
     assert rerun.returncode == 4 and "dprelease ledger" in rerun.stderr
 
 
-def test_the_readme_command_runs_in_ephemeral_mode(tmp_path):
-    """No server: Prefect's ephemeral mode, a fresh PREFECT_HOME, as on a new machine."""
+@pytest.mark.parametrize("orchestrator", ["auto", "prefect"])
+def test_the_readme_command_runs_in_ephemeral_mode(tmp_path, orchestrator):
+    """No server, a fresh PREFECT_HOME, as on a new machine: the default runs inline; forced to
+    Prefect, the run starts a temporary server of its own (and stops it)."""
     env = {"PREFECT_HOME": str(tmp_path / "prefect-home")}
-    proc = run(DEMO, "--output-dir", tmp_path / "out", env={**env, "PREFECT_API_URL": None}, timeout=240)
+    proc = run(DEMO, "--output-dir", tmp_path / "out", "--orchestrator", orchestrator,
+               env={**env, "PREFECT_API_URL": None}, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "acs-demo-2019" / "manifest.json").exists()
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -3,14 +3,15 @@
 Exit codes, the same for every command: 0 ok; 1 internal error (a bug); 2 invalid usage,
 spec or data; 3 over budget; 4 already released or reserved; 5 not approved.
 
-``validate``, ``plan`` and ``ledger`` never import Prefect (it costs over a second).
+``validate``, ``plan``, ``ledger``, ``server`` and an inline ``run`` never import Prefect (it costs
+over a second).
 """
 
 from __future__ import annotations
 
 import typer
 
-from dprelease.cli import ledger_cmds, plan_cmds, release_cmds, simulate_cmds
+from dprelease.cli import ledger_cmds, plan_cmds, release_cmds, server_cmds, simulate_cmds
 
 app = typer.Typer(name="dprelease", add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -18,6 +19,9 @@ app = typer.Typer(name="dprelease", add_completion=False, no_args_is_help=True,
 ledger_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
                          help="Show lifetime budgets and releases per dataset, or change a cap.")
 app.add_typer(ledger_app, name="ledger")
+server_app = typer.Typer(no_args_is_help=True, help="Keep one local Prefect server for the day, so runs are "
+                         "flow runs without a server's start-up each time.")
+app.add_typer(server_app, name="server")
 
 for command in (plan_cmds.validate, plan_cmds.plan, release_cmds.run, release_cmds.postprocess,
                 release_cmds.schedule, release_cmds.report, simulate_cmds.randomize, simulate_cmds.evaluate):
@@ -27,6 +31,9 @@ ledger_app.command("set-budget")(ledger_cmds.ledger_set_budget)
 ledger_app.command("register-answers")(ledger_cmds.ledger_register_answers)
 ledger_app.command("require-approval")(ledger_cmds.ledger_require_approval)
 ledger_app.command("resolve")(ledger_cmds.ledger_resolve)
+server_app.command("start")(server_cmds.server_start)
+server_app.command("stop")(server_cmds.server_stop)
+server_app.command("status")(server_cmds.server_status)
 
 
 def main() -> None:

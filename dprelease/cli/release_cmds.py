@@ -5,6 +5,7 @@ arguments and prints."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -43,14 +44,20 @@ def run(
     dask_address: Annotated[Optional[str], typer.Option(
         "--dask-address", metavar="ADDRESS", help="Count the data on this Dask cluster (e.g. tcp://scheduler:8786) "
         "instead of streaming it here; noise is still drawn here. Overrides the spec's engine:.")] = None,
+    orchestrator: Annotated[str, typer.Option(
+        "--orchestrator", metavar="auto|prefect|inline", help="How the reserved run's steps run: auto (default) "
+        "uses the Prefect server at PREFECT_API_URL or the one `dprelease server` keeps, else runs them inline "
+        "here; prefect forces a Prefect flow run (a temporary server when none is up); inline never uses "
+        "Prefect.")] = "auto",
 ) -> None:
-    """Publish a release: plan, reserve in the ledger, then measure and publish with Prefect.
+    """Publish a release: plan, reserve in the ledger, then measure and publish (inline, or as a
+    Prefect flow run when a Prefect server is up; see --orchestrator).
 
     Exit 0 published; 2 invalid spec or data (nothing spent); 3 over budget (data not read);
     4 already released or reserved; 5 not approved (with --require-approval; nothing spent);
     1 any other failure (nothing published).
     """
-    from dprelease.lifecycle import RunFailed, Voice, run_spec
+    from dprelease.lifecycle import Orchestrator, RunFailed, Voice, run_spec
 
     when = None
     if run_date is not None:
@@ -64,9 +71,32 @@ def run(
     if dask_address is not None and not re.fullmatch(r"(tcp|tls)://[^\s/]+:[0-9]{1,5}", dask_address):
         raise typer.BadParameter(f"{dask_address!r} is not a Dask scheduler address, e.g. tcp://scheduler:8786",
                                  param_hint="--dask-address")
+    from dprelease import server
+
+    choice = server.choose(orchestrator)
+    voice = Voice(say=say, show=show, error=_error)
     try:
-        run_spec(spec_path, ledger, output_dir, orchestrate=_orchestrate, voice=Voice(say=say, show=show, error=_error),
-                 require_approval=require_approval, run_date=when, dask_address=dask_address)
+        if choice.kind == "inline":
+            if orchestrator == "auto":
+                say("running inline: no Prefect server is up (`dprelease server start` keeps one for the day; "
+                    "--orchestrator prefect forces a flow run)")
+            from dprelease.lifecycle.inline import run_inline
+
+            run_spec(spec_path, ledger, output_dir, orchestrate=Orchestrator(run_inline, choice.record()), voice=voice,
+                     require_approval=require_approval, run_date=when, dask_address=dask_address)
+            return
+        with contextlib.ExitStack() as stack:
+            api = choice.api
+            if api is None:
+                say("starting a temporary Prefect server for this run (`dprelease server start` keeps one for the "
+                    "day)")
+                api = stack.enter_context(server.temporary())
+            os.environ["PREFECT_API_URL"] = api  # before Prefect is imported: the flow runs there
+            if orchestrator == "auto":
+                say(f"running as a Prefect flow run at {api} ({choice.how})")
+            record = {**choice.record(), "api": api}
+            run_spec(spec_path, ledger, output_dir, orchestrate=Orchestrator(_orchestrate, record),
+                     voice=voice, require_approval=require_approval, run_date=when, dask_address=dask_address)
     except RunFailed as failed:  # its error and its settlement were said
         raise typer.Exit(failed.exit_code) from None
 
@@ -111,16 +141,20 @@ def schedule(
     no_approval: Annotated[bool, typer.Option(
         "--no-approval", help="Run plans that were not approved with `plan --approve` (default: refuse them).")] = False,
 ) -> None:
-    """Register a cron-scheduled deployment of SPEC on the Prefect server at PREFECT_API_URL and
-    serve it (runs until interrupted). Each run names its release from the spec's template, e.g.
+    """Register a cron-scheduled deployment of SPEC on the Prefect server at PREFECT_API_URL (or
+    the one `dprelease server` keeps) and serve it (runs until interrupted). Each run names its release from the spec's template, e.g.
     release: "acs-monthly-{run_date:%Y-%m}", with its scheduled start (UTC), and by default
     refuses a plan that is not approved (nothing spent)."""
     from dprelease.spec import load_spec
 
+    from dprelease import server
+
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
-    if not os.environ.get("PREFECT_API_URL"):
-        raise UserError("schedules need a Prefect server: start one with `prefect server start` and set "
-                        "PREFECT_API_URL (e.g. http://127.0.0.1:4200/api), then run this again")
+    choice = server.choose("prefect")
+    if choice.api is None:
+        raise UserError("schedules need a Prefect server: start one with `dprelease server start` (or `prefect "
+                        "server start` and set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api), then run this again")
+    os.environ["PREFECT_API_URL"] = choice.api  # before Prefect is imported
     if spec.release_template is None:
         say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
             "scheduled run can publish; later runs are refused as already released")

@@ -51,7 +51,7 @@ def process_start(pid: int) -> str:
 def may_be_alive(holder: Holder, renewed_at: str, now: datetime | None = None) -> str | None:
     """Why the holder may still be running (a sentence), or None when it certainly is not."""
     if holder.host == socket.gethostname():
-        if not _pid_exists(holder.pid):
+        if not pid_exists(holder.pid):
             return None
         if holder.start and process_start(holder.pid) != holder.start:
             return None  # the PID now belongs to another process
@@ -64,7 +64,7 @@ def may_be_alive(holder: Holder, renewed_at: str, now: datetime | None = None) -
     return None
 
 
-def _pid_exists(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         if stat[stat.rindex(")") + 2:].startswith("Z"):  # a zombie: exited, not yet reaped

@@ -1,6 +1,7 @@
 """A reserved run's steps — count, measure, post-process, publish (with the ledger commit) —
-run by the orchestrator, which is passed in (``dprelease.orchestrate.run_release``), so that
-Prefect is imported only once the run is reserved and the library never imports it. While the
+run by the orchestrator, which is passed in: the Prefect flow (``dprelease.orchestrate.run_release``,
+so that Prefect is imported only once the run is reserved and the library never imports it) or
+the same steps inline (:func:`dprelease.lifecycle.inline.run_inline`). While the
 steps run, the run holds a lease in the ledger (a heartbeat) and a SIGTERM settles it like a
 failure. Any failure is settled (:mod:`dprelease.lifecycle.settle`) before the lease ends.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import dataclass, field
 from typing import Callable
 
 from dprelease.faults import checkpoint
@@ -18,7 +20,13 @@ from dprelease.lifecycle.settle import settle_failure
 from dprelease.lifecycle.voice import Voice
 from dprelease.release import ReleaseRun
 
-Orchestrator = Callable[[ReleaseRun], None]
+@dataclass(frozen=True)
+class Orchestrator:
+    """How a reserved run's steps run (chosen by :func:`dprelease.server.choose`): ``steps``
+    runs them all; ``record`` says how, in the run's internal record (``run.json``)."""
+
+    steps: Callable[[ReleaseRun], None]
+    record: dict[str, str] = field(default_factory=dict)
 
 
 def execute(run: ReleaseRun, orchestrate: Orchestrator, voice: Voice) -> None:
@@ -29,7 +37,8 @@ def execute(run: ReleaseRun, orchestrate: Orchestrator, voice: Voice) -> None:
     heartbeat = Heartbeat(lambda: _with_ledger(run.location, lambda ledger: ledger.renew_lease(run.run_id))).start()
     try:
         checkpoint("reserved")
-        orchestrate(run)
+        run.orchestrator = dict(orchestrate.record)
+        orchestrate.steps(run)
     except BaseException as exc:  # noqa: BLE001 - every failure must settle the reservation
         settle_failure(run, exc, voice)
     finally:

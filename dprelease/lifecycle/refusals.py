@@ -1,6 +1,7 @@
 """Every refusal of a run that needs no noise: each raises a user error, and nothing is
 reserved or spent (already released: 4; over budget: 3; not approved: 5; a missing data file,
-an unwritable output directory, an unreachable Prefect server: 2).
+an unwritable output directory: 2; an unreachable Prefect server is refused when the
+orchestrator is chosen, :func:`dprelease.server.choose`).
 
 Planning refusals read the spec, the plan and the ledger; the data checks look at the data's
 path and, for a spec with declared rules, its rows. No check here draws noise.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +55,6 @@ def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_c
         refuse_bad_inputs(spec)
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
-    _check_prefect_server()
     check_rules(spec)  # the data against the spec's declared rules (structural zeros rely on them); no rules: no pass
 
 
@@ -206,17 +205,3 @@ def _check_writable(output_dir: Path) -> None:
         except OSError as exc:
             raise UserError(f"cannot write to {directory}: {exc.strerror or exc}; choose another --output-dir. "
                             "Nothing was spent.") from None
-
-
-def _check_prefect_server() -> None:
-    url = os.environ.get("PREFECT_API_URL")
-    if not url:
-        return  # ephemeral mode
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=10) as response:
-            if response.status == 200:
-                return
-    except OSError as exc:
-        raise UserError(f"the Prefect server at PREFECT_API_URL={url} does not answer ({exc}); start it, or unset "
-                        "PREFECT_API_URL to run without a server. Nothing was spent.") from None
-    raise UserError(f"the Prefect server at PREFECT_API_URL={url} is not healthy. Nothing was spent.")

@@ -1,0 +1,43 @@
+"""``dprelease server start|stop|status``: one local Prefect server kept for the working day,
+so runs are flow runs without paying a server's start-up each time (:mod:`dprelease.server`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from dprelease.cli.common import handled, out, say
+
+
+@handled
+def server_start(
+    port: Annotated[Optional[int], typer.Option(metavar="PORT", help="Port on 127.0.0.1 (default: 4200 if free, "
+                                                "else any free port).")] = None,
+) -> None:
+    """Start a local Prefect server (on 127.0.0.1, detached) that `dprelease run` uses until it is stopped."""
+    from dprelease import server
+
+    say("starting a Prefect server on 127.0.0.1 (the first start on a new PREFECT_HOME migrates its database) ...")
+    running, already = server.start(port)
+    out.print(f"{'already running' if already else 'started'}: {running.url} (PID {running.pid}, log {running.log})",
+              markup=False)
+    out.print("dprelease run now runs releases as flow runs there; `dprelease server stop` ends it", markup=False)
+
+
+@handled
+def server_stop() -> None:
+    """Stop the server `dprelease server start` started."""
+    from dprelease import server
+
+    stopped = server.stop()
+    out.print(f"stopped {stopped.url} (PID {stopped.pid})" if stopped else "no server was running", markup=False)
+
+
+@handled
+def server_status() -> None:
+    """Whether the server runs, and what `dprelease run` will use (Prefect there, or inline)."""
+    from dprelease import server
+
+    for line in server.status_lines():
+        out.print(line, markup=False)

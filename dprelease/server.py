@@ -1,0 +1,255 @@
+"""Where a run's steps run: a local Prefect server kept for the working day, and the choice of
+orchestrator for each run. Nothing here imports Prefect: the server is a child process
+(``python -m prefect server start``), so the run's own process never loads Prefect's server.
+
+``dprelease server start`` starts one server on 127.0.0.1, detached (it outlives the command),
+waits until it answers, and records its PID, process start token and URL in
+``$XDG_DATA_HOME/dprelease/server.json`` (owner-only). ``stop`` ends it; ``status`` says
+whether runs will use it. A recorded server whose process has gone (or whose PID now belongs
+to another process) is treated as absent.
+
+:func:`choose` decides, before anything is spent, how a run's steps run:
+
+* ``inline`` — called one after another in this process (:mod:`dprelease.lifecycle.inline`);
+* ``prefect`` — a Prefect flow run, on the server at ``PREFECT_API_URL``, else on the one
+  ``dprelease server`` keeps, else on a temporary server started for this run alone
+  (:func:`temporary`);
+* ``auto`` (the default) — Prefect when a server is up (``PREFECT_API_URL``, or the one
+  ``dprelease server`` keeps), otherwise inline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from dprelease.errors import UserError
+from dprelease.ledger.lease import pid_exists, process_start
+from dprelease.ledger.location import default_path
+
+MODES = ("auto", "prefect", "inline")
+START_TIMEOUT = 120.0  # seconds: a first start migrates a new PREFECT_HOME's database (~15 s here)
+DEFAULT_PORT = 4200
+
+
+@dataclass(frozen=True)
+class Server:
+    """A local Prefect server started by ``dprelease server start``."""
+
+    pid: int
+    start: str  # the process's start token (see dprelease.ledger.lease.process_start)
+    url: str  # its API, e.g. http://127.0.0.1:4200/api
+    started_at: str
+    log: str
+    prefect_home: str
+
+    def running(self) -> bool:
+        return pid_exists(self.pid) and (not self.start or process_start(self.pid) == self.start)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How a run's steps run: ``kind`` inline or prefect; ``api`` the Prefect API (None: a
+    temporary server for this run); ``how`` why, in words (said once, recorded in run.json)."""
+
+    kind: str
+    api: str | None
+    how: str
+
+    def record(self) -> dict[str, str]:
+        return {"kind": self.kind, **({"api": self.api} if self.api else {}), "chosen_by": self.how}
+
+
+def state_file() -> Path:
+    return default_path().parent / "server.json"
+
+
+def recorded() -> Server | None:
+    """The server ``dprelease server start`` recorded, if its process still runs."""
+    try:
+        server = Server(**json.loads(state_file().read_text("utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+    return server if server.running() else None
+
+
+def api_problem(url: str, timeout: float = 10.0) -> str | None:
+    """Why the Prefect API at ``url`` cannot take a run (a phrase), or None when it answers healthy."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout) as response:
+            if response.status == 200:
+                return None
+            return f"answers {response.status}"
+    except OSError as exc:
+        return f"does not answer ({exc})"
+
+
+def choose(mode: str, environ: Mapping[str, str] | None = None) -> Choice:
+    """The orchestrator a run uses under ``--orchestrator mode`` (see the module's docstring).
+    A server named by PREFECT_API_URL that does not answer is refused (exit 2, nothing spent)
+    rather than silently passed over: the user asked for it."""
+    if mode not in MODES:
+        raise UserError(f"--orchestrator {mode!r}: use one of {', '.join(MODES)}")
+    env = os.environ if environ is None else environ
+    if mode == "inline":
+        return Choice("inline", None, "--orchestrator inline")
+    url = env.get("PREFECT_API_URL") or None
+    if url:
+        problem = api_problem(url)
+        if problem:
+            raise UserError(f"the Prefect server at PREFECT_API_URL={url} {problem}; start it, unset PREFECT_API_URL "
+                            "(or run with --orchestrator inline) to run without it. Nothing was spent.")
+        return Choice("prefect", url, "PREFECT_API_URL")
+    server = recorded()
+    if server is not None and api_problem(server.url, timeout=5) is None:
+        return Choice("prefect", server.url, f"dprelease server (PID {server.pid})")
+    if mode == "prefect":
+        return Choice("prefect", None, "--orchestrator prefect, no server up: a temporary one for this run")
+    return Choice("inline", None, "no Prefect server is up")
+
+
+def _free_port(preferred: int | None) -> int:
+    for port in ([preferred] if preferred else [DEFAULT_PORT]) + [0]:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                if preferred:
+                    raise UserError(f"port {preferred} on 127.0.0.1 is taken; choose another --port") from None
+                continue
+            return int(probe.getsockname()[1])
+    raise UserError("no free port on 127.0.0.1")  # pragma: no cover - bind to port 0 does not fail
+
+
+def _prefect_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    return env
+
+
+def _spawn(port: int, log: Path, *, detached: bool, extra_env: Mapping[str, str] = {}) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as sink:
+        return subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                                env={**_prefect_env(), **extra_env}, start_new_session=detached)
+
+
+def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while api_problem(url, timeout=2) is not None:
+        if process.poll() is not None:
+            tail = log.read_text("utf-8", "replace").strip().splitlines()[-5:]
+            raise UserError(f"the Prefect server exited ({process.returncode}) before answering; its log "
+                            f"({log}) ends:\n  " + "\n  ".join(tail))
+        if time.monotonic() > deadline:
+            _end(process.pid)
+            raise UserError(f"the Prefect server did not answer at {url} within {timeout:.0f} s (log: {log})")
+        time.sleep(0.25)
+
+
+def start(port: int | None = None) -> tuple[Server, bool]:
+    """Start the day's server (or find it running): (the server, whether it was already up)."""
+    running = recorded()
+    if running is not None:
+        return running, True
+    chosen = _free_port(port)
+    url = f"http://127.0.0.1:{chosen}/api"
+    log = state_file().parent / "server.log"
+    process = _spawn(chosen, log, detached=True)
+    _wait_healthy(process, url, log, START_TIMEOUT)
+    home = os.environ.get("PREFECT_HOME") or str(Path.home() / ".prefect")
+    server = Server(process.pid, process_start(process.pid), url, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+                    str(log), home)
+    path = state_file()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
+        json.dump(asdict(server), f, indent=2)
+    return server, False
+
+
+def stop() -> Server | None:
+    """Stop the recorded server (None: none was running); the record is removed either way."""
+    server = recorded()
+    if server is not None:
+        _end(server.pid)
+    state_file().unlink(missing_ok=True)
+    return server
+
+
+def _end(pid: int, grace: float = 20.0) -> None:
+    """SIGTERM the server's process group (it leads one), then SIGKILL after ``grace`` seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not pid_exists(pid):
+                return
+            time.sleep(0.1)
+
+
+@contextmanager
+def temporary() -> Iterator[str]:
+    """A Prefect server for one run (``--orchestrator prefect`` with none up): started on a free
+    port as a child process of this one, its API URL yielded, stopped on the way out."""
+    port = _free_port(None) if _port_taken(DEFAULT_PORT) else DEFAULT_PORT
+    url = f"http://127.0.0.1:{port}/api"
+    log = state_file().parent / f"server-{os.getpid()}.log"
+    process = _spawn(port, log, detached=False, extra_env={"PREFECT_UI_ENABLED": "false"})
+    try:
+        _wait_healthy(process, url, log, START_TIMEOUT)
+        yield url
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.unlink(missing_ok=True)
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def status_lines(environ: Mapping[str, str] | None = None) -> list[str]:
+    """What ``dprelease server status`` says: the recorded server, and what runs will use."""
+    env = os.environ if environ is None else environ
+    server = recorded()
+    lines = []
+    if server is None:
+        lines.append("no server kept by dprelease server is running (dprelease server start keeps one for the day)")
+    else:
+        problem = api_problem(server.url, timeout=5)
+        lines.append(f"server: {server.url} (PID {server.pid}, started {server.started_at} UTC, log {server.log}, "
+                     f"PREFECT_HOME {server.prefect_home}){'' if problem is None else '; it ' + problem}")
+    try:
+        choice = choose("auto", env)
+    except UserError as exc:
+        lines.append(f"runs: refused: {exc}")
+    else:
+        lines.append(f"runs (--orchestrator auto): {'Prefect at ' + str(choice.api) if choice.kind == 'prefect' else 'inline'}"
+                     f" ({choice.how})")
+    return lines
