@@ -256,3 +256,27 @@ def test_a_partition_is_a_plain_data_column_with_a_safe_value(tmp_path, cli):
     spec.write_text(PARTITIONED.format(disjoint="").replace('value: "{run_date:%Y-%m}"', 'value: "{run_date:%Y/%m}"'))
     result = cli("validate", spec)
     assert result.code == 2 and "dataset.partition.value" in result.stderr, result
+
+
+def test_releases_scheduled_more_than_once_a_day_name_the_hour_and_minute(tmp_path, cli, monkeypatch):
+    """A template may carry the hour and minute (%H%M) when the result is a safe name; a cron
+    firing more than once a day with a day-only template is warned about before serving."""
+    from dprelease.spec import load_spec
+
+    spec = demo_spec(tmp_path)
+    spec.write_text(spec.read_text().replace("release: acs-demo-2019", 'release: "acs-{run_date:%Y-%m-%d-%H%M}"'))
+    assert load_spec(spec, run_date=datetime(2027, 3, 1, 14, 30)).release == "acs-2027-03-01-1430"
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    hourly = cli("schedule", spec, "--cron", "0 */6 * * *")  # refused (no server), after its warnings
+    assert hourly.code == 2 and "fires more than once a day" not in hourly.stderr
+    spec.write_text(spec.read_text().replace("%Y-%m-%d-%H%M", "%Y-%m-%d"))
+    for cron, warned in (("0 */6 * * *", True), ("*/15 * * * *", True), ("0,30 3 * * *", True), ("@hourly", True),
+                         ("0 3 * * *", False), ("30 2 1 * *", False), ("@daily", False)):
+        result = cli("schedule", spec, "--cron", cron)
+        assert ("fires more than once a day" in result.stderr) == warned, (cron, result.stderr)
+        assert ("names every run of a day alike ('acs-2027-03-01'), so only the day's first run can publish; add the "
+                "hour and minute" in result.stderr) == warned
+    bad = tmp_path / "colon.yaml"
+    bad.write_text(spec.read_text().replace("%Y-%m-%d", "%H:%M"))
+    refused = cli("validate", bad)
+    assert refused.code == 2 and "not a safe name" in refused.stderr

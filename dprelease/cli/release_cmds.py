@@ -150,11 +150,17 @@ def schedule(
     from dprelease import server
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
-    choice = server.choose("prefect")
-    if choice.api is None:
+    same_day = _same_name_within_a_day(spec.release_template)
+    if same_day and _fires_more_than_once_a_day(cron):
+        say(f"warning: {spec_path}: --cron {cron!r} fires more than once a day, but release {spec.release_template!r} "
+            f"names every run of a day alike ({same_day!r}), so only the day's first run can publish; add the hour "
+            "and minute, e.g. release: \"acs-{run_date:%Y-%m-%d-%H%M}\"")
+    kept = server.recorded()
+    api = os.environ.get("PREFECT_API_URL") or (kept.url if kept is not None else None)
+    if api is None:
         raise UserError("schedules need a Prefect server: start one with `dprelease server start` (or `prefect "
                         "server start` and set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api), then run this again")
-    os.environ["PREFECT_API_URL"] = choice.api  # before Prefect is imported
+    os.environ["PREFECT_API_URL"] = api  # before Prefect is imported
     if spec.release_template is None:
         say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
             "scheduled run can publish; later runs are refused as already released")
@@ -168,6 +174,27 @@ def schedule(
         f"ledger {location.shown}; approval {'not required' if no_approval else 'required'}. Ctrl-C stops it.")
     orchestrate.serve_schedule(deployment, cron, spec.source.resolve(), ledger, output_dir.resolve(),
                                require_approval=not no_approval)
+
+
+def _fires_more_than_once_a_day(cron: str) -> bool:
+    """Whether a (standard, five-field) cron expression fires more than once on some day: its
+    minute or hour field is not one number (the day fields only choose which days)."""
+    macros = {"@hourly": True, "@daily": False, "@midnight": False, "@weekly": False, "@monthly": False,
+              "@yearly": False, "@annually": False}
+    if cron.strip() in macros:
+        return macros[cron.strip()]
+    fields = cron.split()
+    return len(fields) == 5 and not all(re.fullmatch(r"[0-9]+", f) for f in fields[:2])
+
+
+def _same_name_within_a_day(template: str | None) -> str | None:
+    """The release name every run of one day gets (its template has no hour or minute), or None."""
+    if template is None:
+        return None
+    from datetime import datetime
+
+    early, late = (template.format(run_date=datetime(2027, 3, 1, h, m)) for h, m in ((0, 0), (13, 47)))
+    return early if early == late else None
 
 
 @handled
