@@ -217,6 +217,13 @@ def budget_of(kind: Kind, amount: Fraction, delta: Fraction | None = None) -> Bu
     raise ValueError(f"unknown kind of guarantee {kind!r}")
 
 
+def amount_text(budget: Budget, *, decimal: bool = False) -> str:
+    """A budget's one figure (ε, or ρ) for display beside its unit's symbol (``budget.symbol``,
+    ``Terms.symbol``): exact text (``"3/4"``), or with ``decimal`` the exact text and its decimal
+    (``"3/4 (0.75)"``). An (ε, δ) budget's δ is shown on its own (:func:`delta_of`)."""
+    return exact_and_decimal(budget.amount) if decimal else fraction_text(budget.amount)
+
+
 def compose(budgets: Iterable[Budget], kind: Kind) -> Budget:
     """Sequential composition: the exact sum of budgets, all of ``kind`` (TypeError otherwise)."""
     total = zero(kind)
