@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 
 
 def seed(url: str | None = None) -> None:
     ledger = Ledger.open(resolve_location(url), create=True)
-    run = ledger.reserve(dataset="acs", release="acs-2019", charges=[("a", Fraction(1, 4)), ("b", Fraction(3, 4))],
-                         spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4)).run_id
+    run = ledger.reserve(dataset="acs", release="acs-2019", charges=[("a", PureDP(Fraction(1, 4))),
+                                                                          ("b", PureDP(Fraction(3, 4)))],
+                         spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4))).run_id
     ledger.commit(run, data_fingerprint="sha256:d1")
-    run = ledger.reserve(dataset="acs", release="acs-2020", charges=[("a", Fraction(1, 2))],
-                         spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4)).run_id
+    run = ledger.reserve(dataset="acs", release="acs-2020", charges=[("a", PureDP(Fraction(1, 2)))],
+                         spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4))).run_id
     ledger.fail(run, reason="disk full after noise", data_fingerprint="sha256:d2")
-    ledger.reserve(dataset="acs", release="acs-2021", charges=[("a", Fraction(1, 4))],
-                   spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4))
+    ledger.reserve(dataset="acs", release="acs-2021", charges=[("a", PureDP(Fraction(1, 4)))],
+                   spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4)))
     ledger.close()
 
 
