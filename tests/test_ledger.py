@@ -313,3 +313,111 @@ def test_a_schema_4_ledger_gains_typed_terms_and_keeps_every_figure(url):
                                 ).all() == [("a", "approx", False, None), ("b", "pure", True, "PID"),
                                             ("p", "pure", False, None), ("z", "zcdp", False, None)]
         reopened.close()
+
+
+# ---------------------------------------------------------------- typed budgets of the terms' kind
+
+
+def _rows(ledger: Ledger) -> dict[str, int]:
+    with ledger.engine.connect() as conn:
+        return {t: conn.execute(sa.text(f"SELECT COUNT(*) FROM {t}")).scalar_one()
+                for t in ("datasets", "budget_caps", "runs", "charges", "run_events", "leases")}
+
+
+def test_a_charge_of_another_kind_than_the_terms_is_refused_and_nothing_is_written(url):
+    """The ledger knows its terms: a ρ charged to a pure dataset, an ε to a zCDP one, a pure ε
+    to an (ε, δ) one (it must be converted explicitly, ``as_approx``), or a bare Fraction (the
+    untyped API of before) is a TypeError before any row is written, new dataset or not."""
+    ledger = open_ledger(url)
+    ledger.set_budget("z", ZCDP(2), reason="test", terms=Terms("zcdp"))
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**5)), reason="test", terms=Terms("approx"))
+    reserve(ledger, dataset="p")  # pure, with one run
+    before = _rows(ledger)
+    statements: list[str] = []
+    sa.event.listen(ledger.engine, "before_cursor_execute",
+                    lambda conn, cursor, statement, *a: statements.append(statement.split()[0].upper()))
+    wrong = [("p", Terms("pure"), ZCDP(Fraction(1, 8))), ("z", Terms("zcdp"), PureDP(Fraction(1, 2))),
+             ("a", Terms("approx"), PureDP(Fraction(1, 2))), ("p", Terms("pure"), Fraction(1, 4)),
+             ("new", Terms("pure"), ZCDP(Fraction(1, 8))), ("z", Terms("zcdp"), Fraction(1, 8))]
+    for dataset, terms, charge in wrong:
+        with pytest.raises(TypeError, match=f"the charge of 't' is .*ledger terms are '{terms.text}'"):
+            ledger.reserve(dataset=dataset, release="r2", charges=[("u", PureDP(Fraction(1, 8))), ("t", charge)]
+                           if terms.kind == "pure" else [("t", charge)], spec_fingerprint="x",
+                           lifetime_from_spec=PureDP(1) if dataset == "new" else None, terms=terms)
+    with pytest.raises(TypeError, match="a charge is \\(measurement, budget\\)"):  # the (key, ε, δ) of before
+        ledger.reserve(dataset="a", release="r2", charges=[("t", Fraction(1, 2), Fraction(1, 10**6))],
+                       spec_fingerprint="x", lifetime_from_spec=None, terms=Terms("approx"))
+    with pytest.raises(TypeError, match="the spec's lifetime budget is a pure budget"):
+        ledger.reserve(dataset="z", release="r2", charges=[("t", ZCDP(Fraction(1, 8)))], spec_fingerprint="x",
+                       lifetime_from_spec=PureDP(2), terms=Terms("zcdp"))
+    for dataset, cap in (("z", PureDP(2)), ("p", ZCDP(2)), ("a", PureDP(5)), ("p", ApproxDP(1, Fraction(1, 10**6)))):
+        with pytest.raises(TypeError, match=f"the new lifetime cap of dataset '{dataset}' is a"):
+            ledger.set_budget(dataset, cap, reason="wrong unit")
+    with pytest.raises(TypeError, match="a lifetime cap is a budget"):
+        ledger.set_budget("p", Fraction(2), reason="untyped")
+    assert "INSERT" not in statements and _rows(ledger) == before
+    assert ledger.state("new") is None and [r.release for r in ledger.state("p").runs] == ["r1"]
+    ledger.close()
+
+
+def test_states_and_runs_read_back_typed_budgets_of_the_terms_kind(url):
+    """A pure, a zCDP and an (ε, δ) dataset: cap, caps, spend, remaining, each run's charge and its
+    measurements' charges come back as PureDP, ZCDP (ρ) and ApproxDP (with δ inside), as does
+    what a reservation was checked against."""
+    ledger = open_ledger(url)
+    reserve(ledger, dataset="p", cap=PureDP(3), charges=[("t", PureDP(Fraction(1, 3))), ("u", PureDP(Fraction(1, 6)))])
+    ledger.set_budget("z", ZCDP(2), reason="test", terms=Terms("zcdp"))
+    granted_z = ledger.reserve(dataset="z", release="r", charges=[("t", ZCDP(Fraction(1, 8)))], spec_fingerprint="x",
+                               lifetime_from_spec=ZCDP(2), terms=Terms("zcdp"))
+    approx = Terms("approx")
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**5)), reason="test", terms=approx)
+    ledger.reserve(dataset="a", release="r", charges=[("t", ApproxDP(Fraction(1, 2), Fraction(1, 10**6))),
+                                                      ("u", PureDP(Fraction(1, 4)).as_approx())],
+                   spec_fingerprint="x", lifetime_from_spec=None, terms=approx)
+    granted_a = ledger.reserve(dataset="a", release="r2", charges=[("t", ApproxDP(1, Fraction(2, 10**6)))],
+                               spec_fingerprint="x", lifetime_from_spec=ApproxDP(5, Fraction(1, 10**5)), terms=approx)
+    assert (granted_z.spent_before, granted_z.budget) == (ZCDP(0), ZCDP(2))
+    assert (granted_a.spent_before, granted_a.budget) == (ApproxDP(Fraction(3, 4), Fraction(1, 10**6)),
+                                                          ApproxDP(5, Fraction(1, 10**5)))
+    expected = {
+        "p": (PureDP, PureDP(3), PureDP(Fraction(1, 2)), [PureDP(Fraction(1, 2))],
+              [("t", PureDP(Fraction(1, 3))), ("u", PureDP(Fraction(1, 6)))]),
+        "z": (ZCDP, ZCDP(2), ZCDP(Fraction(1, 8)), [ZCDP(Fraction(1, 8))], [("t", ZCDP(Fraction(1, 8)))]),
+        "a": (ApproxDP, ApproxDP(5, Fraction(1, 10**5)), ApproxDP(Fraction(7, 4), Fraction(3, 10**6)),
+              [ApproxDP(Fraction(3, 4), Fraction(1, 10**6)), ApproxDP(1, Fraction(2, 10**6))],
+              [("t", ApproxDP(Fraction(1, 2), Fraction(1, 10**6))), ("u", ApproxDP(Fraction(1, 4), Fraction(0)))]),
+    }
+    for name, (kind, cap, spent, run_charges, first_run) in expected.items():
+        state = ledger.state(name)
+        assert state.terms.kind == kind.kind
+        assert all(type(b) is kind for b in (state.budget, state.spent, state.remaining,
+                                               *(c.budget for c in state.caps), *(r.charge for r in state.runs),
+                                               *(b for r in state.runs for _, b in r.charges)))
+        assert state.budget == cap == state.caps[-1].budget and state.spent == spent
+        assert state.remaining == cap - spent
+        assert [r.charge for r in state.runs] == run_charges and list(state.runs[0].charges) == first_run
+        run_id = state.runs[0].run_id
+        assert ledger.find_run(run_id)[1].charge == run_charges[0]
+    with pytest.raises(TypeError, match="cannot add"):  # a ρ is not an ε: the types keep them apart
+        ledger.state("z").spent + ledger.state("p").spent
+    ledger.close()
+
+
+def test_an_approx_charge_recorded_without_its_delta_reads_as_delta_zero(tmp_path):
+    """A charge row of an (ε, δ) dataset with a NULL δ (the untyped API of before accepted one) is
+    read as δ = 0, as every earlier version summed it; a cap without its δ is a damaged ledger."""
+    ledger = open_ledger(str(tmp_path / "l.sqlite"))
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**5)), reason="test", terms=Terms("approx"))
+    run = ledger.reserve(dataset="a", release="r", charges=[("t", ApproxDP(Fraction(1, 2), Fraction(1, 10**6)))],
+                         spec_fingerprint="x", lifetime_from_spec=None, terms=Terms("approx")).run_id
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO charges (run_id, table_name, amount, delta) VALUES (:r, 'u', '1/4', NULL)"),
+                     {"r": run})
+    state = ledger.state("a")
+    assert state.runs[0].charges[1] == ("u", ApproxDP(Fraction(1, 4), Fraction(0)))
+    assert state.spent == ApproxDP(Fraction(3, 4), Fraction(1, 10**6))
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE budget_caps SET delta = NULL"))
+    with pytest.raises(LedgerError, match="without its δ in the ledger; the ledger is damaged"):
+        ledger.state("a")
+    ledger.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
-from dprelease.accounting import PureDP
+from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.ledger import Ledger, resolve_location
 
 
@@ -115,3 +115,24 @@ def test_ledger_env_variable_is_used(cli, tmp_path, monkeypatch):
     result = cli("ledger", "--json")
     assert json.loads(result.stdout)["ledger"]["source"] == "$DPRELEASE_LEDGER"
     assert json.loads(result.stdout)["datasets"][0]["name"] == "acs"
+
+
+def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path):
+    """`dprelease ledger --json`: each budget change is a typed record naming its unit (ρ under
+    zCDP terms, ε and δ under (ε, δ) terms), beside the old "epsilon" key (the figure in the
+    terms' unit) that older readers take; an (ε, δ) cap changed without --delta keeps its δ."""
+    url = str(tmp_path / "l.sqlite")
+    for args in (("z", "--rho", "2", "--create"), ("z", "--rho", "5/2"),
+                 ("a", "--epsilon", "1", "--delta", "1e-6", "--create"), ("a", "--epsilon", "3/2"),
+                 ("p", "--epsilon", "4", "--create")):
+        done = cli("ledger", "set-budget", args[0], *args[1:], "--reason", "x", "--ledger", url)
+        assert done.code == 0, done
+    data = json.loads(cli("ledger", "--ledger", url, "--json").stdout)
+    changes = {d["name"]: [(c["epsilon"], c["cap"]) for c in d["budget_changes"]] for d in data["datasets"]}
+    assert changes == {
+        "z": [("2", {"rho": "2"}), ("5/2", {"rho": "5/2"})],
+        "a": [("1", {"epsilon": "1", "delta": "1/1000000"}), ("3/2", {"epsilon": "3/2", "delta": "1/1000000"})],
+        "p": [("4", {"epsilon": "4"})]}
+    with Ledger.open(resolve_location(url), create=False) as ledger:
+        assert [c.budget for c in ledger.state("z").caps] == [ZCDP(2), ZCDP(Fraction(5, 2))]
+        assert ledger.state("a").budget == ApproxDP(Fraction(3, 2), Fraction(1, 10**6))
