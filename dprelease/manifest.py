@@ -130,7 +130,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
             {"name": p.name, "column": p.column, "protocol": p.protocol, "categories": p.categories,
              "epsilon_local": p.epsilon_shown, "epsilon_local_bound": fraction_text(p.collection.epsilon),
              "keep_probability": p.keep_probability, "collection": p.collection.collection,
-             "memoised": p.collection.memoised, "charged_per_respondent": fraction_text(p.charge),
+             "memoised": p.collection.memoised, "charged_per_respondent": amount_text(p.charge),
              "already_recorded": p.already_recorded, "file": f"tables/{p.name}.csv",
              "provenance": None if p.provenance is None else {
                  "how": p.provenance.how, "statement": p.provenance.statement, "memo_of": p.provenance.memo_of,
@@ -141,9 +141,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
              "estimators": {"share": "iterative Bayesian update (maximum likelihood on the simplex)",
                             "share_mi": "matrix inversion, projected onto the simplex"}}
             for p in plan.local],
-            "local_epsilon_per_respondent": {"before": fraction_text(plan.local_spent),
-                                             "after": fraction_text(plan.local_spent + sum(
-                                                 (p.charge for p in plan.local), Fraction(0)))}}
+            "local_epsilon_per_respondent": {"before": amount_text(plan.local_spent),
+                                             "after": amount_text(plan.local_spent_after)}}
            if plan.local else {}),
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": amount_text(t.budget), "budget": budget_record(t.budget),

@@ -19,7 +19,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Iterable
 
-from dprelease.accounting import ApproxDP, Budget, ZCDP, delta_of, exact_and_decimal, fraction_text, percent_text
+from dprelease.accounting import ZCDP, ApproxDP, Budget, amount_text, delta_of, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import CapChange
 from dprelease.manifest import ReleaseBudgets, part_budget, read_budget, release_budgets, table_budget
 
@@ -144,7 +144,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     caps = list(caps)
     if len(caps) > 1:
         lines += ["The lifetime cap was changed by recorded decision:", ""]
-        lines += [f"- {c.set_at[:19]} by {c.set_by}: ε = {fraction_text(c.epsilon)} — {c.reason}" for c in caps]
+        lines += [f"- {c.set_at[:19]} by {c.set_by}: ε = {amount_text(c.budget)} — {c.reason}" for c in caps]
         lines.append("")
     lines += [
         "## Reading the tables",

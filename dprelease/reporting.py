@@ -59,7 +59,7 @@ def burn_down(manifest: dict[str, Any], state: DatasetState | None) -> list[Burn
     spent, out = Fraction(0), [BurnDownPoint("(start)", "", Fraction(0), "")]
     for run in state.runs:
         if run.state in LIVE_STATES:
-            spent += run.epsilon
+            spent += run.charge.amount  # the figure a chart plots, in the terms' unit
         out.append(BurnDownPoint(run.release, run.state, spent, run.created_at))
     return out
 

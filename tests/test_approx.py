@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprelease.accounting import ApproxDP
+from dprelease.accounting import ApproxDP, PureDP, delta_of
 from dprelease.accounting import Terms
 from dprelease.accounting import Neighbouring
 from dprelease.plan.sensitivities import sum_l1, sum_l2_squared
@@ -268,7 +268,7 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     state = opened.state("nist-acs-approx")
     opened.close()
-    assert state.terms == Terms("approx") and state.spent == 1 and state.delta_spent == Fraction(1, 10**6)
+    assert state.terms == Terms("approx") and state.spent == ApproxDP(1, Fraction(1, 10**6))
     shown = cli("ledger", "--ledger", ledger)
     assert shown.code == 0 and "cap δ = 1/500000" in shown.stdout, shown
 
@@ -289,7 +289,7 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     state = opened.state("nist-acs-approx")
     opened.close()
-    assert state.spent == 2 and state.delta_spent == Fraction(2, 10**6)  # nothing spent by the refusal
+    assert state.spent == ApproxDP(2, Fraction(2, 10**6))  # nothing spent by the refusal
 
     # an operator may raise the δ cap, by recorded decision
     raised = cli("ledger", "set-budget", "nist-acs-approx", "--epsilon", "5", "--delta", "3e-6",
@@ -303,8 +303,7 @@ def test_pure_releases_on_an_approx_ledger_cost_no_delta(tmp_path):
     first = plan_release(approx, None)
     ledger.reserve(dataset=approx.dataset.name, release=approx.release,
                    charges=first.ledger_charges(), spec_fingerprint=first.fingerprint,
-                   lifetime_from_spec=approx.dataset.lifetime.amount, terms=first.terms,
-                   lifetime_delta_from_spec=approx.dataset.lifetime.delta)
+                   lifetime_from_spec=approx.dataset.lifetime, terms=first.terms)
     pure_path = tmp_path / "pure.yaml"
     pure_path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
                          .replace("nist-acs-national-2019", "nist-acs-approx")
@@ -321,14 +320,14 @@ def test_the_ledger_refuses_a_delta_overspend_in_its_transaction(tmp_path):
     from dprelease.errors import OverBudgetError
 
     ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
-    ledger.set_budget("d", Fraction(10), reason="test", terms=Terms("approx"), delta=Fraction(1, 10**6))
-    ledger.reserve(dataset="d", release="a", charges=[("t", Fraction(1), Fraction(6, 10**7))], spec_fingerprint="x",
+    ledger.set_budget("d", ApproxDP(10, Fraction(1, 10**6)), reason="test", terms=Terms("approx"))
+    ledger.reserve(dataset="d", release="a", charges=[("t", ApproxDP(1, Fraction(6, 10**7)))], spec_fingerprint="x",
                    lifetime_from_spec=None, terms=Terms("approx"))
     with pytest.raises(OverBudgetError, match="δ"):
-        ledger.reserve(dataset="d", release="b", charges=[("t", Fraction(1), Fraction(6, 10**7))],
+        ledger.reserve(dataset="d", release="b", charges=[("t", ApproxDP(1, Fraction(6, 10**7)))],
                        spec_fingerprint="x", lifetime_from_spec=None, terms=Terms("approx"))
     state = ledger.state("d")
-    assert state.delta_spent == Fraction(6, 10**7) and [r.release for r in state.runs] == ["a"]
+    assert state.spent == ApproxDP(1, Fraction(6, 10**7)) and [r.release for r in state.runs] == ["a"]
     ledger.close()
 
 
@@ -336,8 +335,8 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     """A ledger written before δ existed (schema 1) opens, gains the δ columns, keeps its spends."""
     path = tmp_path / "old.sqlite"
     ledger = Ledger.open(resolve_location(str(path)), create=True)
-    ledger.set_budget("d", Fraction(3), reason="test")
-    ledger.reserve(dataset="d", release="a", charges=[("t", Fraction(1, 2))], spec_fingerprint="x",
+    ledger.set_budget("d", PureDP(3), reason="test")
+    ledger.reserve(dataset="d", release="a", charges=[("t", PureDP(Fraction(1, 2)))], spec_fingerprint="x",
                    lifetime_from_spec=None)
     ledger.close()
     con = sqlite3.connect(path)  # make it look like version 1: no δ columns
@@ -349,10 +348,10 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     con.close()
     reopened = Ledger.open(resolve_location(str(path)), create=False)
     state = reopened.state("d")
-    assert state.spent == Fraction(1, 2) and state.budget == 3 and state.delta_budget is None
-    reopened.reserve(dataset="d", release="b", charges=[("t", Fraction(1, 2))], spec_fingerprint="x",
+    assert state.spent == PureDP(Fraction(1, 2)) and state.budget == PureDP(3) and delta_of(state.budget) is None
+    reopened.reserve(dataset="d", release="b", charges=[("t", PureDP(Fraction(1, 2)))], spec_fingerprint="x",
                      lifetime_from_spec=None)
-    assert reopened.state("d").spent == 1
+    assert reopened.state("d").spent == PureDP(1)
     reopened.close()
     con = sqlite3.connect(path)
     assert "delta" in [r[1] for r in con.execute("PRAGMA table_info(charges)")]

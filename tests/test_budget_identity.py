@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dprelease.accounting import PureDP
 from dprelease.data import file_fingerprint
 from dprelease.errors import LedgerError
 from dprelease.ledger import Ledger, resolve_location
@@ -260,8 +261,9 @@ def test_plain_fingerprints_are_keyed_when_an_old_ledger_migrates(tmp_path):
     path = tmp_path / "old.sqlite"
     ledger = Ledger.open(resolve_location(str(path)), create=True)
     plain = file_fingerprint(DATA)
-    granted = ledger.reserve(dataset="d", release="r1", charges=[("t", Fraction(1))], spec_fingerprint="sha256:spec",
-                             lifetime_from_spec=Fraction(4))
+    granted = ledger.reserve(dataset="d", release="r1", charges=[("t", PureDP(Fraction(1)))],
+                             spec_fingerprint="sha256:spec",
+                             lifetime_from_spec=PureDP(Fraction(4)))
     ledger.commit(granted.run_id, data_fingerprint=plain)
     ledger.close()
     keys_file = path.with_name("old.sqlite.key")
@@ -304,7 +306,7 @@ def test_a_wrong_or_missing_key_is_refused(tmp_path):
 def test_an_empty_ledger_file_is_refused(tmp_path, cli):
     path = tmp_path / "ledger.sqlite"
     ledger = Ledger.open(resolve_location(str(path)), create=True)
-    ledger.set_budget("d", Fraction(1), reason="test")
+    ledger.set_budget("d", PureDP(Fraction(1)), reason="test")
     ledger.close()
     path.write_bytes(b"")  # a truncated file, a failed copy
     with pytest.raises(LedgerError, match=r"is empty \(0 bytes\)"):

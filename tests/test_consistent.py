@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from dprelease.accounting import PureDP
 from dprelease.evaluate import plan_variances
 from dprelease.data import encode
 from dprelease.evaluate import exact_measurements
@@ -251,8 +252,8 @@ def test_evaluate_reports_both_methods_and_refuses_protected_datasets(cli, tmp_p
     assert result.stdout.count("| persons_by") == 6
     assert not (tmp_path / "xdg").exists()
     ledger = Ledger.open(resolve_location(), create=True)
-    ledger.reserve(dataset="nist-acs-national-2019", release="real", charges=[("t", F(1, 2))],
-                   spec_fingerprint="sha256:x", lifetime_from_spec=F(4))
+    ledger.reserve(dataset="nist-acs-national-2019", release="real", charges=[("t", PureDP(F(1, 2)))],
+                   spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(F(4)))
     ledger.close()
     refused = cli("evaluate", CENSUS, "--trials", "2")
     assert refused.code == 2 and "not evaluated in the open" in refused.stderr

@@ -158,7 +158,7 @@ def test_a_dataset_keeps_its_privacy_unit(synthetic):
     plan = plan_release(person, None)
     assert plan.terms == Terms("pure", unit_id="PID")
     ledger.reserve(dataset=person.dataset.name, release=person.release, charges=plan.ledger_charges(),
-                   spec_fingerprint=plan.fingerprint, lifetime_from_spec=person.dataset.lifetime.amount,
+                   spec_fingerprint=plan.fingerprint, lifetime_from_spec=person.dataset.lifetime,
                    terms=plan.terms)
     state = ledger.state(row.dataset.name)
     ledger.close()

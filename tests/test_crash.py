@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from dprelease.accounting import PureDP
 from tests.conftest import ROOT
 from tests.test_run import _killed_at, _spec, child_env, ledger_state, run
 
 DATASET = "nist-acs-national-2019"
-SPENT = Fraction(5, 4)  # the test spec's four tables: 1/2 + 1/4 + 1/5 + 3/10
+SPENT = PureDP(Fraction(5, 4))  # the test spec's four tables: 1/2 + 1/4 + 1/5 + 3/10
 
 # stage → what the operator does next, and what the next run then does
 OUTCOMES = {
@@ -55,8 +56,8 @@ def assert_ledger_covers(out: Path) -> None:
     published = published_releases(out)
     for name, manifest in published.items():
         assert manifest["run_id"] in committed, (name, manifest["run_id"])
-    shown = sum(Fraction(r.epsilon) for r in state.runs if r.state in ("committed", "reserved", "drawing", "failed"))
-    assert state.spent == shown >= sum(Fraction(m["ledger_charge"]) for m in published.values())
+    shown = sum(r.charge.amount for r in state.runs if r.state in ("committed", "reserved", "drawing", "failed"))
+    assert state.spent == PureDP(shown) and shown >= sum(Fraction(m["ledger_charge"]) for m in published.values())
 
 
 def resolve(run_id: str, action: str, env) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def, type-arg]

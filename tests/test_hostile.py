@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dprelease.accounting import PureDP
 from dprelease.data import count_exact
 from dprelease.spec import load_spec
 from dprelease.errors import DataError, SpecError
@@ -288,7 +289,7 @@ def test_a_bad_data_file_is_a_clear_error_and_nothing_is_spent(workdir, monkeypa
     assert result.code == 2, (case, result)
     assert "Traceback" not in result.output and str(workdir / name) in result.stderr, result.stderr
     state = ledger_state("d")
-    assert state is None or state.spent == 0, state
+    assert state is None or state.spent == PureDP(0), state
     assert not (workdir / "out" / "hostile").exists()
 
 
@@ -395,4 +396,4 @@ def test_tables_too_large_for_memory_are_refused_before_anything_is_spent(cli, w
     result = cli("run", workdir / "spec.yaml", "--output-dir", workdir / "out")
     assert result.code == 2 and "do not fit in this machine's memory" in result.stderr, result
     state = Ledger.open(resolve_location(), create=False)
-    assert state is None or state.state("d") is None or state.state("d").spent == 0
+    assert state is None or state.state("d") is None or state.state("d").spent == PureDP(0)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dprelease.evaluate import plan_variances
-from dprelease.accounting import Terms
+from dprelease.accounting import PureDP, Terms
 from dprelease.data import encode, place_totals
 from dprelease.evaluate import exact_measurements
 from dprelease.mechanisms import discrete_laplace
@@ -188,14 +188,14 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     first = plan_release(spec, None)
     assert first.terms == Terms("pure", change=True)
     ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=first.ledger_charges(),
-                   spec_fingerprint=first.fingerprint, lifetime_from_spec=spec.dataset.lifetime.amount,
+                   spec_fingerprint=first.fingerprint, lifetime_from_spec=spec.dataset.lifetime,
                    terms=first.terms)
     later = plan_release(plain, ledger.state(plain.dataset.name))  # no invariants of its own
     assert later.terms == Terms("pure", change=True) and {t.sensitivity for t in later.tables} == {2}
     assert "change one record" in later.neighbouring
     with pytest.raises(LedgerError):  # the reservation re-checks the terms in its transaction
-        ledger.reserve(dataset=plain.dataset.name, release="sneaky", charges=[("t", Fraction(1, 10))],
-                       spec_fingerprint="sha256:x", lifetime_from_spec=plain.dataset.lifetime.amount,
+        ledger.reserve(dataset=plain.dataset.name, release="sneaky", charges=[("t", PureDP(Fraction(1, 10)))],
+                       spec_fingerprint="sha256:x", lifetime_from_spec=plain.dataset.lifetime,
                        terms=Terms("pure"))
     ledger.close()
     # end to end: the plain census release on the bounded dataset is published with sensitivity 2

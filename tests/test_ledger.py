@@ -11,6 +11,7 @@ from fractions import Fraction
 import pytest
 import sqlalchemy as sa
 
+from dprelease.accounting import ZCDP, ApproxDP, PureDP, Terms
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
 from dprelease.ledger import Ledger, default_path, resolve_location
 from tests.conftest import SPECS, write_spec
@@ -29,26 +30,29 @@ def open_ledger(url: str) -> Ledger:
     return ledger
 
 
-def reserve(ledger, release="r1", charges=((("t", Fraction(1, 4))),), cap=Fraction(1), dataset="ds"):
+QUARTER, ONE = PureDP(Fraction(1, 4)), PureDP(1)
+
+
+def reserve(ledger, release="r1", charges=(("t", QUARTER),), cap=ONE, dataset="ds"):
     return ledger.reserve(dataset=dataset, release=release, charges=list(charges),
                           spec_fingerprint="sha256:spec", lifetime_from_spec=cap).run_id
 
 
 def test_reserve_commit_and_exact_spend(url):
     ledger = open_ledger(url)
-    run = reserve(ledger, charges=[("a", Fraction(1, 10)), ("b", Fraction(2, 10))])
+    run = reserve(ledger, charges=[("a", PureDP(Fraction(1, 10))), ("b", PureDP(Fraction(2, 10)))])
     state = ledger.state("ds")
-    assert state.spent == Fraction(3, 10) and state.remaining == Fraction(7, 10)
+    assert state.spent == PureDP(Fraction(3, 10)) and state.remaining == PureDP(Fraction(7, 10))
     assert state.runs[0].state == "reserved"
     ledger.commit(run)
     assert ledger.state("ds").runs[0].state == "committed"
-    granted = ledger.reserve(dataset="ds", release="r2", charges=[("c", Fraction(7, 10))],
-                             spec_fingerprint="sha256:spec", lifetime_from_spec=Fraction(1))
-    assert (granted.spent_before, granted.budget) == (Fraction(3, 10), 1)
+    granted = ledger.reserve(dataset="ds", release="r2", charges=[("c", PureDP(Fraction(7, 10)))],
+                             spec_fingerprint="sha256:spec", lifetime_from_spec=PureDP(1))
+    assert (granted.spent_before, granted.budget) == (PureDP(Fraction(3, 10)), PureDP(1))
     state = ledger.state("ds")
-    assert state.spent == 1 and state.remaining == 0  # exactly: 1/10 + 2/10 + 7/10
+    assert state.spent == PureDP(1) and state.remaining == PureDP(0)  # exactly: 1/10 + 2/10 + 7/10
     with pytest.raises(OverBudgetError, match="over by 1/1000000"):
-        reserve(ledger, release="r3", charges=[("d", Fraction(1, 10**6))])
+        reserve(ledger, release="r3", charges=[("d", PureDP(Fraction(1, 10**6)))])
     ledger.close()
 
 
@@ -67,27 +71,27 @@ def test_voiding_frees_a_reservation_but_never_a_commit(url):
     ledger = open_ledger(url)
     run = reserve(ledger)
     ledger.void(run, reason="crashed before any noise was drawn")
-    assert ledger.state("ds").spent == 0
+    assert ledger.state("ds").spent == PureDP(0)
     run2 = reserve(ledger)  # the release name may be used again
     ledger.commit(run2)
     with pytest.raises(LedgerError, match="only a reserved run"):
         ledger.void(run2, reason="try to get the budget back")
-    assert ledger.state("ds").spent == Fraction(1, 4)
+    assert ledger.state("ds").spent == PureDP(Fraction(1, 4))
     ledger.close()
 
 
 def test_changing_the_cap_is_recorded_and_never_reduces_spend(url):
     ledger = open_ledger(url)
-    reserve(ledger, charges=[("t", Fraction(3, 4))])
-    state = ledger.set_budget("ds", Fraction(2), reason="board decision 2026-11", by="alice")
-    assert state.budget == 2 and state.spent == Fraction(3, 4)
-    assert [c.epsilon for c in state.caps] == [1, 2]
+    reserve(ledger, charges=[("t", PureDP(Fraction(3, 4)))])
+    state = ledger.set_budget("ds", PureDP(2), reason="board decision 2026-11", by="alice")
+    assert state.budget == PureDP(2) and state.spent == PureDP(Fraction(3, 4))
+    assert [c.budget for c in state.caps] == [PureDP(1), PureDP(2)]
     assert state.caps[-1].set_by == "alice" and state.caps[-1].reason == "board decision 2026-11"
     with pytest.raises(LedgerError, match="the spec asks 1"):
-        reserve(ledger, release="r2", cap=Fraction(1))  # the spec still says 1
-    reserve(ledger, release="r2", cap=Fraction(2))
+        reserve(ledger, release="r2", cap=PureDP(1))  # the spec still says 1
+    reserve(ledger, release="r2", cap=PureDP(2))
     with pytest.raises(LedgerError, match="say why"):
-        ledger.set_budget("ds", Fraction(3), reason=" ")
+        ledger.set_budget("ds", PureDP(3), reason=" ")
     ledger.close()
 
 
@@ -98,8 +102,8 @@ def test_the_ledger_is_append_only(url):
                     lambda conn, cursor, statement, *a: statements.append(statement.split()[0].upper()))
     run = reserve(ledger)
     ledger.commit(run)
-    ledger.set_budget("ds", Fraction(3), reason="more")
-    run = reserve(ledger, release="r2", cap=Fraction(3))
+    ledger.set_budget("ds", PureDP(3), reason="more")
+    run = reserve(ledger, release="r2", cap=PureDP(3))
     ledger.void(run, reason="never ran")
     assert "UPDATE" not in statements and "DELETE" not in statements
     assert "INSERT" in statements
@@ -108,7 +112,7 @@ def test_the_ledger_is_append_only(url):
 
 def test_amounts_are_stored_as_exact_text(url):
     ledger = open_ledger(url)
-    reserve(ledger, charges=[("t", Fraction(1, 3))])
+    reserve(ledger, charges=[("t", PureDP(Fraction(1, 3)))])
     with ledger.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT amount FROM charges")).scalar_one() == "1/3"
         assert conn.execute(sa.text("SELECT value FROM dprelease_meta WHERE key = 'schema_version'")).scalar_one() == "5"
@@ -126,8 +130,8 @@ def _race(url: str, release: str, barrier) -> str:
     ledger = Ledger.open(resolve_location(url), create=False)
     barrier.wait()
     try:
-        ledger.reserve(dataset="ds", release=release, charges=[("t", Fraction(1, 2))],
-                       spec_fingerprint="sha256:x", lifetime_from_spec=Fraction(1))
+        ledger.reserve(dataset="ds", release=release, charges=[("t", PureDP(Fraction(1, 2)))],
+                       spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(1))
         return "won"
     except OverBudgetError:
         return "refused"
@@ -137,7 +141,7 @@ def _race(url: str, release: str, barrier) -> str:
 
 def test_racing_runs_for_the_last_of_a_budget_exactly_one_wins(url):
     ledger = open_ledger(url)
-    reserve(ledger, release="first", charges=[("t", Fraction(1, 2))])
+    reserve(ledger, release="first", charges=[("t", PureDP(Fraction(1, 2)))])
     ledger.close()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:
@@ -146,7 +150,7 @@ def test_racing_runs_for_the_last_of_a_budget_exactly_one_wins(url):
             outcomes = pool.starmap(_race, [(url, f"racer-{i}", barrier) for i in range(4)])
     assert sorted(outcomes) == ["refused", "refused", "refused", "won"]
     ledger = open_ledger(url)
-    assert ledger.state("ds").spent == 1
+    assert ledger.state("ds").spent == PureDP(1)
     ledger.close()
 
 
@@ -178,7 +182,7 @@ def test_the_working_directory_never_means_a_fresh_budget(tmp_path, cli_process,
     spec = write_spec(tmp_path, (SPECS / "good" / "three_tables.yaml").read_text()
                       .replace("budget: {epsilon: 1}", "budget: {epsilon: 1}\nledger: ledger.sqlite"))
     ledger = Ledger.open(resolve_location(None, "ledger.sqlite", tmp_path), create=True)
-    reserve(ledger, dataset="three-tables-data", release="old", cap=Fraction(10), charges=[("t", Fraction(3))])
+    reserve(ledger, dataset="three-tables-data", release="old", cap=PureDP(10), charges=[("t", PureDP(3))])
     ledger.close()
     for cwd in (tmp_path, tmp_path.parent, tmp_path / "elsewhere"):
         cwd.mkdir(exist_ok=True)
@@ -273,25 +277,24 @@ def test_a_schema_4_ledger_gains_typed_terms_and_keeps_every_figure(url):
     """Schema 4 → 5 on both engines: the one-string terms become typed columns, the caps' and
     charges' ``epsilon`` column (ρ under zCDP terms) becomes ``amount``; figures unchanged, and a
     second opening finds it done."""
-    from dprelease.accounting import Terms
-
     ledger = open_ledger(url)
-    ledger.set_budget("z", Fraction(2), reason="test", terms=Terms("zcdp"))
-    ledger.reserve(dataset="z", release="r", charges=[("t", Fraction(1, 8))], spec_fingerprint="x",
+    ledger.set_budget("z", ZCDP(2), reason="test", terms=Terms("zcdp"))
+    ledger.reserve(dataset="z", release="r", charges=[("t", ZCDP(Fraction(1, 8)))], spec_fingerprint="x",
                    lifetime_from_spec=None, terms=Terms("zcdp"))
-    reserve(ledger, dataset="p", cap=Fraction(3), charges=[("t", Fraction(1, 3))])
+    reserve(ledger, dataset="p", cap=PureDP(3), charges=[("t", PureDP(Fraction(1, 3)))])
     approx, bounded = Terms("approx"), Terms("pure", change=True, unit_id="PID")
-    ledger.set_budget("a", Fraction(5), reason="test", terms=approx, delta=Fraction(1, 10**5))
-    ledger.set_budget("a", Fraction(6), reason="raised", delta=Fraction(2, 10**5))  # a cap change, with its δ
-    ledger.reserve(dataset="a", release="r", charges=[("t", Fraction(1, 2), Fraction(1, 10**6)), ("u", Fraction(1, 4),
-                   Fraction(0))], spec_fingerprint="x", lifetime_from_spec=None, terms=approx)
-    ledger.set_budget("b", Fraction(1), reason="test", terms=bounded)
-    ledger.reserve(dataset="b", release="r", charges=[("t", Fraction(1, 5))], spec_fingerprint="x",
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**5)), reason="test", terms=approx)
+    ledger.set_budget("a", ApproxDP(6, Fraction(2, 10**5)), reason="raised")  # a cap change, with its δ
+    ledger.reserve(dataset="a", release="r", charges=[("t", ApproxDP(Fraction(1, 2), Fraction(1, 10**6))),
+                                                      ("u", ApproxDP(Fraction(1, 4), Fraction(0)))],
+                   spec_fingerprint="x", lifetime_from_spec=None, terms=approx)
+    ledger.set_budget("b", PureDP(1), reason="test", terms=bounded)
+    ledger.reserve(dataset="b", release="r", charges=[("t", PureDP(Fraction(1, 5)))], spec_fingerprint="x",
                    lifetime_from_spec=None, terms=bounded)
     names = ("z", "p", "a", "b")
     before = [ledger.state(d) for d in names]
-    assert before[2].spent == Fraction(3, 4) and before[2].delta_spent == Fraction(1, 10**6)
-    assert before[2].delta_budget == Fraction(2, 10**5) and before[3].terms == bounded
+    assert before[2].spent == ApproxDP(Fraction(3, 4), Fraction(1, 10**6))
+    assert before[2].budget == ApproxDP(6, Fraction(2, 10**5)) and before[3].terms == bounded
     with ledger.engine.begin() as conn:  # back to schema 4's layout
         for table in ("budget_caps", "charges"):
             conn.execute(sa.text(f"ALTER TABLE {table} RENAME COLUMN amount TO epsilon"))
@@ -302,7 +305,7 @@ def test_a_schema_4_ledger_gains_typed_terms_and_keeps_every_figure(url):
     for _ in range(2):
         reopened = open_ledger(url)
         assert [reopened.state(d) for d in names] == before
-        assert before[0].terms == Terms("zcdp") and before[0].spent == Fraction(1, 8)
+        assert before[0].terms == Terms("zcdp") and before[0].spent == ZCDP(Fraction(1, 8))
         with reopened.engine.connect() as conn:
             assert conn.execute(sa.text("SELECT amount FROM charges ORDER BY id")).scalars().all() == [
                 "1/8", "1/3", "1/2", "1/4", "1/5"]
@@ -310,3 +313,111 @@ def test_a_schema_4_ledger_gains_typed_terms_and_keeps_every_figure(url):
                                 ).all() == [("a", "approx", False, None), ("b", "pure", True, "PID"),
                                             ("p", "pure", False, None), ("z", "zcdp", False, None)]
         reopened.close()
+
+
+# ---------------------------------------------------------------- typed budgets of the terms' kind
+
+
+def _rows(ledger: Ledger) -> dict[str, int]:
+    with ledger.engine.connect() as conn:
+        return {t: conn.execute(sa.text(f"SELECT COUNT(*) FROM {t}")).scalar_one()
+                for t in ("datasets", "budget_caps", "runs", "charges", "run_events", "leases")}
+
+
+def test_a_charge_of_another_kind_than_the_terms_is_refused_and_nothing_is_written(url):
+    """The ledger knows its terms: a ρ charged to a pure dataset, an ε to a zCDP one, a pure ε
+    to an (ε, δ) one (it must be converted explicitly, ``as_approx``), or a bare Fraction (the
+    untyped API of before) is a TypeError before any row is written, new dataset or not."""
+    ledger = open_ledger(url)
+    ledger.set_budget("z", ZCDP(2), reason="test", terms=Terms("zcdp"))
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**5)), reason="test", terms=Terms("approx"))
+    reserve(ledger, dataset="p")  # pure, with one run
+    before = _rows(ledger)
+    statements: list[str] = []
+    sa.event.listen(ledger.engine, "before_cursor_execute",
+                    lambda conn, cursor, statement, *a: statements.append(statement.split()[0].upper()))
+    wrong = [("p", Terms("pure"), ZCDP(Fraction(1, 8))), ("z", Terms("zcdp"), PureDP(Fraction(1, 2))),
+             ("a", Terms("approx"), PureDP(Fraction(1, 2))), ("p", Terms("pure"), Fraction(1, 4)),
+             ("new", Terms("pure"), ZCDP(Fraction(1, 8))), ("z", Terms("zcdp"), Fraction(1, 8))]
+    for dataset, terms, charge in wrong:
+        with pytest.raises(TypeError, match=f"the charge of 't' is .*ledger terms are '{terms.text}'"):
+            ledger.reserve(dataset=dataset, release="r2", charges=[("u", PureDP(Fraction(1, 8))), ("t", charge)]
+                           if terms.kind == "pure" else [("t", charge)], spec_fingerprint="x",
+                           lifetime_from_spec=PureDP(1) if dataset == "new" else None, terms=terms)
+    with pytest.raises(TypeError, match="a charge is \\(measurement, budget\\)"):  # the (key, ε, δ) of before
+        ledger.reserve(dataset="a", release="r2", charges=[("t", Fraction(1, 2), Fraction(1, 10**6))],
+                       spec_fingerprint="x", lifetime_from_spec=None, terms=Terms("approx"))
+    with pytest.raises(TypeError, match="the spec's lifetime budget is a pure budget"):
+        ledger.reserve(dataset="z", release="r2", charges=[("t", ZCDP(Fraction(1, 8)))], spec_fingerprint="x",
+                       lifetime_from_spec=PureDP(2), terms=Terms("zcdp"))
+    for dataset, cap in (("z", PureDP(2)), ("p", ZCDP(2)), ("a", PureDP(5)), ("p", ApproxDP(1, Fraction(1, 10**6)))):
+        with pytest.raises(TypeError, match=f"the new lifetime cap of dataset '{dataset}' is a"):
+            ledger.set_budget(dataset, cap, reason="wrong unit")
+    with pytest.raises(TypeError, match="a lifetime cap is a budget"):
+        ledger.set_budget("p", Fraction(2), reason="untyped")
+    assert "INSERT" not in statements and _rows(ledger) == before
+    assert ledger.state("new") is None and [r.release for r in ledger.state("p").runs] == ["r1"]
+    ledger.close()
+
+
+def test_states_and_runs_read_back_typed_budgets_of_the_terms_kind(url):
+    """A pure, a zCDP and an (ε, δ) dataset: cap, caps, spend, remaining, each run's charge and its
+    measurements' charges come back as PureDP, ZCDP (ρ) and ApproxDP (with δ inside), as does
+    what a reservation was checked against."""
+    ledger = open_ledger(url)
+    reserve(ledger, dataset="p", cap=PureDP(3), charges=[("t", PureDP(Fraction(1, 3))), ("u", PureDP(Fraction(1, 6)))])
+    ledger.set_budget("z", ZCDP(2), reason="test", terms=Terms("zcdp"))
+    granted_z = ledger.reserve(dataset="z", release="r", charges=[("t", ZCDP(Fraction(1, 8)))], spec_fingerprint="x",
+                               lifetime_from_spec=ZCDP(2), terms=Terms("zcdp"))
+    approx = Terms("approx")
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**5)), reason="test", terms=approx)
+    ledger.reserve(dataset="a", release="r", charges=[("t", ApproxDP(Fraction(1, 2), Fraction(1, 10**6))),
+                                                      ("u", PureDP(Fraction(1, 4)).as_approx())],
+                   spec_fingerprint="x", lifetime_from_spec=None, terms=approx)
+    granted_a = ledger.reserve(dataset="a", release="r2", charges=[("t", ApproxDP(1, Fraction(2, 10**6)))],
+                               spec_fingerprint="x", lifetime_from_spec=ApproxDP(5, Fraction(1, 10**5)), terms=approx)
+    assert (granted_z.spent_before, granted_z.budget) == (ZCDP(0), ZCDP(2))
+    assert (granted_a.spent_before, granted_a.budget) == (ApproxDP(Fraction(3, 4), Fraction(1, 10**6)),
+                                                          ApproxDP(5, Fraction(1, 10**5)))
+    expected = {
+        "p": (PureDP, PureDP(3), PureDP(Fraction(1, 2)), [PureDP(Fraction(1, 2))],
+              [("t", PureDP(Fraction(1, 3))), ("u", PureDP(Fraction(1, 6)))]),
+        "z": (ZCDP, ZCDP(2), ZCDP(Fraction(1, 8)), [ZCDP(Fraction(1, 8))], [("t", ZCDP(Fraction(1, 8)))]),
+        "a": (ApproxDP, ApproxDP(5, Fraction(1, 10**5)), ApproxDP(Fraction(7, 4), Fraction(3, 10**6)),
+              [ApproxDP(Fraction(3, 4), Fraction(1, 10**6)), ApproxDP(1, Fraction(2, 10**6))],
+              [("t", ApproxDP(Fraction(1, 2), Fraction(1, 10**6))), ("u", ApproxDP(Fraction(1, 4), Fraction(0)))]),
+    }
+    for name, (kind, cap, spent, run_charges, first_run) in expected.items():
+        state = ledger.state(name)
+        assert state.terms.kind == kind.kind
+        assert all(type(b) is kind for b in (state.budget, state.spent, state.remaining,
+                                               *(c.budget for c in state.caps), *(r.charge for r in state.runs),
+                                               *(b for r in state.runs for _, b in r.charges)))
+        assert state.budget == cap == state.caps[-1].budget and state.spent == spent
+        assert state.remaining == cap - spent
+        assert [r.charge for r in state.runs] == run_charges and list(state.runs[0].charges) == first_run
+        run_id = state.runs[0].run_id
+        assert ledger.find_run(run_id)[1].charge == run_charges[0]
+    with pytest.raises(TypeError, match="cannot add"):  # a ρ is not an ε: the types keep them apart
+        ledger.state("z").spent + ledger.state("p").spent
+    ledger.close()
+
+
+def test_an_approx_charge_recorded_without_its_delta_reads_as_delta_zero(tmp_path):
+    """A charge row of an (ε, δ) dataset with a NULL δ (the untyped API of before accepted one) is
+    read as δ = 0, as every earlier version summed it; a cap without its δ is a damaged ledger."""
+    ledger = open_ledger(str(tmp_path / "l.sqlite"))
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**5)), reason="test", terms=Terms("approx"))
+    run = ledger.reserve(dataset="a", release="r", charges=[("t", ApproxDP(Fraction(1, 2), Fraction(1, 10**6)))],
+                         spec_fingerprint="x", lifetime_from_spec=None, terms=Terms("approx")).run_id
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO charges (run_id, table_name, amount, delta) VALUES (:r, 'u', '1/4', NULL)"),
+                     {"r": run})
+    state = ledger.state("a")
+    assert state.runs[0].charges[1] == ("u", ApproxDP(Fraction(1, 4), Fraction(0)))
+    assert state.spent == ApproxDP(Fraction(3, 4), Fraction(1, 10**6))
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE budget_caps SET delta = NULL"))
+    with pytest.raises(LedgerError, match="without its δ in the ledger; the ledger is damaged"):
+        ledger.state("a")
+    ledger.close()

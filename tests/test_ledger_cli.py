@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.ledger import Ledger, resolve_location
 
 
 def seed(url: str | None = None) -> None:
     ledger = Ledger.open(resolve_location(url), create=True)
-    run = ledger.reserve(dataset="acs", release="acs-2019", charges=[("a", Fraction(1, 4)), ("b", Fraction(3, 4))],
-                         spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4)).run_id
+    run = ledger.reserve(dataset="acs", release="acs-2019", charges=[("a", PureDP(Fraction(1, 4))),
+                                                                          ("b", PureDP(Fraction(3, 4)))],
+                         spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4))).run_id
     ledger.commit(run, data_fingerprint="sha256:d1")
-    run = ledger.reserve(dataset="acs", release="acs-2020", charges=[("a", Fraction(1, 2))],
-                         spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4)).run_id
+    run = ledger.reserve(dataset="acs", release="acs-2020", charges=[("a", PureDP(Fraction(1, 2)))],
+                         spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4))).run_id
     ledger.fail(run, reason="disk full after noise", data_fingerprint="sha256:d2")
-    ledger.reserve(dataset="acs", release="acs-2021", charges=[("a", Fraction(1, 4))],
-                   spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4))
+    ledger.reserve(dataset="acs", release="acs-2021", charges=[("a", PureDP(Fraction(1, 4)))],
+                   spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4)))
     ledger.close()
 
 
@@ -113,3 +115,24 @@ def test_ledger_env_variable_is_used(cli, tmp_path, monkeypatch):
     result = cli("ledger", "--json")
     assert json.loads(result.stdout)["ledger"]["source"] == "$DPRELEASE_LEDGER"
     assert json.loads(result.stdout)["datasets"][0]["name"] == "acs"
+
+
+def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path):
+    """`dprelease ledger --json`: each budget change is a typed record naming its unit (ρ under
+    zCDP terms, ε and δ under (ε, δ) terms), beside the old "epsilon" key (the figure in the
+    terms' unit) that older readers take; an (ε, δ) cap changed without --delta keeps its δ."""
+    url = str(tmp_path / "l.sqlite")
+    for args in (("z", "--rho", "2", "--create"), ("z", "--rho", "5/2"),
+                 ("a", "--epsilon", "1", "--delta", "1e-6", "--create"), ("a", "--epsilon", "3/2"),
+                 ("p", "--epsilon", "4", "--create")):
+        done = cli("ledger", "set-budget", args[0], *args[1:], "--reason", "x", "--ledger", url)
+        assert done.code == 0, done
+    data = json.loads(cli("ledger", "--ledger", url, "--json").stdout)
+    changes = {d["name"]: [(c["epsilon"], c["cap"]) for c in d["budget_changes"]] for d in data["datasets"]}
+    assert changes == {
+        "z": [("2", {"rho": "2"}), ("5/2", {"rho": "5/2"})],
+        "a": [("1", {"epsilon": "1", "delta": "1/1000000"}), ("3/2", {"epsilon": "3/2", "delta": "1/1000000"})],
+        "p": [("4", {"epsilon": "4"})]}
+    with Ledger.open(resolve_location(url), create=False) as ledger:
+        assert [c.budget for c in ledger.state("z").caps] == [ZCDP(2), ZCDP(Fraction(5, 2))]
+        assert ledger.state("a").budget == ApproxDP(Fraction(3, 2), Fraction(1, 10**6))

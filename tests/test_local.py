@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprelease.accounting import Terms
+from dprelease.accounting import PureDP, Terms
 from dprelease.accounting import ln_upper_bound
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.mechanisms.local import coin_flip
@@ -209,9 +209,9 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     opened.close()
     charged = {(r.collection, r.question): r.charged for r in state.local}
     ln3 = ln_upper_bound(3)
-    assert charged == {("wave-1", "FAVOURITE"): 1, ("wave-1", "SMOKES"): ln3,
-                       ("wave-2", "FAVOURITE"): 0, ("wave-2", "SMOKES"): 0}
-    assert state.local_epsilon == 1 + ln3 and state.spent == 0
+    assert charged == {("wave-1", "FAVOURITE"): PureDP(1), ("wave-1", "SMOKES"): PureDP(ln3),
+                       ("wave-2", "FAVOURITE"): PureDP(0), ("wave-2", "SMOKES"): PureDP(0)}
+    assert state.local_epsilon == PureDP(1 + ln3) and state.spent == PureDP(0)
     assert state.terms == Terms("pure", change=True)  # the number of answers is public: change one record
     shown = cli("ledger", "--ledger", ledger, "--json")
     listed = json.loads(shown.stdout)["datasets"][0]
@@ -221,7 +221,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     spec3 = write_spec(tmp_path, release="survey-wave-1-revised", name="spec3.yaml")
     assert run(spec3, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
-    assert opened.state("survey-panel").local_epsilon == 1 + ln3
+    assert opened.state("survey-panel").local_epsilon == PureDP(1 + ln3)
     opened.close()
     # ... but new answers under wave 1's name are refused, not recorded as free: unregistered ...
     before = (tmp_path / "answers.csv").read_text()
@@ -277,7 +277,7 @@ def test_answers_recorded_before_fingerprints_are_treated_as_unknown(tmp_path):
 
     path = tmp_path / "l.sqlite"
     ledger = Ledger.open(resolve_location(str(path)), create=True)
-    ledger.set_budget("d", Fraction(1), reason="test", terms=Terms("pure", change=True))
+    ledger.set_budget("d", PureDP(1), reason="test", terms=Terms("pure", change=True))
     answers = ledger.fingerprint("sha256:aaa")
     asked = LocalCollection("wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers=answers)
     ledger.register_answers((AnswerSet("d", "wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers, RANDOMIZED),))
@@ -290,7 +290,7 @@ def test_answers_recorded_before_fingerprints_are_treated_as_unknown(tmp_path):
     con.commit()
     con.close()
     ledger = Ledger.open(resolve_location(str(path)), create=False)
-    assert ledger.state("d").local_epsilon == 1
+    assert ledger.state("d").local_epsilon == PureDP(1)
     with pytest.raises(LedgerError, match="other answers"):
         ledger.reserve(dataset="d", release="b", charges=[], spec_fingerprint="x", lifetime_from_spec=None,
                        terms=Terms("pure", change=True), local=(asked,))

@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprelease.accounting import Terms
+from dprelease.accounting import PureDP, Terms
 from dprelease.accounting import ln_upper_bound
 from dprelease.data import file_fingerprint
 from dprelease.errors import LedgerError
@@ -102,8 +102,8 @@ def _central_release_of_the_acs_file(ledger_path):
     """What a published central release of the ACS file leaves in the ledger (no Prefect needed)."""
     ledger = Ledger.open(resolve_location(str(ledger_path)), create=True)
     keyed = ledger.fingerprint(file_fingerprint(DATA))
-    ledger.reserve(dataset="nist-acs", release="central-1", charges=[("counts", Fraction(1, 2))],
-                   spec_fingerprint="x", lifetime_from_spec=Fraction(4), data_fingerprint=keyed)
+    ledger.reserve(dataset="nist-acs", release="central-1", charges=[("counts", PureDP(Fraction(1, 2)))],
+                   spec_fingerprint="x", lifetime_from_spec=PureDP(Fraction(4)), data_fingerprint=keyed)
     return ledger, keyed
 
 
@@ -129,11 +129,11 @@ def test_a_column_of_a_dataset_with_central_releases_is_never_local_answers(tmp_
     asked = LocalCollection("race-2019", "RAC1P", "k_rr:2/k=9", Fraction(2), answers=keyed)
     with pytest.raises(LedgerError, match="already released as dataset 'nist-acs'"):  # the same data, another name
         ledger.reserve(dataset="acs-race-survey", release="r", charges=[], spec_fingerprint="x",
-                       lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), local=(asked,),
+                       lifetime_from_spec=PureDP(Fraction(1)), terms=Terms("pure", change=True), local=(asked,),
                        data_fingerprint=keyed)
     with pytest.raises(LedgerError, match="'nist-acs' \\(this very data file\\) has central releases"):
         ledger.reserve(dataset="acs-race-survey", release="r", charges=[], spec_fingerprint="x",  # the answers' own
-                       lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), local=(asked,))
+                       lifetime_from_spec=PureDP(Fraction(1)), terms=Terms("pure", change=True), local=(asked,))
     assert [a for a in ledger.answer_sets()] == []
     assert len(ledger.run_ids()) == 1
     ledger.close()
@@ -158,8 +158,9 @@ def test_fresh_answers_claimed_as_memoised_are_charged_as_a_fresh_collection(tmp
     state = opened(ledger).state("survey-panel")
     charged = {(r.collection, r.question): (r.charged, r.memoised) for r in state.local}
     ln3 = ln_upper_bound(3)
-    assert charged[("wave-2", "FAVOURITE")] == (1, False) and charged[("wave-2", "SMOKES")] == (ln3, False)
-    assert state.local_epsilon == 2 * (1 + ln3)  # each respondent's true loss: both waves
+    assert charged[("wave-2", "FAVOURITE")] == (PureDP(1), False)
+    assert charged[("wave-2", "SMOKES")] == (PureDP(ln3), False)
+    assert state.local_epsilon == PureDP(2 * (1 + ln3))  # each respondent's true loss: both waves
     manifest = json.loads((out / "survey-wave-2" / "manifest.json").read_text())
     for t in manifest["local_tables"]:
         assert t["memoised"] is False and "charged as a fresh collection" in t["memo_not_honoured"]
@@ -237,17 +238,20 @@ def test_central_and_local_answers_never_mix(tmp_path, cli):
     ledger = opened(ledger_path)
     keyed = ledger.fingerprint(file_fingerprint(tmp_path / "answers.csv"))
     with pytest.raises(LedgerError, match="holds local collections .* this very file"):
-        ledger.reserve(dataset="survey-central", release="c", charges=[("t", Fraction(1))], spec_fingerprint="x",
-                       lifetime_from_spec=Fraction(1), data_fingerprint=keyed)
+        ledger.reserve(dataset="survey-central", release="c", charges=[("t", PureDP(Fraction(1)))],
+                       spec_fingerprint="x",
+                       lifetime_from_spec=PureDP(Fraction(1)), data_fingerprint=keyed)
     asked = LocalCollection("wave-1", "FAVOURITE", "k_rr:1/k=10", Fraction(1), answers=keyed)
     ledger.reserve(dataset="survey-panel", release="l", charges=[], spec_fingerprint="x",
-                   lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), local=(asked,), data_fingerprint=keyed)
+                   lifetime_from_spec=PureDP(Fraction(1)), terms=Terms("pure", change=True), local=(asked,),
+                   data_fingerprint=keyed)
     with pytest.raises(LedgerError, match="dataset 'survey-panel' holds local collections"):
-        ledger.reserve(dataset="survey-panel", release="c", charges=[("t", Fraction(1))], spec_fingerprint="x",
-                       lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), data_fingerprint="hmac-sha256:00")
+        ledger.reserve(dataset="survey-panel", release="c", charges=[("t", PureDP(Fraction(1)))], spec_fingerprint="x",
+                       lifetime_from_spec=PureDP(Fraction(1)), terms=Terms("pure", change=True),
+                       data_fingerprint="hmac-sha256:00")
     with pytest.raises(LedgerError, match="central tables and kind: local tables"):
-        ledger.reserve(dataset="survey-panel", release="m", charges=[("t", Fraction(1))], spec_fingerprint="x",
-                       lifetime_from_spec=Fraction(1), terms=Terms("pure", change=True), local=(asked,),
+        ledger.reserve(dataset="survey-panel", release="m", charges=[("t", PureDP(Fraction(1)))], spec_fingerprint="x",
+                       lifetime_from_spec=PureDP(Fraction(1)), terms=Terms("pure", change=True), local=(asked,),
                        data_fingerprint=keyed)
     assert len(ledger.run_ids()) == 1
     ledger.close()

@@ -14,9 +14,9 @@ import signal
 import subprocess
 import sys
 import time
-from fractions import Fraction
 from pathlib import Path
 
+from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 from tests.conftest import ROOT
 from tests.test_crash import SPENT, resolve
@@ -64,7 +64,7 @@ def test_void_is_refused_while_the_paused_run_lives(tmp_path, run_env):
         victim.wait(timeout=60)
     settled = resolve(record.run_id, "void", run_env)  # its process is gone: the lease lapsed at once
     assert settled.returncode == 0, settled.stderr
-    assert ledger_state(DATASET).spent == 0
+    assert ledger_state(DATASET).spent == PureDP(0)
 
 
 def test_a_run_voided_behind_its_back_stops_before_drawing(tmp_path, run_env):
@@ -113,7 +113,7 @@ def test_a_failed_commit_leaves_no_noisy_file(tmp_path, run_env):
     assert left == [], left
     state = ledger_state(DATASET)
     assert [r.state for r in state.runs] == ["failed"] and state.spent == SPENT
-    assert Fraction(SPENT) > 0
+    assert SPENT.epsilon > 0
 
 
 def test_a_commit_without_its_ledger_leaves_no_noisy_file(tmp_path, run_env):

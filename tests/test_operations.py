@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 from tests.conftest import ROOT
 from tests.test_run import run
@@ -36,7 +37,7 @@ def test_an_unapproved_plan_is_refused_and_an_approved_one_runs(tmp_path, run_en
     assert refused.returncode == 5 and "not approved" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "acs-demo-2019").exists()
     state = state_of(ledger)
-    assert state is None or state.spent == 0  # nothing reserved, nothing spent
+    assert state is None or state.spent == PureDP(0)  # nothing reserved, nothing spent
 
     approved = cli("plan", spec, "--approve", "--by", "Ada Statistician", "--ledger", ledger)
     assert approved.code == 0 and "approved plan sha256:" in approved.stderr and "Ada Statistician" in approved.stderr
@@ -50,7 +51,7 @@ def test_an_unapproved_plan_is_refused_and_an_approved_one_runs(tmp_path, run_en
     done = run(spec, "--require-approval", "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
     assert done.returncode == 0 and "plan approved by Ada Statistician" in done.stderr, done.stderr
     assert (tmp_path / "out" / "acs-demo-2019" / "manifest.json").is_file()
-    assert state_of(ledger).spent == 1
+    assert state_of(ledger).spent == PureDP(1)
 
 
 def test_only_a_plan_that_fits_can_be_approved(tmp_path, cli):
@@ -69,8 +70,8 @@ def _crashed(tmp_path, release="acs-crashed"):
     """A reservation left by a run that died: reserved, with its output directory recorded."""
     ledger_path = tmp_path / "ledger.sqlite"
     ledger = Ledger.open(resolve_location(str(ledger_path)), create=True)
-    granted = ledger.reserve(dataset="acs", release=release, charges=[("t", Fraction(1, 2))],
-                             spec_fingerprint="sha256:s", lifetime_from_spec=Fraction(4),
+    granted = ledger.reserve(dataset="acs", release=release, charges=[("t", PureDP(Fraction(1, 2)))],
+                             spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4)),
                              output_dir=str(tmp_path / "out"))
     ledger.end_lease(granted.run_id)  # the reserving process (this one) is gone, as far as the lease knows
     ledger.close()
@@ -89,7 +90,8 @@ def test_resolve_void_only_when_no_output_appeared(tmp_path, cli):
     assert done.code == 0 and "voided" in done.stdout, done
     state = state_of(ledger, "acs")
     [record] = state.runs
-    assert state.spent == 0 and record.state == "voided" and record.reason == "killed before any noise (ops ticket 42)"
+    assert state.spent == PureDP(0) and record.state == "voided"
+    assert record.reason == "killed before any noise (ops ticket 42)"
     shown = json.loads(cli("ledger", "--ledger", ledger, "--json").stdout)["datasets"][0]["releases"][0]
     assert shown["state"] == "voided" and shown["reason"].startswith("killed")
     again = cli("ledger", "resolve", run_id, "--void", "--reason", "x", "--ledger", ledger)
@@ -106,7 +108,7 @@ def test_resolve_refuses_to_void_staged_outputs_and_fails_them(tmp_path, cli):
     failed = cli("ledger", "resolve", run_id, "--fail", "--reason", "killed mid-publication", "--ledger", ledger)
     assert failed.code == 0 and "failed" in failed.stdout and not staging.exists()
     state = state_of(ledger, "acs")
-    assert state.spent == Fraction(1, 2) and state.runs[0].state == "failed"
+    assert state.spent == PureDP(Fraction(1, 2)) and state.runs[0].state == "failed"
 
 
 def test_resolve_commits_a_published_release(tmp_path, cli):
@@ -131,9 +133,9 @@ def test_resolve_commits_a_published_release(tmp_path, cli):
 
 def test_the_listing_shows_the_burn_down(tmp_path, cli):
     ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
-    for name, eps in (("r1", Fraction(1)), ("r2", Fraction(1, 2))):
+    for name, eps in (("r1", PureDP(Fraction(1))), ("r2", PureDP(Fraction(1, 2)))):
         run_id = ledger.reserve(dataset="acs", release=name, charges=[("t", eps)], spec_fingerprint="s",
-                                lifetime_from_spec=Fraction(4)).run_id
+                                lifetime_from_spec=PureDP(Fraction(4))).run_id
         ledger.commit(run_id)
     ledger.close()
     shown = cli("ledger", "--ledger", tmp_path / "l.sqlite")

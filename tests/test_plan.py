@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import pytest
 
+from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.mechanisms.discrete_laplace import margin_of_error
 from tests.conftest import ROOT, SPECS, write_spec
@@ -105,8 +106,8 @@ def test_target_moe_gives_the_epsilon_that_meets_it(tmp_path, cli):
 def test_lifetime_budget_is_checked_against_the_ledger(tmp_path, cli):
     spec = write_spec(tmp_path, THREE)
     ledger = Ledger.open(resolve_location(), create=True)
-    ledger.reserve(dataset="three-tables-data", release="earlier", charges=[("x", Fraction(19, 2))],
-                   spec_fingerprint="sha256:x", lifetime_from_spec=Fraction(10))
+    ledger.reserve(dataset="three-tables-data", release="earlier", charges=[("x", PureDP(Fraction(19, 2)))],
+                   spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(Fraction(10)))
     ledger.close()
     result, plan = plan_json(cli, spec)
     assert result.code == 3
@@ -119,8 +120,8 @@ def test_lifetime_budget_is_checked_against_the_ledger(tmp_path, cli):
 def test_plan_of_an_existing_release_exits_4(tmp_path, cli):
     spec = write_spec(tmp_path, THREE)
     ledger = Ledger.open(resolve_location(), create=True)
-    ledger.reserve(dataset="three-tables-data", release="three-tables", charges=[("a", Fraction(1, 10))],
-                   spec_fingerprint="sha256:x", lifetime_from_spec=Fraction(10))
+    ledger.reserve(dataset="three-tables-data", release="three-tables", charges=[("a", PureDP(Fraction(1, 10)))],
+                   spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(Fraction(10)))
     ledger.close()
     result = cli("plan", spec)
     assert result.code == 4
@@ -130,7 +131,7 @@ def test_plan_of_an_existing_release_exits_4(tmp_path, cli):
 def test_a_spec_asking_another_lifetime_budget_is_refused(tmp_path, cli):
     spec = write_spec(tmp_path, THREE)
     ledger = Ledger.open(resolve_location(), create=True)
-    ledger.set_budget("three-tables-data", Fraction(5), reason="agreed with the board")
+    ledger.set_budget("three-tables-data", PureDP(Fraction(5)), reason="agreed with the board")
     ledger.close()
     result = cli("plan", spec)
     assert result.code == 2

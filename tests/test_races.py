@@ -15,6 +15,7 @@ from fractions import Fraction
 
 import pytest
 
+from dprelease.accounting import PureDP
 from dprelease.errors import OverBudgetError
 from dprelease.ledger import Ledger, resolve_location
 from tests.conftest import ROOT
@@ -37,8 +38,8 @@ def _racer(url: str, racer: int, barrier) -> list[str]:  # noqa: F811 - url is a
             charge, _ = trial_plan(trial)
             barrier.wait()  # every racer starts each trial together
             try:
-                ledger.reserve(dataset=f"race-{trial}", release=f"racer-{racer}", charges=[("t", charge)],
-                               spec_fingerprint="sha256:x", lifetime_from_spec=Fraction(1))
+                ledger.reserve(dataset=f"race-{trial}", release=f"racer-{racer}", charges=[("t", PureDP(charge))],
+                               spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(Fraction(1)))
                 outcomes.append("won")
             except OverBudgetError:
                 outcomes.append("refused")
@@ -50,7 +51,8 @@ def _racer(url: str, racer: int, barrier) -> list[str]:  # noqa: F811 - url is a
 def test_eight_processes_race_fifty_times_and_never_overspend(url):  # noqa: F811
     ledger = open_ledger(url)
     for trial in range(TRIALS):
-        reserve(ledger, release="first", charges=[("t", Fraction(1, 2))], cap=Fraction(1), dataset=f"race-{trial}")
+        reserve(ledger, release="first", charges=[("t", PureDP(Fraction(1, 2)))], cap=PureDP(1),
+                dataset=f"race-{trial}")
     ledger.close()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:
@@ -65,7 +67,8 @@ def test_eight_processes_race_fifty_times_and_never_overspend(url):  # noqa: F81
             won = sum(outcomes[trial] == "won" for outcomes in per_racer)
             state = ledger.state(f"race-{trial}")
             overspends += state.spent > state.budget
-            assert won == winners and state.spent == Fraction(1, 2) + winners * charge == state.budget, (trial, won)
+            assert won == winners and state.spent == PureDP(Fraction(1, 2) + winners * charge) == state.budget, \
+                (trial, won)
     finally:
         ledger.close()
     assert overspends == 0
@@ -88,5 +91,5 @@ def test_racing_cli_runs_for_the_last_of_a_budget(tmp_path, run_env, round_):
     codes = sorted(p.wait(timeout=300) for p in procs)
     assert codes == [0, 3, 3], [p.stderr.read() for p in procs]
     state = ledger_state("nist-acs-national-2019")
-    assert state.spent == Fraction(5, 4) <= state.budget
+    assert state.spent == PureDP(Fraction(5, 4)) <= state.budget
     assert len([d for d in (tmp_path / "out").iterdir() if not d.name.startswith((".", "_"))]) == 1

@@ -100,7 +100,7 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     assert "27253" not in published and internal["data_fingerprint"] not in published
     assert "timings" not in published
     state = ledger_state(spec.dataset.name)
-    assert [(r.release, r.state, r.epsilon) for r in state.runs] == [(spec.release, "committed", 1)]
+    assert [(r.release, r.state, r.charge) for r in state.runs] == [(spec.release, "committed", PureDP(1))]
     assert state.runs[0].data_fingerprint == internal["data_fingerprint"]
 
     # the budget report is also a Prefect markdown artifact
@@ -121,7 +121,7 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     again = run(DEMO, "--output-dir", out, env=run_env)
     assert again.returncode == 4, again.stderr
     assert str(release) in again.stderr and "Nothing was spent" in again.stderr
-    assert ledger_state(spec.dataset.name).spent == 1
+    assert ledger_state(spec.dataset.name).spent == PureDP(1)
 
 
 def _spec(tmp_path: Path, release: str, epsilon: str = "0.5", lifetime: str = "4", data: str | None = None) -> Path:
@@ -141,7 +141,7 @@ def test_over_budget_is_refused_before_the_data_is_read(tmp_path, run_env):
     assert "lifetime budget" in proc.stderr and "The data was not read" in proc.stderr
     assert not (tmp_path / "out").exists()
     ledger = Ledger.open(resolve_location(), create=False)
-    assert ledger.state("nist-acs-national-2019") is None or ledger.state("nist-acs-national-2019").spent == 0
+    assert ledger.state("nist-acs-national-2019") is None or ledger.state("nist-acs-national-2019").spent == PureDP(0)
 
 
 def test_a_data_error_voids_the_reservation_and_publishes_nothing(tmp_path, run_env):
@@ -156,7 +156,7 @@ def test_a_data_error_voids_the_reservation_and_publishes_nothing(tmp_path, run_
     assert not (tmp_path / "out" / "bad-data").exists()
     state = ledger_state("nist-acs-national-2019")
     assert [(r.release, r.state) for r in state.runs] == [("bad-data", "voided")]
-    assert state.spent == 0
+    assert state.spent == PureDP(0)
 
 
 def test_four_racing_runs_for_one_budget_publish_exactly_once(tmp_path, run_env):
@@ -181,7 +181,7 @@ def test_four_racing_runs_for_one_budget_publish_exactly_once(tmp_path, run_env)
                              create=False)
         state = ledger.state("nist-acs-national-2019")
         ledger.close()
-        assert state.spent <= state.budget == 1
+        assert state.spent <= state.budget == PureDP(1)
         assert [r.state for r in state.runs] == ["committed"]
 
 
@@ -206,7 +206,8 @@ def test_sigkill_during_noise_publishes_nothing_and_leaves_the_reservation_count
     state = ledger_state("nist-acs-national-2019")
     [record] = state.runs
     assert record.state == "drawing" and record.unfinished  # the ledger recorded the draw before it
-    assert state.spent == record.epsilon == Fraction(5, 4)  # 1/2 + 1/4 + 1/5 + 3/10, counted although nothing was published
+    # 1/2 + 1/4 + 1/5 + 3/10, counted although nothing was published
+    assert state.spent == record.charge == PureDP(Fraction(5, 4))
     listing = subprocess.run([sys.executable, "-m", "dprelease", "ledger"], cwd=ROOT, capture_output=True,
                              text=True, env={**os.environ, **run_env})
     assert "unfinished" in listing.stdout and record.run_id[:12] in listing.stdout
@@ -256,7 +257,7 @@ def test_a_crash_between_commit_and_rename_is_completed_by_the_next_run(tmp_path
     assert again.returncode == 0, again.stderr
     assert "publication completed now" in again.stderr
     assert (out / "crash-at-commit" / "manifest.json").exists()
-    assert ledger_state("nist-acs-national-2019").spent == Fraction(5, 4)  # nothing spent twice
+    assert ledger_state("nist-acs-national-2019").spent == PureDP(Fraction(5, 4))  # nothing spent twice
     assert not (out / ".staging").exists()
 
 
@@ -265,7 +266,7 @@ def test_sigterm_after_staging_settles_the_run_as_failed_and_deletes_its_staging
     _killed_at("publish", spec, out, run_env, tmp_path, sig=signal.SIGTERM)
     state = ledger_state("nist-acs-national-2019")
     assert [r.state for r in state.runs] == ["failed"]  # noise was drawn: stays spent
-    assert state.spent == Fraction(5, 4)
+    assert state.spent == PureDP(Fraction(5, 4))
     assert not (out / "terminated").exists() and not (out / ".staging").exists()
 
 
@@ -295,4 +296,4 @@ def test_refusals_that_need_no_data_spend_nothing(tmp_path, run_env, case):
     assert "Traceback" not in proc.stderr
     state = Ledger.open(resolve_location(), create=False)
     dataset = state.state("nist-acs-national-2019") if state else None
-    assert dataset is None or (dataset.spent == 0 and not dataset.runs), case
+    assert dataset is None or (dataset.spent == PureDP(0) and not dataset.runs), case

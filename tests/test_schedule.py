@@ -16,6 +16,7 @@ import urllib.request
 from datetime import datetime
 from fractions import Fraction
 
+from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 from tests.test_operations import demo_spec
 from tests.test_run import child_env
@@ -90,7 +91,7 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         opened = Ledger.open(resolve_location(str(ledger)), create=False)
         state = opened.state("nist-acs-national-2019")
         opened.close()
-        assert [(r.release, r.state, r.epsilon) for r in state.runs] == [(release, "committed", Fraction(1))]
+        assert [(r.release, r.state, r.charge) for r in state.runs] == [(release, "committed", PureDP(Fraction(1)))]
         artifacts = api(url, "/artifacts/filter", {"artifacts": {"key": {"any_": [f"budget-report-{release}",
                                                                                   f"budget-table-{release}"]}}})
         assert sorted(a["type"] for a in artifacts) == ["markdown", "table"]
@@ -103,7 +104,7 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         assert refused["state"]["type"] == "FAILED" and "not approved" in refused["state"]["message"], refused["state"]
         assert not any(p.name.startswith("acs-monthly-other") for p in out.iterdir())
         opened = Ledger.open(resolve_location(str(ledger)), create=False)
-        assert opened.state("nist-acs-national-2019").spent == 1  # nothing spent by the refusal
+        assert opened.state("nist-acs-national-2019").spent == PureDP(1)  # nothing spent by the refusal
         opened.close()
     except AssertionError:
         for proc in servers:  # what the serving processes said, for the failure report
@@ -190,7 +191,7 @@ def test_periods_of_disjoint_people_have_budgets_of_their_own(tmp_path, run_env,
     assert shown["partition"]["disjoint_units"] is True and any(w.startswith("period:") for w in shown["warnings"])
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     assert sorted(opened.datasets()) == ["monthly-survey/MONTH=2027-03", "monthly-survey/MONTH=2027-04"]
-    assert all(opened.state(d).spent == 1 for d in opened.datasets())
+    assert all(opened.state(d).spent == PureDP(1) for d in opened.datasets())
     opened.close()
 
     # the periods' budgets stand alone only while nothing spends from the whole dataset's one budget

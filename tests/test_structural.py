@@ -275,7 +275,7 @@ def test_a_run_whose_data_breaks_a_rule_is_refused_and_spends_nothing(tmp_path, 
     assert not (tmp_path / "out" / "acs-demo-2019").exists()
     assert not (tmp_path / "out" / "_internal" / "acs-demo-2019" / "run.json").exists()
     state = ledger_state("nist-acs-national-2019", f"sqlite:///{ledger}") if ledger.exists() else None
-    assert state is None or (state.spent == 0 and not state.runs)
+    assert state is None or (state.spent == PureDP(0) and not state.runs)
 
 
 # ---------------------------------------------------------------- the demo, end to end

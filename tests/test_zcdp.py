@@ -113,7 +113,7 @@ def test_a_zcdp_release_end_to_end(tmp_path, run_env, cli):
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
     state = opened.state("nist-acs-zcdp")
     opened.close()
-    assert state.terms == Terms("zcdp") and state.spent == Fraction(1, 2)  # charged in ρ
+    assert state.terms == Terms("zcdp") and state.spent == ZCDP(Fraction(1, 2))  # charged in ρ
     again = cli("postprocess", release)  # consistent weights from σ²: reproduces the tables
     assert again.code == 0, again
     for level in ("root", "STATE", "PUMA"):
@@ -134,7 +134,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
     first = plan_release(zcdp, None)
     ledger.reserve(dataset=zcdp.dataset.name, release=zcdp.release, charges=first.ledger_charges(),
-                   spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime.amount,
+                   spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime,
                    terms=first.terms)
     on_zcdp = plan_release(pure, ledger.state(pure.dataset.name))
     assert on_zcdp.terms == Terms("zcdp") and on_zcdp.ledger_symbol == "ρ"
@@ -147,7 +147,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     ledger = Ledger.open(resolve_location(str(pure_ledger)), create=True)
     p = plan_release(pure, None)
     ledger.reserve(dataset=pure.dataset.name, release=pure.release, charges=p.ledger_charges(),
-                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime.amount, terms=p.terms)
+                   spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime, terms=p.terms)
     ledger.close()
     refused = cli("plan", write(tmp_path), "--ledger", pure_ledger)
     assert refused.code == 2 and "cannot be charged there" in refused.stderr, refused
@@ -215,17 +215,17 @@ def test_a_pure_release_runs_on_zcdp_and_approx_ledgers(tmp_path, run_env):
                          .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                          .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
     pure = load_spec(pure_path)
-    for terms, cap, delta, spent in ((Terms("zcdp"), Fraction(2), None, ZCDP(Fraction(0))),
-                                     (Terms("approx"), Fraction(5), Fraction(1, 10**5),
-                                      ApproxDP(Fraction(0), Fraction(0)))):
+    for terms, cap, spent in ((Terms("zcdp"), ZCDP(Fraction(2)), ZCDP(Fraction(0))),
+                              (Terms("approx"), ApproxDP(Fraction(5), Fraction(1, 10**5)),
+                               ApproxDP(Fraction(0), Fraction(0)))):
         ledger_path = tmp_path / f"{terms.kind}.sqlite"
         with Ledger.open(resolve_location(str(ledger_path)), create=True) as ledger:
-            ledger.set_budget(pure.dataset.name, cap, reason="test", terms=terms, delta=delta)
+            ledger.set_budget(pure.dataset.name, cap, reason="test", terms=terms)
             planned = plan_release(pure, ledger.state(pure.dataset.name))
         assert planned.fits and planned.lifetime_spent == spent and planned.terms == terms
         proc = run(pure_path, "--output-dir", tmp_path / f"out-{terms.kind}", "--ledger", ledger_path, env=run_env)
         assert proc.returncode == 0, proc.stderr
         with Ledger.open(resolve_location(str(ledger_path)), create=False) as ledger:
             state = ledger.state(pure.dataset.name)
-        assert state.spent == planned.charge.amount and state.budget == cap  # Σ ε²/2 in ρ; Σ ε in (ε, δ)
-        assert (state.spent == sum(t.budget.epsilon ** 2 / 2 for t in planned.tables)) == (terms.kind == "zcdp")
+        assert state.spent == planned.charge and state.budget == cap  # Σ ε²/2 in ρ; Σ ε in (ε, δ)
+        assert (state.spent.amount == sum(t.budget.epsilon ** 2 / 2 for t in planned.tables)) == (terms.kind == "zcdp")

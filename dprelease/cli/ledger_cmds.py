@@ -4,12 +4,23 @@ require approval, resolve a crashed run. Every change is a recorded decision (wh
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from dprelease.accounting import Terms, NotANumber, fraction_text, parse_budget
+from dprelease.accounting import (
+    ApproxDP,
+    Budget,
+    NotANumber,
+    Terms,
+    amount_text,
+    budget_of,
+    delta_of,
+    fraction_text,
+    parse_budget,
+)
 from dprelease.cli.common import (
     LedgerOpt,
     handled,
@@ -20,8 +31,8 @@ from dprelease.cli.common import (
     spec_ledger,
     spec_location,
 )
-from dprelease.errors import UserError
-from dprelease.ledger import resolve_location
+from dprelease.errors import LedgerError, UserError
+from dprelease.ledger import DatasetState, resolve_location
 
 
 @handled
@@ -126,15 +137,32 @@ def ledger_set_budget(
             raise UserError(f"dataset {dataset!r} {'has' if before is not None else 'would have'} "
                             f"{Terms(kind).shown} terms: its cap is {'a ρ' if kind == 'zcdp' else 'an ε'}; give it as "
                             f"{right}. Nothing was changed.")
-        state = opened.set_budget(dataset, cap, reason=reason, by=by, terms=new_terms, delta=cap_delta)
-    was = f"from {fraction_text(before.budget)} " if before else "(new dataset) "
-    out.print(f"lifetime cap ({state.terms.symbol}) of {dataset} set {was}to {fraction_text(state.budget)}; spent "
-              f"{fraction_text(state.spent)}, remaining {fraction_text(state.remaining)}", markup=False)
-    if state.delta_budget is not None:
-        out.print(f"lifetime δ of {dataset}: cap {fraction_text(state.delta_budget)}, spent "
-                  f"{fraction_text(state.delta_spent)}, remaining {fraction_text(state.delta_remaining)}", markup=False)
-    if state.remaining < 0:
+        budget = _cap_budget(dataset, before.terms if before is not None else new_terms, cap, cap_delta, before)
+        state = opened.set_budget(dataset, budget, reason=reason, by=by, terms=new_terms)
+    was = f"from {amount_text(before.budget)} " if before else "(new dataset) "
+    out.print(f"lifetime cap ({state.terms.symbol}) of {dataset} set {was}to {amount_text(state.budget)}; spent "
+              f"{amount_text(state.spent)}, remaining {amount_text(state.remaining)}", markup=False)
+    if isinstance(state.budget, ApproxDP) and isinstance(state.spent, ApproxDP) and \
+            isinstance(state.remaining, ApproxDP):
+        out.print(f"lifetime δ of {dataset}: cap {fraction_text(state.budget.delta)}, spent "
+                  f"{fraction_text(state.spent.delta)}, remaining {fraction_text(state.remaining.delta)}", markup=False)
+    if state.remaining.amount < 0:  # in the terms' unit (ε or ρ), as before; a δ below its spend is not warned of
         say("warning: the new cap is below what is already spent; no further release can run")
+
+
+def _cap_budget(dataset: str, terms: Terms, cap: Fraction, delta: Fraction | None,
+                before: DatasetState | None) -> Budget:
+    """The new cap as a budget of the dataset's terms' kind: an (ε, δ) cap keeps the δ it had
+    when ``--delta`` is not given; the other kinds have no δ."""
+    kind = terms.kind
+    if kind != "approx":
+        if delta is not None:
+            raise LedgerError(f"dataset {dataset!r} has {terms.text!r} terms, whose budgets have no δ")
+        return budget_of(kind, cap)
+    delta = delta if delta is not None else delta_of(before.budget) if before is not None else None
+    if delta is None:
+        raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its cap needs a δ too (--delta D)")
+    return budget_of(kind, cap, delta)
 
 
 @handled

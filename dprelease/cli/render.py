@@ -14,12 +14,12 @@ from dprelease.accounting import (
     Neighbouring,
     Terms,
     amount_text,
-    budget_of,
     delta_of,
     exact_and_decimal,
     fraction_text,
     percent_text,
     subtract,
+    zero,
 )
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
@@ -85,7 +85,7 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
             "spent_after": amount_text(plan.lifetime_spent_after),
             "remaining_after": amount_text(plan.lifetime_remaining_after),
             "new_dataset": plan.lifetime_is_new,
-            "changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by, "at": c.set_at}
+            "changes": [{"epsilon": amount_text(c.budget), "reason": c.reason, "by": c.set_by, "at": c.set_at}
                         for c in plan.lifetime_caps],
         },
         "fingerprint": plan.fingerprint,
@@ -98,7 +98,7 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
         "local_tables": [{"name": p.name, "column": p.column, "protocol": p.protocol, "categories": p.categories,
                           "epsilon_local": p.epsilon_shown, "epsilon_local_bound": fraction_text(p.collection.epsilon),
                           "collection": p.collection.collection, "memoised": p.collection.memoised,
-                          "charged_per_respondent": fraction_text(p.charge), "already_recorded": p.already_recorded}
+                          "charged_per_respondent": amount_text(p.charge), "already_recorded": p.already_recorded}
                          for p in plan.local],
         "tables": [
             {"name": t.name, "level": t.level, "epsilon": amount_text(t.budget), "mechanism": t.mechanism,
@@ -182,16 +182,19 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
     over = subtract(after, life)  # this line's is the ε (ρ): δ has its own line below
     mark = "fits" if over.amount <= 0 else f"OVER by {amount_text(over, decimal=True)}"
     if plan.ledger_symbol != plan.symbol:
-        console.print(f"This pure ε-DP release is charged to a zCDP ledger as ρ = Σ ε²/2 = {amount_text(plan.charge, decimal=True)} "
+        console.print("This pure ε-DP release is charged to a zCDP ledger as ρ = Σ ε²/2 = "
+                      f"{amount_text(plan.charge, decimal=True)} "
                       "(ε-DP implies ε²/2-zCDP).", markup=False, highlight=False)
     if plan.guarantee_delta is not None and isinstance(plan.charge, ZCDP):
         from dprelease.accounting import zcdp_epsilon
 
         console.print(f"Implied (ε, δ)-DP of this release: ε = {both(zcdp_epsilon(plan.charge.rho, plan.guarantee_delta))} "
                       f"at δ = {fraction_text(plan.guarantee_delta)}.", markup=False, highlight=False)
-    console.print(f"Lifetime budget ({plan.ledger_symbol}) of dataset {plan.dataset}{new}: cap {amount_text(life, decimal=True)}, "
-                  f"spent {amount_text(plan.lifetime_spent, decimal=True)} → {amount_text(after, decimal=True)} after this release, remaining "
-                  f"{amount_text(plan.lifetime_remaining, decimal=True)} → {amount_text(plan.lifetime_remaining_after, decimal=True)} — {mark}",
+    console.print(f"Lifetime budget ({plan.ledger_symbol}) of dataset {plan.dataset}{new}: cap "
+                  f"{amount_text(life, decimal=True)}, spent {amount_text(plan.lifetime_spent, decimal=True)} → "
+                  f"{amount_text(after, decimal=True)} after this release, remaining "
+                  f"{amount_text(plan.lifetime_remaining, decimal=True)} → "
+                  f"{amount_text(plan.lifetime_remaining_after, decimal=True)} — {mark}",
                   markup=False, highlight=False)
     if isinstance(life, ApproxDP) and isinstance(after, ApproxDP) and isinstance(plan.lifetime_spent, ApproxDP):
         console.print(f"Lifetime δ of dataset {plan.dataset}: cap {fraction_text(life.delta)}, spent "
@@ -199,7 +202,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
                       f"{'fits' if after.delta <= life.delta else 'OVER'}", markup=False, highlight=False)
     if len(plan.lifetime_caps) > 1:
         for c in plan.lifetime_caps[1:]:
-            console.print(f"  the cap was changed to {fraction_text(c.epsilon)} on {c.set_at[:19]} by {c.set_by}: "
+            console.print(f"  the cap was changed to {amount_text(c.budget)} on {c.set_at[:19]} by {c.set_by}: "
                           f"{c.reason}", markup=False, highlight=False)
     if plan.data_versions > 1:
         console.print(f"Note: earlier releases of {plan.dataset} read {plan.data_versions} different versions "
@@ -216,7 +219,8 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
             local.add_column(header)
         for p in plan.local:
             charged = "already recorded (if the answers are the same)" if p.already_recorded else (
-                f"{both(p.charge)} (memoised)" if p.collection.memoised else both(p.charge))
+                f"{amount_text(p.charge, decimal=True)} (memoised)" if p.collection.memoised
+                else amount_text(p.charge, decimal=True))
             local.add_row(p.name, p.column, f"{p.protocol} (k = {p.categories})",
                           p.epsilon_shown if p.epsilon_shown == fraction_text(p.collection.epsilon)
                           else f"{p.epsilon_shown} (≤ {both(p.collection.epsilon)})", p.collection.collection, charged)
@@ -225,9 +229,10 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
                       "`dprelease ledger register-answers`); a memoised collection costs nothing new only when its "
                       "answers' registration says they came from that memo. The run checks both.",
                       markup=False, highlight=False)
-        after = plan.local_spent + sum((p.charge for p in plan.local), Fraction(0))
-        console.print(f"Each respondent's ε over local collections of {plan.dataset}: {both(plan.local_spent)} "
-                      f"→ {both(after)} (collections of the same people compose)", markup=False, highlight=False)
+        console.print(f"Each respondent's ε over local collections of {plan.dataset}: "
+                      f"{amount_text(plan.local_spent, decimal=True)} → "
+                      f"{amount_text(plan.local_spent_after, decimal=True)} (collections of the same people compose)",
+                      markup=False, highlight=False)
     if partition_note:
         console.print(f"Period: {partition_note}.", markup=False, highlight=False)
     for e in plan.evaluations:
@@ -295,27 +300,27 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                 "name": s.name,
                 "definition": s.terms.text,
                 "terms": {"guarantee": s.terms.kind, "change_one_record": s.terms.change, "unit_id": s.terms.unit_id},
-                "budget": fraction_text(s.budget),
-                "spent": fraction_text(s.spent),
-                "remaining": fraction_text(s.remaining),
+                "budget": amount_text(s.budget),
+                "spent": amount_text(s.spent),
+                "remaining": amount_text(s.remaining),
                 # typed (each names its unit); the figures above keep the keys of before, in the terms' unit
-                "lifetime": {"cap": budget_record(budget_of(s.terms.kind, s.budget, s.delta_budget)),
-                             "spent": budget_record(budget_of(s.terms.kind, s.spent, s.delta_spent))},
-                "delta_budget": None if s.delta_budget is None else fraction_text(s.delta_budget),
-                "delta_spent": None if s.delta_budget is None else fraction_text(s.delta_spent),
+                "lifetime": {"cap": budget_record(s.budget), "spent": budget_record(s.spent)},
+                "delta_budget": _text(delta_of(s.budget)),
+                "delta_spent": _text(delta_of(s.spent)),
                 "data_versions": s.data_versions,
-                "local_epsilon_per_respondent": fraction_text(s.local_epsilon),
+                "local_epsilon_per_respondent": amount_text(s.local_epsilon),
                 "local_collections": [{"collection": r.collection, "question": r.question, "protocol": r.protocol,
-                                       "epsilon": fraction_text(r.epsilon), "charged": fraction_text(r.charged),
+                                       "epsilon": fraction_text(r.epsilon), "charged": amount_text(r.charged),
                                        "memoised": r.memoised, "run_id": r.run_id, "recorded_at": r.recorded_at,
                                        "recorded_by": r.recorded_by} for r in s.local],
                 **_records(s.policies, s.evaluations),
-                "budget_changes": [{"epsilon": fraction_text(c.epsilon), "reason": c.reason, "by": c.set_by,
-                                    "at": c.set_at} for c in s.caps],
+                # "cap" typed (names its unit); "epsilon" is the key of before, in the terms' unit (ρ under zCDP)
+                "budget_changes": [{"epsilon": amount_text(c.budget), "cap": budget_record(c.budget),
+                                    "reason": c.reason, "by": c.set_by, "at": c.set_at} for c in s.caps],
                 "releases": [
-                    {"release": r.release, "epsilon": fraction_text(r.epsilon),
-                     "charge": budget_record(budget_of(s.terms.kind, r.epsilon, r.delta)),
-                     "delta": fraction_text(r.delta) if s.delta_budget is not None else None, "state": r.state,
+                    {"release": r.release, "epsilon": amount_text(r.charge),
+                     "charge": budget_record(r.charge),
+                     "delta": _text(delta_of(r.charge)), "state": r.state,
                      "unfinished": r.unfinished, "state_at": r.state_at, "reason": r.reason,
                      "output_dir": r.output_dir,
                      "created_at": r.created_at, "created_by": r.created_by, "run_id": r.run_id,
@@ -323,7 +328,7 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                      "approval": None if r.approved_by is None else {"approved_by": r.approved_by,
                                                                      "approved_at": r.approved_at,
                                                                      "plan_fingerprint": r.spec_fingerprint},
-                     "tables": [{"name": n, "epsilon": fraction_text(e)} for n, e in r.charges]}
+                     "tables": [{"name": n, "epsilon": amount_text(b)} for n, b in r.charges]}
                     for r in s.runs
                 ],
             }
@@ -349,20 +354,23 @@ def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[
         return
     for s in states:
         symbol = s.terms.symbol
-        console.print(f"\nDataset {s.name} ({_terms_shown(s.terms)}): cap {symbol} = {both(s.budget)}, spent "
-                      f"{both(s.spent)}, remaining {both(s.remaining)}", markup=False, highlight=False)
-        if s.delta_budget is not None:
-            console.print(f"  cap δ = {fraction_text(s.delta_budget)}, spent {fraction_text(s.delta_spent)}, "
-                          f"remaining {fraction_text(s.delta_remaining)}", markup=False, highlight=False)
+        console.print(f"\nDataset {s.name} ({_terms_shown(s.terms)}): cap {symbol} = "
+                      f"{amount_text(s.budget, decimal=True)}, spent {amount_text(s.spent, decimal=True)}, remaining "
+                      f"{amount_text(s.remaining, decimal=True)}", markup=False, highlight=False)
+        if isinstance(s.budget, ApproxDP) and isinstance(s.spent, ApproxDP) and isinstance(s.remaining, ApproxDP):
+            console.print(f"  cap δ = {fraction_text(s.budget.delta)}, spent {fraction_text(s.spent.delta)}, "
+                          f"remaining {fraction_text(s.remaining.delta)}", markup=False, highlight=False)
         if s.caps:
             for c in s.caps:
-                cap = fraction_text(c.epsilon) + ("" if c.delta is None else f", δ {fraction_text(c.delta)}")
+                cap = amount_text(c.budget) + ("" if not isinstance(c.budget, ApproxDP)
+                                               else f", δ {fraction_text(c.budget.delta)}")
             console.print(f"  cap set to {cap} on {c.set_at[:19]} by {c.set_by}: "
                               f"{c.reason}", markup=False, highlight=False)
         if s.local:
-            console.print(f"  local collections: each respondent's ε ≤ {both(s.local_epsilon)} over "
+            console.print("  local collections: each respondent's ε ≤ "
+                          f"{amount_text(s.local_epsilon, decimal=True)} over "
                           + "; ".join(f"{r.collection}/{r.question} ({r.protocol}, ε ≤ {fraction_text(r.epsilon)}, "
-                                      f"charged {fraction_text(r.charged)}{', memoised' if r.memoised else ''})"
+                                      f"charged {amount_text(r.charged)}{', memoised' if r.memoised else ''})"
                                       for r in s.local), markup=False, highlight=False)
         _print_records(console, s.policies, s.evaluations)
         if s.data_versions > 1:
@@ -371,19 +379,21 @@ def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[
         if not s.runs:
             continue
         table = Table(show_edge=False)
-        approx = s.delta_budget is not None
+        approx = s.terms.kind == "approx"
         for header in ("release", symbol, *(("δ",) if approx else ()), f"spent after ({symbol})", "remaining",
                        "state", "created (UTC)", "by", "run"):
             table.add_column(header)
-        spent = Fraction(0)
+        spent = zero(s.terms.kind)
         for r in s.runs:  # the burn-down: what counts as spent after each release, in order
             state = f"{r.state} (unfinished{', noise drawn' if r.state == 'drawing' else ''})" if r.unfinished else r.state
             if r.state in LIVE_STATES:
-                spent += r.epsilon
+                spent = spent + r.charge  # type: ignore[operator]  # one kind, by construction
             if r.reason and r.state != "reserved":
                 state += f" — {r.reason}"
-            table.add_row(r.release, both(r.epsilon), *((fraction_text(r.delta),) if approx else ()),
-                          both(spent), both(s.budget - spent), state, r.created_at[:19], r.created_by, r.run_id[:12])
+            table.add_row(r.release, amount_text(r.charge, decimal=True),
+                          *((_text(delta_of(r.charge)),) if approx else ()), amount_text(spent, decimal=True),
+                          amount_text(s.budget - spent, decimal=True),  # type: ignore[operator]
+                          state, r.created_at[:19], r.created_by, r.run_id[:12])
         console.print(table)
         unfinished = [r for r in s.runs if r.unfinished]
         if unfinished:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dprelease.accounting import fraction_text
-from dprelease.errors import InternalError, LedgerError
+from dprelease.accounting import ApproxDP, Budget, PureDP, amount_text, delta_of, fraction_text
+from dprelease.errors import LedgerError
 from dprelease.ledger.records import AnswerSet, DatasetState, LocalCollection, LocalRecord
 
 
-def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tuple[Fraction, bool]:
-    """(ε charged per respondent, whether the collection is already recorded) for ``asked``.
+def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tuple[PureDP, bool]:
+    """(the pure ε charged per respondent, whether the collection is already recorded) for ``asked``.
 
     Collections of the same people compose: a new collection of a question costs its ε again.
     A memoised collection repeats, for respondents held in the memo of the collection its
@@ -33,9 +33,9 @@ def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tu
                 raise LedgerError(f"collection {asked.collection!r} of {asked.question!r} is in the ledger with other "
                                   "answers (another data file, or one recorded without a fingerprint): a new "
                                   "collection needs a new collection: name, and costs its ε")
-            return Fraction(0), True
+            return PureDP(Fraction(0)), True
     if not asked.memoised:
-        return asked.epsilon, False
+        return PureDP(asked.epsilon), False
     first = next((r for r in records if (r.collection, r.question) == (asked.memo_of, asked.question)), None)
     if first is None or first.memoised:
         raise LedgerError(f"collection {asked.collection!r} says memoised: true with memo_of: {asked.memo_of!r}, but "
@@ -44,7 +44,7 @@ def local_charge(records: tuple[LocalRecord, ...], asked: LocalCollection) -> tu
     if first.protocol != asked.protocol:
         raise LedgerError(f"collection {asked.collection!r} is memoised on {first.collection!r}, whose protocol is "
                           f"{first.protocol!r}, not {asked.protocol!r}: a reused answer keeps its protocol")
-    return Fraction(0), False
+    return PureDP(Fraction(0)), False
 
 
 def provenance_of(registered: tuple[AnswerSet, ...], asked: LocalCollection) -> AnswerSet | None:
@@ -71,35 +71,34 @@ def unregistered_message(dataset: str, asked: LocalCollection, table: str | None
             "none. Nothing was spent.")
 
 
-def check_lifetime_matches(state: DatasetState, from_spec: Fraction | None,
-                           delta_from_spec: Fraction | None = None) -> None:
-    """A spec may restate the ledger's cap, never silently ask for a different one."""
-    if from_spec is not None and delta_from_spec is not None and delta_from_spec != state.delta_budget:
-        last = state.caps[-1]
+def check_lifetime_matches(state: DatasetState, from_spec: Budget | None) -> None:
+    """A spec may restate the ledger's cap (a budget of the terms' kind), never silently ask for a
+    different one."""
+    if from_spec is None or from_spec == state.budget:
+        return
+    last = state.caps[-1]
+    if isinstance(from_spec, ApproxDP) and isinstance(state.budget, ApproxDP) and from_spec.delta != state.budget.delta:
         raise LedgerError(
-            f"dataset {state.name!r} has a lifetime δ of {fraction_text(state.delta_budget or Fraction(0))} in the "
+            f"dataset {state.name!r} has a lifetime δ of {fraction_text(state.budget.delta)} in the "
             f"ledger (set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
-            f"{fraction_text(delta_from_spec)}. Make dataset.lifetime_budget.delta match, or change the cap with "
+            f"{fraction_text(from_spec.delta)}. Make dataset.lifetime_budget.delta match, or change the cap with "
             f"`dprelease ledger set-budget {state.name} --epsilon E --delta D --reason TEXT`")
-    if from_spec is not None and from_spec != state.budget:
-        last = state.caps[-1]
-        option = "--rho R" if state.terms.kind == "zcdp" else "--epsilon E"
-        raise LedgerError(
-            f"dataset {state.name!r} has a lifetime budget of {state.terms.symbol} = {fraction_text(state.budget)} in "
-            f"the ledger (set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
-            f"{fraction_text(from_spec)}. Make dataset.lifetime_budget match, or change the cap with "
-            f"`dprelease ledger set-budget {state.name} {option} --reason TEXT`")
+    option = "--rho R" if state.terms.kind == "zcdp" else "--epsilon E"
+    raise LedgerError(
+        f"dataset {state.name!r} has a lifetime budget of {state.terms.symbol} = {amount_text(state.budget)} in "
+        f"the ledger (set {last.set_at[:10]} by {last.set_by}: {last.reason}); the spec asks "
+        f"{amount_text(from_spec)}. Make dataset.lifetime_budget match, or change the cap with "
+        f"`dprelease ledger set-budget {state.name} {option} --reason TEXT`")
 
 
-def over_lifetime_message(state: DatasetState, requested: Fraction, *, delta: bool = False) -> str:
-    if delta:
-        if state.delta_budget is None:
-            raise InternalError(f"dataset {state.name!r}: a δ charge on terms without a δ budget")
-        return (f"over the lifetime δ of dataset {state.name!r}: requested δ = {fraction_text(requested)}, remaining "
-                f"{fraction_text(state.delta_budget - state.delta_spent)} (cap {fraction_text(state.delta_budget)}, "
-                f"spent {fraction_text(state.delta_spent)})")
-    over = state.spent + requested - state.budget
-    return (f"over the lifetime budget of dataset {state.name!r}: requested {state.terms.symbol} = {fraction_text(requested)}, "
-            f"remaining {fraction_text(state.remaining)} (cap {fraction_text(state.budget)}, spent "
-            f"{fraction_text(state.spent)}); over by {fraction_text(over)}")
-
+def over_lifetime_message(state: DatasetState, requested: Budget) -> str:
+    """Why ``requested`` (of the terms' kind) does not fit: in the terms' unit if that is over,
+    else, under (ε, δ) terms, in δ."""
+    over = state.spent + requested - state.budget  # type: ignore[operator]  # one kind, by construction
+    delta, cap, spent = delta_of(requested), delta_of(state.budget), delta_of(state.spent)
+    if over.amount <= 0 and delta is not None and cap is not None and spent is not None:
+        return (f"over the lifetime δ of dataset {state.name!r}: requested δ = {fraction_text(delta)}, remaining "
+                f"{fraction_text(cap - spent)} (cap {fraction_text(cap)}, spent {fraction_text(spent)})")
+    return (f"over the lifetime budget of dataset {state.name!r}: requested {state.terms.symbol} = "
+            f"{amount_text(requested)}, remaining {amount_text(state.remaining)} (cap {amount_text(state.budget)}, "
+            f"spent {amount_text(state.spent)}); over by {amount_text(over)}")

@@ -5,13 +5,10 @@ Connection (the caller holds the transaction and any lock); nothing here writes.
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dprelease.accounting import Terms
-from dprelease.accounting import parse_exact
+from dprelease.accounting import Budget, Kind, PureDP, Terms, compose, parse_exact
 from dprelease.errors import LedgerError
 from dprelease.ledger.records import (
     LIVE_STATES,
@@ -22,6 +19,7 @@ from dprelease.ledger.records import (
     LocalRecord,
     Policy,
     RunRecord,
+    budget_from_row,
 )
 from dprelease.ledger.schema import (
     answer_sets_t,
@@ -52,33 +50,43 @@ def dataset_state(conn: Connection, dataset: str) -> DatasetState | None:
         raise LedgerError(f"dataset {dataset!r} has ledger terms {row.definition!r}, which this version of dprelease "
                           "does not know")
     terms = Terms(row.guarantee, bool(row.change_one_record), row.unit_id)
-    caps = tuple(CapChange(parse_exact(c.amount), c.reason, c.set_by, c.set_at,
-                           None if c.delta is None else parse_exact(c.delta)) for c in conn.execute(
-        sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
+    kind = terms.kind
+    try:
+        caps = tuple(CapChange(budget_from_row(kind, c.amount, c.delta), c.reason, c.set_by, c.set_at)
+                     for c in conn.execute(sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
+    except ValueError as exc:  # an (ε, δ) cap without its δ: never written by dprelease
+        raise LedgerError(f"dataset {dataset!r}: {exc} in the ledger; the ledger is damaged") from None
     if not caps:
         raise LedgerError(f"dataset {dataset!r} has no lifetime cap in the ledger; the ledger is damaged")
     runs = []
     for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
         rows = list(conn.execute(sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
-        charges = tuple((c.table_name, parse_exact(c.amount)) for c in rows)
-        run_delta = sum((parse_exact(c.delta) for c in rows if c.delta is not None), Fraction(0))
+        charges = tuple((c.table_name, _charge(kind, c.amount, c.delta)) for c in rows)
         events = _events(conn, run.run_id)
         data = run.data_fingerprint or next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
-        runs.append(RunRecord(run.run_id, run.release, events[-1].state, sum((e for _, e in charges), Fraction(0)),
+        runs.append(RunRecord(run.run_id, run.release, events[-1].state, compose((b for _, b in charges), kind),
                               charges, run.spec_fingerprint, data, run.created_at, run.created_by,
-                              run.output_dir, events[-1].at, events[-1].reason, run_delta, run.approved_by,
-                              run.approved_at))
-    spent = sum((r.epsilon for r in runs if r.state in LIVE_STATES), Fraction(0))
-    delta_spent = sum((r.delta for r in runs if r.state in LIVE_STATES), Fraction(0))
-    local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon), parse_exact(r.charged),
-                              bool(r.memoised), r.run_id, r.recorded_at, r.recorded_by, r.answers)
+                              run.output_dir, events[-1].at, events[-1].reason, run.approved_by, run.approved_at))
+    spent = compose((r.charge for r in runs if r.state in LIVE_STATES), kind)
+    local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon),
+                              PureDP(parse_exact(r.charged)), bool(r.memoised), r.run_id, r.recorded_at,
+                              r.recorded_by, r.answers)
                   for r in conn.execute(sa.select(local_t).where(local_t.c.dataset == dataset).order_by(local_t.c.id)))
     base = dataset.partition("/")[0]  # a period shares its dataset's evaluations and policies
     evaluations = tuple(Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
                         for e in conn.execute(sa.select(evaluations_t).where(evaluations_t.c.dataset == base)
                                               .order_by(evaluations_t.c.id)))
-    return DatasetState(dataset, terms, caps[-1].epsilon, spent, caps, tuple(runs), caps[-1].delta,
-                        delta_spent, local, evaluations, policies(conn, base))
+    return DatasetState(dataset, terms, caps[-1].budget, spent, caps, tuple(runs), local, evaluations,
+                        policies(conn, base))
+
+
+def _charge(kind: Kind, amount: str, delta: str | None) -> Budget:
+    """A charge row as a budget of the terms' kind. An (ε, δ) charge written without its δ (by a
+    caller of the untyped API of before, never by a run) charged no δ: every earlier version
+    counted it as 0, and so does this one."""
+    if kind == "approx" and delta is None:
+        delta = "0"
+    return budget_from_row(kind, amount, delta)
 
 
 def policies(conn: Connection, base: str) -> tuple[Policy, ...]:

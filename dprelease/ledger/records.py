@@ -1,6 +1,9 @@
 """The ledger's record types: frozen values read from or written to it, and their states.
 
-Nothing here touches the database; every type is an immutable snapshot of rows.
+Nothing here touches the database; every type is an immutable snapshot of rows. Every cap,
+charge and spend is a typed budget of the dataset's terms' kind (``PureDP``, ``ZCDP``: ρ under
+zCDP terms, ``ApproxDP`` with its δ inside); :func:`budget_from_row` and :func:`row_figures`
+are the one place the ledger's ``amount`` and ``delta`` columns become budgets and back.
 """
 
 from __future__ import annotations
@@ -11,7 +14,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from fractions import Fraction
 
-from dprelease.accounting import Terms
+from dprelease.accounting import (
+    Budget,
+    Kind,
+    PureDP,
+    Terms,
+    budget_of,
+    delta_of,
+    fraction_text,
+    parse_exact,
+)
 
 LIVE_STATES = ("reserved", "drawing", "committed", "failed")  # states whose charges count as spent
 UNFINISHED = ("reserved", "drawing")  # drawing: noise is being drawn; never voided from then on
@@ -30,13 +42,39 @@ def current_user() -> str:
         return f"uid:{os.getuid()}"
 
 
+def budget_from_row(kind: Kind, amount: str, delta: str | None) -> Budget:
+    """A cap or charge as the ledger stores it (exact text in ``amount`` and, under approx terms,
+    ``delta``) as a budget of the terms' ``kind``: the one place rows become budgets. ValueError
+    for an (ε, δ) figure without its δ."""
+    return budget_of(kind, parse_exact(amount), None if delta is None else parse_exact(delta))
+
+
+def row_figures(budget: Budget) -> dict[str, str | None]:
+    """The ``amount`` and ``delta`` columns of a cap or charge: the one place budgets become
+    rows (δ NULL but under approx terms)."""
+    delta = delta_of(budget)
+    return {"amount": fraction_text(budget.amount), "delta": None if delta is None else fraction_text(delta)}
+
+
+def of_terms(budget: Budget, terms: Terms, what: str) -> Budget:
+    """``budget``, checked to be of ``terms``' kind: a budget of another kind is a bug in the
+    caller (TypeError), never recorded: a ρ is not an ε, nor an ε a ρ."""
+    kind = getattr(budget, "kind", None)
+    if kind != terms.kind:
+        found = f"a {kind} budget ({budget})" if kind else f"not a budget but {type(budget).__name__} {budget!r}"
+        raise TypeError(f"{what} is {found}, but the dataset's ledger terms are {terms.text!r}: the ledger records "
+                        f"only {terms.shown} budgets there (convert explicitly first)")
+    return budget
+
+
 @dataclass(frozen=True, slots=True)
 class CapChange:
-    epsilon: Fraction
+    """A recorded lifetime cap: the budget (of the terms' kind; an (ε, δ) cap holds its δ), who and why."""
+
+    budget: Budget
     reason: str
     set_by: str
     set_at: str
-    delta: Fraction | None = None  # approx terms only
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +82,8 @@ class RunRecord:
     run_id: str
     release: str
     state: str
-    epsilon: Fraction
-    charges: tuple[tuple[str, Fraction], ...]
+    charge: Budget  # its charges composed, of the terms' kind (zero for a release of local tables only)
+    charges: tuple[tuple[str, Budget], ...]  # (measurement, its charge)
     spec_fingerprint: str
     data_fingerprint: str | None
     created_at: str
@@ -53,7 +91,6 @@ class RunRecord:
     output_dir: str | None = None
     state_at: str | None = None  # when the current state was reached
     reason: str | None = None  # of the latest state change, if one was given
-    delta: Fraction = Fraction(0)  # the sum of its charges' δ (approx terms)
     approved_by: str | None = None  # the approval of its plan recorded at its reservation
     approved_at: str | None = None
 
@@ -74,7 +111,7 @@ class LocalCollection:
     collection: str
     question: str  # the column of randomized answers
     protocol: str  # protocol and ε ("k_rr:1", "coin_flip"): a memoised collection must match the first
-    epsilon: Fraction  # per respondent, a rational upper bound
+    epsilon: Fraction  # the randomizer's pure ε per respondent (local DP), a rational upper bound; never ρ
     memoised: bool = False
     answers: str | None = None  # fingerprint of the collected answers (None when planning without data)
     memo_of: str | None = None  # memoised: the collection whose randomized answers are repeated
@@ -82,11 +119,15 @@ class LocalCollection:
 
 @dataclass(frozen=True, slots=True)
 class LocalRecord:
+    """A local collection as recorded: its randomizer's pure ε per respondent, and the pure ε it
+    charged each respondent (its ε, or 0 when memoised). Local DP is pure ε whatever the
+    dataset's terms, and it is uncapped: never added to the central spend."""
+
     collection: str
     question: str
     protocol: str
-    epsilon: Fraction
-    charged: Fraction
+    epsilon: Fraction  # the randomizer's pure ε per respondent, as LocalCollection.epsilon
+    charged: PureDP  # each respondent's ε newly spent by this collection
     memoised: bool
     run_id: str
     recorded_at: str
@@ -106,7 +147,7 @@ class AnswerSet:
     collection: str
     question: str
     protocol: str  # as LocalCollection.protocol ("k_rr:1/k=10")
-    epsilon: Fraction  # per respondent, a rational upper bound
+    epsilon: Fraction  # the randomizer's pure ε per respondent, a rational upper bound
     answers: str  # keyed fingerprint of the answers file
     how: str  # RANDOMIZED or REGISTERED
     memo_of: str | None = None  # the collection whose memo (first randomized answers) was reused
@@ -154,28 +195,26 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """A granted reservation and the lifetime state it was checked against (in its transaction)."""
+    """A granted reservation and the lifetime state it was checked against (in its transaction),
+    in the terms' kind (under approx terms with the δ inside)."""
 
     run_id: str
-    spent_before: Fraction
-    budget: Fraction
-    delta_spent_before: Fraction = Fraction(0)  # approx terms only
-    delta_budget: Fraction | None = None
+    spent_before: Budget
+    budget: Budget
 
 
 @dataclass(frozen=True, slots=True)
 class DatasetState:
-    """A dataset's lifetime record: its terms, its cap and what its runs spent, every amount in
-    the unit of its terms (ε; ρ under zCDP terms; under approx terms the ε, beside the δ)."""
+    """A dataset's lifetime record: its terms, its cap and what its runs spent, every budget of
+    its terms' kind (``PureDP``; ``ZCDP`` under zCDP terms; ``ApproxDP`` with the δ inside).
+    A dataset is in the ledger only with a cap: ``budget`` is the latest."""
 
     name: str
     terms: Terms
-    budget: Fraction
-    spent: Fraction
+    budget: Budget
+    spent: Budget
     caps: tuple[CapChange, ...]
     runs: tuple[RunRecord, ...] = field(default=())
-    delta_budget: Fraction | None = None  # approx terms: the lifetime δ
-    delta_spent: Fraction = Fraction(0)
     local: tuple[LocalRecord, ...] = ()  # collections under local DP, in order
     evaluations: tuple[Evaluation, ...] = ()  # evaluations recorded under this dataset's name
     policies: tuple[Policy, ...] = ()  # every recorded decision, in order
@@ -188,17 +227,14 @@ class DatasetState:
         return latest if latest is not None and latest.value == "required" else None
 
     @property
-    def local_epsilon(self) -> Fraction:
+    def local_epsilon(self) -> PureDP:
         """Each respondent's ε over every recorded local collection (sequential composition)."""
-        return sum((r.charged for r in self.local), Fraction(0))
+        return PureDP(sum((r.charged.epsilon for r in self.local), Fraction(0)))
 
     @property
-    def remaining(self) -> Fraction:
-        return self.budget - self.spent
-
-    @property
-    def delta_remaining(self) -> Fraction | None:
-        return None if self.delta_budget is None else self.delta_budget - self.delta_spent
+    def remaining(self) -> Budget:
+        """The cap less the spend (negative after a cap was lowered below it)."""
+        return self.budget - self.spent  # type: ignore[operator]  # one kind, by construction
 
     def live_run(self, release: str) -> RunRecord | None:
         """The reserved or committed run of ``release``, if any."""

@@ -6,7 +6,9 @@ One database (SQLite by default, PostgreSQL for a team) through SQLAlchemy Core.
   (``reserved`` → ``committed`` or ``voided``); a cap changes by appending a cap row with
   who and why. Spent amounts are never reduced or reset.
 * Amounts are exact fractions stored as text (``"3/4"``). An (ε, δ) dataset (terms ``approx``)
-  has a δ beside every cap and charge; the others have none (NULL).
+  has a δ beside every cap and charge; the others have none (NULL). In Python every cap, charge
+  and spend is a typed budget of the dataset's terms' kind (see ``records``); a budget of
+  another kind is refused (TypeError), never recorded.
 * Reservation is one serialised transaction (``BEGIN IMMEDIATE`` on SQLite, a row lock on
   PostgreSQL): two runs racing for the last of a budget cannot both win.
 * A reserved run counts as spent until it is committed or explicitly voided. A run that
@@ -23,13 +25,12 @@ from __future__ import annotations
 import uuid
 from contextlib import contextmanager
 from dataclasses import replace
-from fractions import Fraction
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dprelease.accounting import Terms, fraction_text
+from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, Terms, amount_text, delta_of, fraction_text
 from dprelease.errors import InternalError, LedgerError
 from dprelease.ledger import keys, lease, queries, schema, transactions
 from dprelease.ledger.location import LedgerLocation
@@ -44,6 +45,7 @@ from dprelease.ledger.records import (
     RunRecord,
     current_user,
     now,
+    of_terms,
 )
 from dprelease.ledger.schema import (
     approvals_t,
@@ -266,33 +268,41 @@ class Ledger:
             return queries.central_releases(conn, dataset, data_fingerprint)
 
 
-    def set_budget(self, dataset: str, epsilon: Fraction, *, reason: str, by: str | None = None,
-                   terms: Terms = Terms("pure"), delta: Fraction | None = None) -> DatasetState:
-        """Record a new lifetime cap for ``dataset`` (creating it if new, under ``terms``). Spends are untouched.
-        An approx dataset's cap has a δ (kept as it was when ``delta`` is None); others have none."""
-        if epsilon <= 0:
-            raise LedgerError(f"a lifetime budget must be positive, not {fraction_text(epsilon)}")
+    def set_budget(self, dataset: str, budget: Budget, *, reason: str, by: str | None = None,
+                   terms: Terms = Terms("pure")) -> DatasetState:
+        """Record a new lifetime cap for ``dataset`` (creating it if new, under ``terms``). Spends are
+        untouched. ``budget`` is of the dataset's terms' kind (``ZCDP`` under zCDP terms; an
+        ``ApproxDP`` with its δ under approx terms): another kind is refused with a TypeError
+        (a bug in the caller), nothing written."""
+        if not isinstance(budget, (PureDP, ZCDP, ApproxDP)):
+            raise TypeError(f"a lifetime cap is a budget (PureDP, ZCDP or ApproxDP), not {type(budget).__name__} "
+                            f"{budget!r}")
+        if budget.amount <= 0:
+            raise LedgerError(f"a lifetime budget must be positive, not {amount_text(budget)}")
+        delta = delta_of(budget)
         if delta is not None and not 0 < delta < 1:
             raise LedgerError(f"a lifetime δ lies strictly between 0 and 1, not {fraction_text(delta)}")
         if not reason.strip():
             raise LedgerError("say why the cap changes: --reason TEXT")
         by = by or current_user()
         with self._write() as conn:
-            state = transactions.set_budget(conn, dataset, epsilon, reason=reason, by=by,
-                                            terms=terms, delta=delta)
+            state = transactions.set_budget(conn, dataset, budget, reason=reason, by=by, terms=terms)
         if state is None:
             raise InternalError("a dataset vanished inside its own transaction")
         return state
 
-    def reserve(self, *, dataset: str, release: str,
-                charges: list[tuple[str, Fraction]] | list[tuple[str, Fraction, Fraction | None]],
-                spec_fingerprint: str, lifetime_from_spec: Fraction | None,
+    def reserve(self, *, dataset: str, release: str, charges: Sequence[tuple[str, Budget]],
+                spec_fingerprint: str, lifetime_from_spec: Budget | None,
                 spec_path: str | None = None, output_dir: str | None = None,
                 terms: Terms = Terms("pure"), by: str | None = None,
-                lifetime_delta_from_spec: Fraction | None = None,
                 local: tuple[LocalCollection, ...] = (), data_fingerprint: str | None = None,
                 approval: Approval | None = None) -> Reservation:
-        """Reserve ``charges`` — (measurement, ε or ρ[, δ]) — for ``release`` atomically.
+        """Reserve ``charges`` — (measurement, its charge) — for ``release`` atomically.
+
+        Every charge, and the spec's lifetime budget (recorded as the cap of a dataset new to the
+        ledger, else checked against its cap), is a budget of ``terms``' kind: ``PureDP``,
+        ``ZCDP`` (ρ) under zCDP terms, ``ApproxDP`` with its δ under approx terms. Another kind is
+        a bug in the caller: refused with a TypeError before anything is written.
 
         Refuses (nothing written) when the release already has a live run
         (:class:`AlreadyReleasedError`) or the lifetime budget cannot cover the charges, in ε
@@ -302,9 +312,9 @@ class Ledger:
         budget, whatever the dataset is called. ``approval``: the one the run was checked against.
         """
         by = by or current_user()
-        full = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in charges]  # type: ignore[misc]
-        if terms.kind == "approx" and lifetime_delta_from_spec is None and lifetime_from_spec is not None:
-            raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its lifetime budget needs a δ")
+        typed = [_typed_charge(item, terms) for item in charges]
+        if lifetime_from_spec is not None:
+            of_terms(lifetime_from_spec, terms, "the spec's lifetime budget")
         run_id = uuid.uuid4().hex
         with self._write() as conn:
             transactions.lock_for_reservation(conn, dataset, data_fingerprint)
@@ -317,11 +327,10 @@ class Ledger:
                         f"dataset.name: {other.partition('/')[0]} (its budget is `dprelease ledger --dataset "
                         f"{other}`). Nothing was spent.")
             state = transactions.reserve(
-                conn, run_id, dataset=dataset, release=release, full=full, spec_fingerprint=spec_fingerprint,
+                conn, run_id, dataset=dataset, release=release, charges=typed, spec_fingerprint=spec_fingerprint,
                 lifetime_from_spec=lifetime_from_spec, spec_path=spec_path, output_dir=output_dir,
-                terms=terms, by=by, lifetime_delta_from_spec=lifetime_delta_from_spec, local=local,
-                data_fingerprint=data_fingerprint, approval=approval)
-        return Reservation(run_id, state.spent, state.budget, state.delta_spent, state.delta_budget)
+                terms=terms, by=by, local=local, data_fingerprint=data_fingerprint, approval=approval)
+        return Reservation(run_id, state.spent, state.budget)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None,
                reason: str | None = None) -> None:
@@ -370,3 +379,9 @@ class Ledger:
             transactions.transition(conn, self.location, run_id, state, by=by, reason=reason,
                                     data_fingerprint=data_fingerprint)
 
+
+def _typed_charge(item: object, terms: Terms) -> tuple[str, Budget]:
+    """A charge ``(measurement, budget)`` with its budget of ``terms``' kind; TypeError otherwise."""
+    if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+        raise TypeError(f"a charge is (measurement, budget), not {item!r}")
+    return item[0], of_terms(item[1], terms, f"the charge of {item[0]!r}")

@@ -6,12 +6,10 @@ read what they check and write in that same transaction, so two writers never bo
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dprelease.accounting import Terms, fraction_text
+from dprelease.accounting import Budget, Terms, compose, fraction_text
 from dprelease.errors import AlreadyReleasedError, InternalError, LedgerError, OverBudgetError
 from dprelease.ledger import keys, lease, queries
 from dprelease.ledger.location import LedgerLocation
@@ -33,6 +31,8 @@ from dprelease.ledger.records import (
     LocalRecord,
     current_user,
     now,
+    of_terms,
+    row_figures,
 )
 from dprelease.ledger.schema import (
     answer_sets_t,
@@ -58,46 +58,39 @@ def lock_for_reservation(conn: Connection, dataset: str, data_fingerprint: str |
 
 
 def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
-            full: list[tuple[str, Fraction, Fraction | None]], spec_fingerprint: str,
-            lifetime_from_spec: Fraction | None, spec_path: str | None, output_dir: str | None,
-            terms: Terms, by: str, lifetime_delta_from_spec: Fraction | None,
-            local: tuple[LocalCollection, ...], data_fingerprint: str | None,
+            charges: list[tuple[str, Budget]], spec_fingerprint: str,
+            lifetime_from_spec: Budget | None, spec_path: str | None, output_dir: str | None,
+            terms: Terms, by: str, local: tuple[LocalCollection, ...], data_fingerprint: str | None,
             approval: Approval | None) -> DatasetState:
     """The body of :meth:`dprelease.ledger.store.Ledger.reserve` after its locks: check, then
-    record the run, its charges, its lease and its local collections. Returns the dataset's
+    record the run, its charges, its lease and its local collections. ``charges`` and
+    ``lifetime_from_spec`` are of ``terms``' kind (checked by the caller). Returns the dataset's
     state the reservation was checked against."""
-    total = sum((e for _, e, _ in full), Fraction(0))
-    total_delta = sum((d for _, _, d in full if d is not None), Fraction(0))
+    total = compose((b for _, b in charges), terms.kind)
     state = queries.dataset_state(conn, dataset)
     if state is None:
         if lifetime_from_spec is None:
             raise LedgerError(f"dataset {dataset!r} is new to this ledger and the spec declares no "
                               "dataset.lifetime_budget; declare one")
         _insert_dataset(conn, dataset, terms, by)
-        conn.execute(caps_t.insert().values(dataset=dataset, amount=fraction_text(lifetime_from_spec),
-                                            delta=None if lifetime_delta_from_spec is None
-                                            else fraction_text(lifetime_delta_from_spec),
+        conn.execute(caps_t.insert().values(dataset=dataset, **row_figures(lifetime_from_spec),
                                             reason=f"initial cap from {spec_path or 'the spec'}",
                                             set_by=by, set_at=now()))
         state = queries.dataset_state(conn, dataset)
         if state is None:
             raise InternalError(f"dataset {dataset!r} vanished inside its creating transaction")
-    check_lifetime_matches(state, lifetime_from_spec, lifetime_delta_from_spec)
     if state.terms != terms:  # checked again here: two first releases may race
         raise LedgerError(f"dataset {dataset!r} is in the ledger under {state.terms.text!r} terms; this run was "
                           f"planned under {terms.text!r}. Plan it again")
+    check_lifetime_matches(state, lifetime_from_spec)
     live = state.live_run(release)
     if live is not None:
         raise AlreadyReleasedError(
             f"release {release!r} of dataset {dataset!r} is already {live.state} in the ledger "
             f"(run {live.run_id}, {live.created_at}); choose a new release name")
-    if state.spent + total > state.budget:
+    if not state.spent + total <= state.budget:  # type: ignore[operator]  # one kind: under approx, ε and δ
         raise OverBudgetError(over_lifetime_message(state, total))
-    if state.delta_budget is not None and state.delta_spent + total_delta > state.delta_budget:
-        raise OverBudgetError(over_lifetime_message(state, total_delta, delta=True))
-    if state.delta_budget is None and total_delta:
-        raise LedgerError(f"dataset {dataset!r} has {state.terms.text!r} terms, which have no δ to charge")
-    _check_answers(conn, dataset, local, bool(full), data_fingerprint)  # local answers carry provenance
+    _check_answers(conn, dataset, local, bool(charges), data_fingerprint)  # local answers carry provenance
     at = now()
     conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
                                         spec_fingerprint=spec_fingerprint, spec_path=spec_path,
@@ -105,10 +98,8 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
                                         data_fingerprint=data_fingerprint,
                                         approved_by=approval.approved_by if approval else None,
                                         approved_at=approval.approved_at if approval else None))
-    if full:  # a release of local tables only charges no central budget
-        conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, "amount": fraction_text(e),
-                                           "delta": None if d is None else fraction_text(d)}
-                                          for t, e, d in full])
+    if charges:  # a release of local tables only charges no central budget
+        conn.execute(charges_t.insert(), [{"run_id": run_id, "table_name": t, **row_figures(b)} for t, b in charges])
     conn.execute(events_t.insert().values(run_id=run_id, state="reserved", at=at, by=by))
     holder = lease.this_process()
     conn.execute(leases_t.insert().values(run_id=run_id, host=holder.host, pid=holder.pid, start=holder.start,
@@ -120,30 +111,26 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
             continue
         conn.execute(local_t.insert().values(
             dataset=dataset, collection=asked.collection, question=asked.question, protocol=asked.protocol,
-            epsilon=fraction_text(asked.epsilon), charged=fraction_text(charged), memoised=asked.memoised,
+            epsilon=fraction_text(asked.epsilon), charged=fraction_text(charged.epsilon), memoised=asked.memoised,
             answers=asked.answers, run_id=run_id, recorded_at=at, recorded_by=by))
         records += (LocalRecord(asked.collection, asked.question, asked.protocol, asked.epsilon, charged,
                                 asked.memoised, run_id, at, by, asked.answers),)
     return state
 
 
-def set_budget(conn: Connection, dataset: str, epsilon: Fraction, *, reason: str, by: str, terms: Terms,
-               delta: Fraction | None) -> DatasetState | None:
-    """Append a cap row for ``dataset`` (creating the dataset if new); its state after."""
+def set_budget(conn: Connection, dataset: str, budget: Budget, *, reason: str, by: str,
+               terms: Terms) -> DatasetState | None:
+    """Append a cap row for ``dataset`` (creating it under ``terms`` if new); its state after.
+    ``budget`` is of the dataset's terms' kind (TypeError otherwise: the caller's bug; nothing
+    written)."""
     _lock_dataset(conn, dataset)
     state = queries.dataset_state(conn, dataset)
+    terms = state.terms if state else terms
+    of_terms(budget, terms, f"the new lifetime cap of dataset {dataset!r}")
     if state is None:
         _insert_dataset(conn, dataset, terms, by)
-    terms = state.terms if state else terms
-    if terms.kind == "approx":
-        delta = delta if delta is not None else state.delta_budget if state else None
-        if delta is None:
-            raise LedgerError(f"dataset {dataset!r} has (ε, δ) terms: its cap needs a δ too (--delta D)")
-    elif delta is not None:
-        raise LedgerError(f"dataset {dataset!r} has {terms.text!r} terms, whose budgets have no δ")
-    conn.execute(caps_t.insert().values(dataset=dataset, amount=fraction_text(epsilon),
-                                        delta=None if delta is None else fraction_text(delta),
-                                        reason=reason, set_by=by, set_at=now()))
+    conn.execute(caps_t.insert().values(dataset=dataset, **row_figures(budget), reason=reason, set_by=by,
+                                        set_at=now()))
     return queries.dataset_state(conn, dataset)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dprelease.accounting import ApproxDP, fraction_text
+from dprelease.accounting import ApproxDP, amount_text, fraction_text
 from dprelease.data.rules import check_rules
 from dprelease.errors import (
     AlreadyReleasedError,
@@ -140,15 +140,15 @@ def budget_overruns(spec: Spec, plan: Plan) -> list[str]:
     e.g. "release budget by 1/2 ε"."""
     over = []
     total, cap = plan.total, plan.release_budget
-    if total.amount > cap.amount:
-        over.append(f"release budget by {fraction_text(total.amount - cap.amount)} {plan.symbol}")
+    if total.amount > cap.amount:  # the ε (or ρ) alone: an (ε, δ) budget's δ has its own line
+        over.append(f"release budget by {amount_text(total - cap)} {plan.symbol}")  # type: ignore[operator]
     if isinstance(total, ApproxDP) and isinstance(cap, ApproxDP) and total.delta > cap.delta:
         over.append(f"release δ budget by {fraction_text(total.delta - cap.delta)}")
     after, life, remaining = plan.lifetime_spent_after, plan.lifetime_budget, plan.lifetime_remaining
     if after.amount > life.amount:
         over.append(f"lifetime budget of {spec.dataset.name} by "
-                    f"{fraction_text(after.amount - life.amount)} {plan.ledger_symbol} "
-                    f"(remaining {fraction_text(remaining.amount)})")
+                    f"{amount_text(after - life)} {plan.ledger_symbol} "  # type: ignore[operator]
+                    f"(remaining {amount_text(remaining)})")
     if isinstance(after, ApproxDP) and isinstance(life, ApproxDP) and isinstance(remaining, ApproxDP) \
             and after.delta > life.delta:
         over.append(f"lifetime δ budget of {spec.dataset.name} by {fraction_text(after.delta - life.delta)} "
@@ -158,7 +158,7 @@ def budget_overruns(spec: Spec, plan: Plan) -> list[str]:
 
 def over_budget_message(spec: Spec, plan: Plan) -> str:
     """What the release needs, and which budgets it overruns by how much."""
-    needs = f"{plan.symbol} = {fraction_text(plan.total.amount)}"
+    needs = f"{plan.symbol} = {amount_text(plan.total)}"
     if isinstance(plan.charge, ApproxDP):
         needs += f", δ = {fraction_text(plan.charge.delta)}"
     return (f"the release needs {needs}, over the {' and the '.join(budget_overruns(spec, plan))}. The data was not "

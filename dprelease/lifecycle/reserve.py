@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dprelease.accounting import delta_of, ApproxDP, budget_of, fraction_text
+from dprelease.accounting import ApproxDP, amount_text, fraction_text
 from dprelease.errors import InternalError
 from dprelease.ledger import Ledger, LocalCollection
 from dprelease.lifecycle.prepare import Prepared
@@ -30,8 +30,7 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
     life = declared if declared is not None and declared.kind == plan.terms.kind else None
     granted = ledger.reserve(dataset=spec.dataset.name, release=spec.release,
                              charges=plan.ledger_charges(),
-                             spec_fingerprint=plan.fingerprint, lifetime_from_spec=life.amount if life else None,
-                             lifetime_delta_from_spec=delta_of(life) if life else None,
+                             spec_fingerprint=plan.fingerprint, lifetime_from_spec=life,
                              local=local, data_fingerprint=prepared.data_fingerprint, approval=prepared.approval,
                              spec_path=str(spec.source.resolve()), output_dir=str(request.output_dir),
                              terms=plan.terms)
@@ -39,9 +38,7 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
     if state is None:
         raise InternalError(f"dataset {spec.dataset.name!r} is not in the ledger that just reserved run {granted.run_id}")
     # what the manifest states about the lifetime budget comes from the reserving transaction
-    kind = plan.terms.kind
-    plan = dataclasses.replace(plan, lifetime_spent=budget_of(kind, granted.spent_before, granted.delta_spent_before),
-                               lifetime_budget=budget_of(kind, granted.budget, granted.delta_budget))
+    plan = dataclasses.replace(plan, lifetime_spent=granted.spent_before, lifetime_budget=granted.budget)
     location = request.location
     run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
                      layout=Layout(request.output_dir, spec.release, granted.run_id), caps=state.caps,
@@ -57,7 +54,7 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
 def reserved_line(run: ReleaseRun) -> str:
     """What was reserved, for whom, under which run id."""
     plan = run.plan
-    charged = f"{plan.ledger_symbol} = {fraction_text(plan.charge.amount)}"
+    charged = f"{plan.ledger_symbol} = {amount_text(plan.charge)}"
     if isinstance(plan.charge, ApproxDP):
         charged += f", δ = {fraction_text(plan.charge.delta)}"
     return f"reserved {charged} for {run.spec.release} (run {run.run_id})"

@@ -11,8 +11,7 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-from dprelease.accounting import exact_and_decimal as both
-from dprelease.accounting import fraction_text
+from dprelease.accounting import amount_text
 from dprelease.errors import ExitCode, LedgerError, UserError
 from dprelease.ledger import Ledger
 from dprelease.lifecycle.voice import Voice
@@ -43,10 +42,11 @@ def done_lines(spec: Spec, plan: Plan, final: Path, spent_now: bool = True) -> l
     """What was published, where, and (when this run spent it) the dataset's lifetime budget after it."""
     local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
     lines = [(f"published {spec.release}: {len(spec.tables)} tables{local}, {plan.symbol} = "
-              f"{both(plan.total.amount)} → {final}")]
+              f"{amount_text(plan.total, decimal=True)} → {final}")]
     if spent_now:
-        lines.append(f"lifetime budget of {plan.dataset}: spent {both(plan.lifetime_spent_after.amount)} of "
-                     f"{both(plan.lifetime_budget.amount)}, remaining {both(plan.lifetime_remaining_after.amount)}")
+        lines.append(f"lifetime budget of {plan.dataset}: spent {amount_text(plan.lifetime_spent_after, decimal=True)} "
+                     f"of {amount_text(plan.lifetime_budget, decimal=True)}, remaining "
+                     f"{amount_text(plan.lifetime_remaining_after, decimal=True)}")
     return lines
 
 
@@ -107,7 +107,7 @@ def _settle_in_ledger(run: ReleaseRun, exc: BaseException) -> str:
                 return "the reservation was voided; nothing was spent"
             ledger.fail(run.run_id, reason=f"failed after noise was drawn ({type(exc).__name__})",
                         data_fingerprint=run.data_fingerprint)
-            return (f"noise had been drawn, so {run.plan.ledger_symbol} = {fraction_text(run.plan.charge.amount)} stays "
+            return (f"noise had been drawn, so {run.plan.ledger_symbol} = {amount_text(run.plan.charge)} stays "
                     "spent (run recorded as failed); publish under a new release name")
         except LedgerError as settled:  # settled already (by an operator), or the ledger refused: say so
             return f"the ledger did not take this run's settlement ({settled})"

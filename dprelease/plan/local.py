@@ -9,8 +9,8 @@ each respondent. Pure: no data, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from fractions import Fraction
 
+from dprelease.accounting import PureDP
 from dprelease.errors import InternalError, LedgerError
 from dprelease.ledger import (
     AnswerSet,
@@ -34,7 +34,7 @@ class LocalPlan:
     column: str
     randomizer: LocalRandomizer  # the respondents' mechanism and its parameters
     collection: LocalCollection  # what the ledger records
-    charge: Fraction  # per respondent, new in this release: 0 if memoised or already recorded
+    charge: PureDP  # each respondent's pure ε, new in this release: 0 if memoised or already recorded
     already_recorded: bool
     provenance: AnswerSet | None = None  # the registration of the answers read (known once the data is)
     memo_not_honoured: bool = False  # memoised: true, but the answers were not produced from that memo

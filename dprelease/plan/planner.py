@@ -42,9 +42,7 @@ from dprelease.accounting import (
     add,
     amount_text,
     approx_to_zcdp,
-    budget_of,
     compose,
-    delta_of,
     fraction_text,
     subtract,
     within,
@@ -101,7 +99,7 @@ class Plan:
     terms: Terms = Terms("pure")  # the dataset's ledger terms this plan is charged under (see ledger_terms)
     guarantee_delta: Fraction | None = None  # zcdp: the δ of the (ε, δ) guarantee the release states
     local: tuple[LocalPlan, ...] = ()
-    local_spent: Fraction = Fraction(0)  # each respondent's ε over the collections recorded before
+    local_spent: PureDP = PureDP(Fraction(0))  # each respondent's pure ε over the collections recorded before
     evaluations: tuple[Evaluation, ...] = ()  # the dataset's data read in the open (`dprelease evaluate`)
 
     @property
@@ -139,6 +137,14 @@ class Plan:
         return self.fits_release and self.fits_lifetime
 
     @property
+    def local_spent_after(self) -> PureDP:
+        """Each respondent's pure ε over the local collections once this release's are recorded."""
+        after = self.local_spent
+        for p in self.local:
+            after = after + p.charge
+        return after
+
+    @property
     def lifetime_remaining(self) -> Budget:
         return subtract(self.lifetime_budget, self.lifetime_spent)
 
@@ -155,10 +161,10 @@ class Plan:
         post-processing weights by); modes and means have none."""
         return noise_variances(self.tables)
 
-    def ledger_charges(self) -> list[tuple[str, Fraction, Fraction | None]]:
-        """(measurement, amount, δ) per measurement, as the ledger records them: the amount in the
-        unit of its terms, the δ under approx terms (None otherwise)."""
-        return [(t.key, t.ledger_charge.amount, t.delta) for t in self.tables]
+    def ledger_charges(self) -> list[tuple[str, Budget]]:
+        """(measurement, its charge) per measurement, as :meth:`Ledger.reserve` takes them: each a
+        budget of the ledger terms' kind (ρ under zCDP terms, with its δ under approx terms)."""
+        return [(t.key, t.ledger_charge) for t in self.tables]
 
 
 def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
@@ -180,9 +186,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         lifetime, spent = declared, zero(terms.kind)
     else:
         if terms.kind == spec.definition:  # a pure spec's lifetime ε says nothing about a ρ or (ε, δ) cap
-            check_lifetime_matches(state, declared.amount if declared else None, delta_of(declared) if declared else None)
-        lifetime = budget_of(terms.kind, state.budget, state.delta_budget)
-        spent = budget_of(terms.kind, state.spent, state.delta_spent)
+            check_lifetime_matches(state, declared)
+        lifetime, spent = state.budget, state.spent
     tables = measurement_plans(spec, terms, relation)
     return Plan(
         release=spec.release, dataset=spec.dataset.name, fingerprint=fingerprint(spec), tables=tables,
@@ -193,7 +198,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         data_versions=state.data_versions if state else 0, lifetime_caps=state.caps if state else (),
         relation=relation, invariants=spec.invariant_levels, terms=terms,
         guarantee_delta=spec.guarantee_delta,
-        local=local_plans(spec, state), local_spent=state.local_epsilon if state else Fraction(0),
+        local=local_plans(spec, state), local_spent=state.local_epsilon if state else PureDP(Fraction(0)),
         evaluations=state.evaluations if state else (),
     )
 
