@@ -83,8 +83,8 @@ def on_ledger(tmp_path, first, second):
     ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=True)
     try:
         ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=plan.ledger_charges(),
-                       spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime.amount,
-                       terms=plan.terms, lifetime_delta_from_spec=getattr(spec.dataset.lifetime, "delta", None))
+                       spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime,
+                       terms=plan.terms)
         return manifest_of(second, ledger.state(spec.dataset.name))
     finally:
         ledger.close()
