@@ -8,7 +8,19 @@
 * :mod:`~dprelease.accounting.conversions`: conversions between guarantees, rounded safely.
 """
 
-from dprelease.accounting.budgets import KINDS, ApproxDP, Budget, Kind, PureDP, ZCDP, budget_of, compose, delta_of, zero
+from dprelease.accounting.budgets import (
+    KINDS,
+    ApproxDP,
+    Budget,
+    Kind,
+    PureDP,
+    ZCDP,
+    budget_from_record,
+    budget_of,
+    compose,
+    delta_of,
+    zero,
+)
 from dprelease.accounting.conversions import (
     approx_to_zcdp,
     ln_upper_bound,
@@ -30,7 +42,7 @@ from dprelease.accounting.relations import Neighbouring, PrivacyUnit, Terms
 
 __all__ = [
     "KINDS", "ApproxDP", "Budget", "Kind", "NotANumber", "Neighbouring", "PrivacyUnit", "PureDP", "Terms", "ZCDP",
-    "approx_to_zcdp", "budget_of",
+    "approx_to_zcdp", "budget_from_record", "budget_of",
     "delta_of", "compose", "compose_sequential", "decimal_text", "exact_and_decimal",
     "fraction_text", "ln_upper_bound", "parse_budget", "parse_exact", "percent_text", "pure_to_zcdp", "zero",
     "zcdp_epsilon", "zcdp_to_pure",
