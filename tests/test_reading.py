@@ -434,6 +434,15 @@ def test_the_manifest_format_written_is_read():
     assert MANIFEST_FORMAT in MANIFEST_FORMATS
 
 
+def test_the_example_reads_the_demo(demo):
+    """examples/read_demo.py, run as a user would on a published demo, prints its DataFrames."""
+    _, directory = demo
+    proc = subprocess.run([sys.executable, ROOT / "examples" / "read_demo.py", directory], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "PUMA     category" in proc.stdout and "Not applicable (under 15)" in proc.stdout, proc.stdout
+
+
 def test_pandas_is_imported_on_first_use_only():
     """The CLI does not import pandas; dprelease.read_release imports it when first asked for."""
     code = ("import sys, dprelease, dprelease.cli\n"
