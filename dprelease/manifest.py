@@ -26,6 +26,7 @@ from dprelease.accounting import (
     Kind,
     PureDP,
     amount_text,
+    budget_from_record,
     budget_of,
     delta_of,
     fraction_text,
@@ -236,15 +237,10 @@ def read_budget(record: Any, kind: Kind | None = None) -> Budget:
         raise UserError(f"manifest budget {record!r} is not a record such as {{\"epsilon\": \"1/4\"}}")
     if kind is not None:
         return budget_of(kind, _figure(record, "epsilon"), _figure(record, "delta") if kind == "approx" else None)
-    match sorted(record):
-        case ["rho"]:
-            return ZCDP(_figure(record, "rho"))
-        case ["epsilon"]:
-            return PureDP(_figure(record, "epsilon"))
-        case ["delta", "epsilon"]:
-            return ApproxDP(_figure(record, "epsilon"), _figure(record, "delta"))
-    raise UserError(f"manifest budget record {dict(record)!r} names no unit: expected {{\"epsilon\": …}}, "
-                    "{\"rho\": …} or {\"epsilon\": …, \"delta\": …}")
+    try:
+        return budget_from_record(record)
+    except ValueError as exc:
+        raise UserError(f"manifest budget: {exc}") from None
 
 
 def _figure(record: Mapping[str, Any], key: str) -> Fraction:

@@ -48,6 +48,12 @@ RULES = (
     Rule("dprelease.accounting.* imports nothing of dprelease but dprelease.accounting",
          lambda module: within(module, "dprelease.accounting"),
          lambda name: within(name, "dprelease") and not within(name, "dprelease.accounting")),
+    Rule("only dprelease/reading.py imports pandas (imported on first use of read_release; the CLI never pays for it)",
+         lambda module: module != "dprelease.reading", lambda name: within(name, "pandas")),
+    Rule("dprelease.reading reads published files only: it never imports dprelease.data, dprelease.ledger or "
+         "dprelease.lifecycle",
+         lambda module: module == "dprelease.reading",
+         lambda name: any(within(name, p) for p in ("dprelease.data", "dprelease.ledger", "dprelease.lifecycle"))),
 )
 
 
@@ -120,6 +126,8 @@ def test_the_checker_catches_each_rule():
         "dprelease.mechanisms.sampling": ("from ..plan import Plan\n", False),
         "dprelease.lifecycle.execute": ("def run():\n    from dprelease.orchestrate import run_release\n", False),
         "dprelease.accounting.budgets": ("from dprelease.errors import InternalError\n", False),
+        "dprelease.cli.render": ("def table():\n    import pandas as pd\n", False),
+        "dprelease.reading": ("from dprelease.data import encode\n", False),
     }
     found = violations(broken)
     for module in broken:
@@ -135,6 +143,7 @@ def test_the_checker_catches_each_rule():
         "dprelease.lifecycle.execute": ("from dprelease.data import file_fingerprint\n", False),
         "dprelease.cli.release_cmds": ("from dprelease.orchestrate import run_release\n", False),
         "dprelease.accounting.relations": ("from dprelease.accounting.budgets import Kind\n", False),
+        "dprelease.reading": ("import pandas as pd\nfrom dprelease.publish import table_path\n", False),
     }
     assert violations(allowed) == []
 

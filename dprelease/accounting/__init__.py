@@ -17,6 +17,7 @@ from dprelease.accounting.budgets import (
     PureDP,
     add,
     amount_text,
+    budget_from_record,
     budget_of,
     compose,
     delta_of,
@@ -45,7 +46,7 @@ from dprelease.accounting.relations import Neighbouring, PrivacyUnit, Terms
 
 __all__ = [
     "KINDS", "ApproxDP", "Budget", "Kind", "NotANumber", "Neighbouring", "PrivacyUnit", "PureDP", "Terms", "ZCDP",
-    "add", "amount_text", "approx_to_zcdp", "budget_of",
+    "add", "amount_text", "approx_to_zcdp", "budget_from_record", "budget_of",
     "delta_of", "compose", "compose_sequential", "decimal_text", "exact_and_decimal",
     "fraction_text", "ln_upper_bound", "parse_budget", "parse_exact", "percent_text", "pure_to_zcdp", "subtract",
     "within", "zero", "zcdp_epsilon", "zcdp_to_pure",

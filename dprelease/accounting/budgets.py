@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import ClassVar, Iterable, Literal, Union
+from typing import ClassVar, Iterable, Literal, Mapping, Union
 
-from dprelease.accounting.exact import exact_and_decimal, fraction_text
+from dprelease.accounting.exact import exact_and_decimal, fraction_text, parse_exact
 
 Kind = Literal["pure", "zcdp", "approx"]
 KINDS: tuple[Kind, ...] = ("pure", "zcdp", "approx")
@@ -222,6 +222,31 @@ def amount_text(budget: Budget, *, decimal: bool = False) -> str:
     ``Terms.symbol``): exact text (``"3/4"``), or with ``decimal`` the exact text and its decimal
     (``"3/4 (0.75)"``). An (ε, δ) budget's δ is shown on its own (:func:`delta_of`)."""
     return exact_and_decimal(budget.amount) if decimal else fraction_text(budget.amount)
+
+
+def budget_from_record(record: Mapping[str, object]) -> Budget:
+    """A budget from the record that names its own unit, as manifests, ``plan --json`` and
+    ``ledger --json`` state it: ``{"epsilon": "1/4"}`` (pure), ``{"rho": "3/10"}`` (zCDP) or
+    ``{"epsilon": "1/2", "delta": "1/1000000"}`` (approximate). Each figure is exact text
+    (a fraction or a decimal, never a float); anything else is a ValueError naming what is wrong."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"a budget record is an object such as {{\"epsilon\": \"1/4\"}}, not {record!r}")
+    figures = {}
+    for key, value in record.items():
+        if key not in ("epsilon", "rho", "delta"):
+            raise ValueError(f"a budget record has no key {key!r} (it names epsilon, rho, or epsilon and delta)")
+        if not isinstance(value, str):  # a JSON number would be a float: budgets are written as exact text
+            raise ValueError(f"budget record {dict(record)!r}: {key} must be exact text such as \"1/4\", not {value!r}")
+        figures[key] = parse_exact(value, what=key)
+    match sorted(figures):
+        case ["epsilon"]:
+            return PureDP(figures["epsilon"])
+        case ["rho"]:
+            return ZCDP(figures["rho"])
+        case ["delta", "epsilon"]:
+            return ApproxDP(figures["epsilon"], figures["delta"])
+    raise ValueError(f"budget record {dict(record)!r} names {sorted(figures) or 'nothing'}: it must name epsilon, "
+                     "rho, or epsilon and delta")
 
 
 def compose(budgets: Iterable[Budget], kind: Kind) -> Budget:

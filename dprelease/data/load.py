@@ -70,6 +70,8 @@ def needed_columns(spec: Spec) -> list[Column]:
         used.update(c.column for c in table.where)
         if isinstance(table.measure, ModeMeasure):
             used.add(table.measure.column)
+        if isinstance(table.measure, (SumMeasure, MeanMeasure)):  # a declared range column is checked against it
+            used.add(table.measure.column)
     used.update(t.column for t in spec.local_tables)
     used.update(level for level in spec.invariant_levels if level != ROOT)
     for column in reversed(spec.columns):  # rollups: coarse first, each from the next finer
@@ -90,8 +92,7 @@ def columns_to_read(spec: Spec) -> tuple[list[str], list[str]]:
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
     identifier = [spec.unit_id] if spec.unit_id else []
-    summed = list(dict.fromkeys(t.measure.column for t in spec.tables
-                                if isinstance(t.measure, (SumMeasure, MeanMeasure))))
+    summed = _undeclared_summed(spec)
     period = [spec.dataset.partition_column] if spec.dataset.partition_column else []
     names = list(dict.fromkeys([c.name for c in declared] + identifier + summed + period))
     text = [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed + period
@@ -132,8 +133,7 @@ def encode_batch(spec: Spec, table: pa.Table | pa.RecordBatch, *, where: str, fi
     """
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
-    summed = list(dict.fromkeys(t.measure.column for t in spec.tables
-                                if isinstance(t.measure, (SumMeasure, MeanMeasure))))
+    summed = _undeclared_summed(spec)
     period = [spec.dataset.partition_column] if spec.dataset.partition_column else []
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
@@ -181,11 +181,54 @@ def encode_batch(spec: Spec, table: pa.Table | pa.RecordBatch, *, where: str, fi
         keep &= bound_contributions(spec, table.column(spec.unit_id), keep)
         over = before - int(keep.sum())
     values = {name: _numbers(spec, where, name, table.column(name)) for name in summed}
+    for column in declared:  # a declared range column's values are its codes, read and checked above
+        if isinstance(column, RangeColumn) and column.name in _summed(spec):
+            values[column.name] = _range_values(spec, where, column, codes[column.name], keep)
     if not keep.all():
         codes = {k: v[keep] for k, v in codes.items()}
         values = {k: v[keep] for k, v in values.items()}
     return Encoded(codes, rows_read=n, rows_dropped=int(n - keep.sum()), rows_over_bound=over, values=values,
                    local_counts=local_counts)
+
+
+def _summed(spec: Spec) -> list[str]:
+    """The columns a table sums or averages, in spec order."""
+    return list(dict.fromkeys(t.measure.column for t in spec.tables
+                              if isinstance(t.measure, (SumMeasure, MeanMeasure))))
+
+
+def _undeclared_summed(spec: Spec) -> list[str]:
+    """The summed columns not declared under ``columns:`` (read as numbers by :func:`_numbers`)."""
+    declared = {c.name for c in spec.columns}
+    return [name for name in _summed(spec) if name not in declared]
+
+
+def _range_values(spec: Spec, where: str, column: RangeColumn, code: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """A summed range column's values (float64, NaN for its missing category) from its codes: the
+    values the range check read, so a value outside the declared range never reaches a sum (it
+    was refused, or its row dropped, as the column's ``on_out_of_domain`` says).
+
+    Privacy contract: a deterministic, row-by-row map (code + low), like :func:`_numbers` for an
+    undeclared column; the histogram then clamps each value to the measure's public bounds, which
+    is what its sensitivity rests on (:mod:`dprelease.data.histogram`), so nothing here depends on
+    other rows. Missing values are refused (naming the column, never a value) unless every table
+    summing the column says what they are; ``keep`` (the rows kept) only places that check."""
+    out = code.astype(np.float64) + column.low
+    if column.missing is not None:
+        missing = code == column.size - 1
+        out[missing] = np.nan
+        _missing_allowed(spec, where, column.name, missing & keep)
+    return out
+
+
+def _missing_allowed(spec: Spec, where: str, name: str, missing: np.ndarray) -> None:
+    """Refuse missing values of a summed column unless every table summing it says what they are."""
+    allowed = [t.measure.missing_as_zero if isinstance(t.measure, SumMeasure) else t.measure.missing != "error"
+               for t in spec.tables if isinstance(t.measure, (SumMeasure, MeanMeasure)) and t.measure.column == name]
+    if missing.any() and not all(allowed):
+        raise DataError(f"{where}: column {name} has {int(missing.sum())} missing value(s); "
+                        f"add missing: zero (count them as 0) to the measure of every table that sums {name}, or "
+                        "missing: skip (leave those rows out) to a mean's")
 
 
 def _numbers(spec: Spec, where: str, name: str, column: pa.ChunkedArray) -> np.ndarray:
@@ -202,12 +245,7 @@ def _numbers(spec: Spec, where: str, name: str, column: pa.ChunkedArray) -> np.n
     if (~np.isfinite(out) & ~missing).any():
         raise DataError(f"{where}: column {name} holds NaN or an infinity; a sum needs "
                         "finite numbers (or missing values, with measure.missing: zero)")
-    allowed = [t.measure.missing_as_zero if isinstance(t.measure, SumMeasure) else t.measure.missing != "error"
-               for t in spec.tables if isinstance(t.measure, (SumMeasure, MeanMeasure)) and t.measure.column == name]
-    if missing.any() and not all(allowed):
-        raise DataError(f"{where}: column {name} has {int(missing.sum())} missing value(s); "
-                        f"add missing: zero (count them as 0) to the measure of every table that sums {name}, or "
-                        "missing: skip (leave those rows out) to a mean's")
+    _missing_allowed(spec, where, name, missing)
     out[missing] = np.nan
     return out
 

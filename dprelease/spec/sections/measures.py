@@ -1,5 +1,7 @@
-"""A table's ``measure:``: a mode or quantile of a declared column, or a sum or mean of an
-undeclared numeric data column within public bounds (a count when there is none)."""
+"""A table's ``measure:``: a mode or quantile of a declared column, or a sum or mean of a numeric
+data column within public bounds (a count when there is none): an undeclared column with its
+``bounds`` and ``granularity`` written, or a column declared with ``range:``, whose range is the
+default ``bounds`` (and 1 the default ``granularity``)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,11 @@ from typing import Any
 
 from dprelease.spec import defaults
 from dprelease.spec.model import (
+    BinnedColumn,
     Column,
     MeanMeasure,
     ModeMeasure,
+    RangeColumn,
     RollupColumn,
     SumMeasure,
 )
@@ -71,26 +75,41 @@ def _numeric(r: Reader, at: Path_, body: dict[str, Any], columns: dict[str, Colu
             r.fail(at + ("measure", field), f"{field} must be whole numbers written without a decimal point "
                    f"(e.g. 200000, not 200000.0)")
             return False
-    if not (isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
-            and type(g) is int and g >= 1 and isinstance(column, str)):
+    if not isinstance(column, str) or (bounds is not None and not (
+            isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds))) \
+            or (g is not None and not (type(g) is int and g >= 1)):
         return False  # the schema has reported it
     if person_id == column:
         r.fail(at + ("measure", kind), f"{column!r} is the person identifier (privacy.unit.id); it is read to "
                f"bound contributions and is not a value to {'sum' if kind == 'sum' else 'average'}")
         return False
-    low, high = bounds
-    if low >= high:
-        r.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must increase: [L, U] with L < U")
+    declared = columns.get(column)
+    if declared is not None and not isinstance(declared, RangeColumn):
+        r.fail(at + ("measure", kind), f"{column!r} is declared under {_where_declared(declared)} with categories, "
+               f"not numbers; a {kind} reads a numeric column: declare it with range: [LOW, HIGH] under columns:, "
+               f"or leave it undeclared and write bounds: [L, U] and granularity:")
         return False
-    if low % g or high % g:
-        r.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must be multiples of the granularity "
-               f"{g}, so that clamped values stay on the grid")
+    if declared is None:
+        for field, value, example in (("bounds", bounds, "[0, 200000]"), ("granularity", g, "100")):
+            if value is None:
+                r.fail(at + ("measure",), f"a {kind} of {column!r}, a column not declared under columns:, needs "
+                       f"{field}: (e.g. {field}: {example}); or declare {column} with range: [LOW, HIGH] under "
+                       "columns:, whose range is then the default bounds")
+                return False
+    g = 1 if g is None else g
+    if bounds is not None:
+        low, high = bounds
+        if low >= high:
+            r.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must increase: [L, U] with L < U")
+            return False
+        if low % g or high % g:
+            r.fail(at + ("measure", "bounds"), f"bounds [{low}, {high}] must be multiples of the granularity "
+                   f"{g}, so that clamped values stay on the grid")
+            return False
+    within = _within_range(r, at, kind, declared, bounds, g) if declared is not None else tuple(bounds)
+    if within is None:
         return False
-    if column in columns:
-        r.fail(at + ("measure", kind), f"{column!r} is declared under columns: (its values are categories); a "
-               f"{kind} reads a numeric data column that is not declared there (a {kind} of a declared range "
-               "column is not supported yet)")
-        return False
+    low, high = within
     if kind == "sum":
         if body.get("missing") == "skip":
             r.fail(at + ("measure", "missing"), "missing: skip is for means (a skipped row adds 0 to a "
@@ -108,3 +127,32 @@ def _numeric(r: Reader, at: Path_, body: dict[str, Any], columns: dict[str, Colu
             return False
         share = written
     return MeanMeasure(column, low, high, g, body.get("missing", "error"), share)
+
+
+def _within_range(r: Reader, at: Path_, kind: str, declared: RangeColumn, bounds: list[int] | None,
+                  g: int) -> tuple[int, int] | None:
+    """The bounds of a sum or mean of a declared range column: the range, widened to the grid
+    of the granularity (its smallest grid interval holding every value), by default; written
+    bounds are narrowed to that interval. The declared range says no value leaves it (values
+    outside it are an error or dropped, as the column's ``on_out_of_domain`` says, before
+    anything is summed), so clamping to the narrower bounds changes no value and only removes
+    noise: a bound beyond the range would widen the sensitivity for nothing."""
+    grid = (g * (declared.low // g), -g * (-declared.high // g))  # floor and ceiling onto the grid
+    if grid[0] == grid[1]:
+        r.fail(at + ("measure", kind), f"{declared.name}'s declared range [{declared.low}, {declared.high}] holds "
+               f"a single value on the grid of granularity {g}; its {kind} follows from a count: publish a count")
+        return None
+    if bounds is None:
+        return grid
+    low, high = max(bounds[0], grid[0]), min(bounds[1], grid[1])
+    if low >= high:
+        r.fail(at + ("measure", "bounds"), f"bounds [{bounds[0]}, {bounds[1]}] leave no room within "
+               f"{declared.name}'s declared range [{declared.low}, {declared.high}]: every value would be clamped "
+               f"to one bound; write bounds within the range, or leave bounds out (the range is the default)")
+        return None
+    return low, high
+
+
+def _where_declared(column: Column) -> str:
+    return "geography:" if isinstance(column, RollupColumn) else "derived:" if isinstance(column, BinnedColumn) \
+        else "columns:"

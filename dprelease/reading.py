@@ -1,0 +1,428 @@
+"""Reading a published release into pandas: ``dprelease.read_release(path)``.
+
+Reads only what a release publishes (``manifest.json``, ``spec.json``, ``tables/``,
+``measurements/``, ``invariants/``, ``postprocessed/``), never the confidential data, and
+spends nothing: everything here is post-processing of published outputs.
+
+Every table comes back as a :class:`pandas.DataFrame` whose category columns have an ordered
+:class:`pandas.CategoricalDtype` in the order the spec declared (saved in the release's
+``spec.json``), with every declared category, also those no published row holds (an omitted
+structural zero, say). The manifest's facts come back typed: budgets as the
+:mod:`dprelease.accounting` budgets (:class:`~dprelease.accounting.PureDP`,
+:class:`~dprelease.accounting.ZCDP`, :class:`~dprelease.accounting.ApproxDP`, exact fractions),
+scales as fractions. Example::
+
+    >>> import dprelease
+    >>> release = dprelease.read_release("outputs/acs-demo-2019")
+    >>> release.total
+    PureDP(epsilon=Fraction(1, 1))
+    >>> release.facts("puma_by_sex").margin_of_error
+    12
+    >>> release.table("puma_by_sex").dtypes
+    PUMA     category
+    SEX      category
+    count       int64
+    dtype: object
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import pandas as pd
+import pyarrow as pa
+
+from dprelease.accounting import ApproxDP, Budget, budget_from_record, budget_of
+from dprelease.errors import UserError
+from dprelease.publish import invariant_path, table_path, value_column
+from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, Table
+from dprelease.spec.canonical import spec_from_canonical
+
+__all__ = ["MANIFEST_FORMATS", "NotARelease", "Part", "Release", "TableFacts", "read_release"]
+
+MANIFEST_FORMATS = (1,)  # the manifest formats this reader knows (dprelease.manifest.MANIFEST_FORMAT)
+
+
+class NotARelease(UserError):
+    """The path is not a published release this version can read, or the release was altered."""
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One noisy part of a mean: its ``sum`` (of centred values) or its ``count``."""
+
+    part: str
+    budget: Budget
+    mechanism: str
+    sensitivity: int
+    scale: Fraction
+    margin_of_error: float  # at the release's confidence, in the part's units
+    margin_of_error_95: float
+
+
+@dataclass(frozen=True, slots=True)
+class TableFacts:
+    """What the manifest states about one measurement: a table, or one level of a geographic one.
+
+    ``margin_of_error`` is the a-priori margin of each cell's noise at the release's confidence
+    (``margin_of_error_95`` at 95%), in the published unit (persons, or the summed column's
+    unit); None for a mode or quantile, which publishes a category, not a number."""
+
+    name: str
+    level: str | None
+    measure: str  # count, sum, mean, mode or quantile
+    column: str | None  # the column summed, averaged, or whose mode or quantile is published
+    budget: Budget
+    ledger_charge: Budget | None  # in the ledger's terms; None in manifests from before it was stated
+    mechanism: str
+    sensitivity: int
+    scale: Fraction
+    margin_of_error: float | None
+    margin_of_error_95: float | None
+    cells: int
+    structural_cells: int
+    group_by: tuple[str, ...]
+    post_process: str
+    file: str
+    measurements_file: str
+    parts: tuple[Part, ...]  # a mean's sum and count; () otherwise
+    entry: Mapping[str, Any] = field(repr=False)  # the manifest's record, as published (read-only)
+
+
+def read_release(path: str | Path) -> Release:
+    """Read the published release at ``path`` (its directory, or its ``manifest.json``).
+
+    Raises :class:`NotARelease` (a :class:`dprelease.errors.UserError`) with what is wrong and
+    what to do when ``path`` is not a release, its manifest is of a format this version does not
+    read, or its files do not agree with its manifest."""
+    directory = Path(path)
+    if directory.name == "manifest.json" and directory.is_file():
+        directory = directory.parent
+    if not (directory / "manifest.json").is_file():
+        raise NotARelease(_not_a_release(directory))
+    manifest = _json(directory / "manifest.json")
+    if not isinstance(manifest, dict) or "format" not in manifest or "tables" not in manifest:
+        raise NotARelease(f"{directory}/manifest.json is not a dprelease manifest (it has no format and tables); "
+                          "give the directory of a release published by `dprelease run`")
+    if manifest["format"] not in MANIFEST_FORMATS:
+        from dprelease import __version__
+
+        raise NotARelease(f"{directory}/manifest.json is of manifest format {manifest['format']!r}; dprelease "
+                          f"{__version__} reads format {', '.join(map(str, MANIFEST_FORMATS))}: read it with the "
+                          f"version that wrote it ({manifest.get('software', {}).get('version', 'unknown')}) or newer")
+    spec_file = directory / str(manifest.get("spec", "spec.json"))
+    try:
+        spec = spec_from_canonical(_json(spec_file), spec_file)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise NotARelease(f"{spec_file} is not a saved spec this version reads ({type(exc).__name__}: {exc}); "
+                          "the release directory has been altered") from None
+    try:
+        return Release(directory, manifest, spec)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise NotARelease(f"{directory}/manifest.json does not state what this version reads "
+                          f"({type(exc).__name__}: {exc}); the release directory has been altered") from None
+
+
+class Release:
+    """A published release: the manifest's facts, and its tables as DataFrames (read on demand).
+
+    Attributes: ``path``, ``manifest`` (the published dict), ``spec`` (the saved spec, typed),
+    ``release``, ``dataset``, ``created_at``, ``definition`` (pure, zcdp or approx),
+    ``neighbouring``, ``confidence`` (a Fraction), ``total`` (what the tables spent, a typed
+    budget), ``release_budget``, ``ledger_charge`` (in the ledger's terms), ``lifetime_cap``,
+    ``lifetime_spent_before``, ``lifetime_spent_after``, ``implied_approximate_dp`` (zCDP: the
+    (ε, δ) it implies, else None), ``geography`` (levels, coarse to fine), ``invariant_levels``
+    (levels whose totals are published exactly, outside differential privacy) and
+    ``measurements`` (one :class:`TableFacts` per table and level)."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], spec: Spec):
+        self.path, self.manifest, self.spec = path, manifest, spec
+        kind = spec.definition
+        budgets = manifest.get("budget") or {}
+        lifetime, life = budgets.get("lifetime") or {}, manifest["lifetime"]
+        self.release: str = manifest["release"]
+        self.dataset: str = manifest["dataset"]
+        self.created_at: str = manifest["created_at"]
+        self.definition: str = kind
+        self.neighbouring: str = manifest["privacy"]["neighbouring"]
+        self.confidence = Fraction(manifest["confidence"])
+        delta = manifest.get("total_delta")  # format 1's keys, for manifests from before the typed records
+        self.total = _budget(budgets.get("total"), kind, manifest["total_epsilon"], delta)
+        self.release_budget = _budget(budgets.get("release"), kind, manifest["release_budget"],
+                                      manifest.get("release_delta_budget"))
+        terms = manifest["privacy"].get("ledger_terms", kind)
+        self.ledger_charge = _budget(budgets.get("ledger_charge"), terms, manifest["ledger_charge"], delta)
+        old = life.get("delta", {})
+        self.lifetime_cap = _budget(lifetime.get("cap"), terms, life["budget"], old.get("budget"))
+        self.lifetime_spent_before = _budget(lifetime.get("spent_before"), terms, life["spent_before"],
+                                             old.get("spent_before"))
+        self.lifetime_spent_after = _budget(lifetime.get("spent_after"), terms, life["spent_after"],
+                                            old.get("spent_after"))
+        implied = manifest.get("implied_approximate_dp")
+        self.implied_approximate_dp = (ApproxDP(Fraction(implied["epsilon"]), Fraction(implied["delta"]))
+                                       if implied else None)
+        self.geography: tuple[str, ...] = tuple(manifest.get("geography", ()))
+        self.invariant_levels: tuple[str, ...] = tuple(t["level"] for t in manifest.get("invariants", {})
+                                                       .get("totals", ()))
+        self.measurements = tuple(_facts(entry, kind) for entry in manifest["tables"])
+        self._tables = {t.name: t for t in spec.tables}
+        self._local = {t["name"]: t for t in manifest.get("local_tables", ())}
+        missing = {f.name for f in self.measurements} - set(self._tables)
+        if missing:
+            raise ValueError(f"tables {sorted(missing)} are not in the saved spec")
+
+    def __repr__(self) -> str:
+        lines = [f"<release {self.release} of dataset {self.dataset}, {self.created_at}: {self.definition}, "
+                 f"total {self.total}>"]
+        for name in self.table_names:
+            levels = self.levels(name)
+            lines.append(f"  {name}" + (f" (levels: {', '.join(levels)})" if levels != (None,) else ""))
+        return "\n".join(lines)
+
+    # ---------------------------------------------------------------- what there is
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        """Every published table: central tables in manifest order, then local ones."""
+        return tuple(dict.fromkeys(f.name for f in self.measurements)) + tuple(self._local)
+
+    def levels(self, name: str) -> tuple[str | None, ...]:
+        """A geographic table's levels, the root first; ``(None,)`` for any other table."""
+        if name in self._local:
+            return (None,)
+        levels = tuple(f.level for f in self.measurements if f.name == name)
+        if not levels:
+            raise KeyError(f"{self.release} has no table {name!r}; it has {', '.join(self.table_names)}")
+        return levels
+
+    def facts(self, name: str, level: str | None = None) -> TableFacts:
+        """What the manifest states about table ``name`` (at ``level``, for a geographic table)."""
+        level = self._level(name, level)
+        return next(f for f in self.measurements if f.name == name and f.level == level)
+
+    def local_facts(self, name: str) -> Mapping[str, Any]:
+        """The manifest's record of a local table (protocol, per-respondent ε, collection)."""
+        if name not in self._local:
+            raise KeyError(f"{self.release} has no local table {name!r}")
+        return MappingProxyType(self._local[name])
+
+    def summary(self) -> pd.DataFrame:
+        """One row per measurement: table, level, measure, mechanism, budget (typed, exact),
+        sensitivity, scale, margin of error, cells."""
+        return pd.DataFrame([{"table": f.name, "level": f.level, "measure": f.measure, "column": f.column,
+                              "mechanism": f.mechanism, "budget": f.budget, "sensitivity": f.sensitivity,
+                              "scale": f.scale, "margin_of_error": f.margin_of_error, "cells": f.cells,
+                              "structural_cells": f.structural_cells, "post_process": f.post_process}
+                             for f in self.measurements])
+
+    @property
+    def postprocessed(self) -> tuple[str, ...]:
+        """The versions ``dprelease postprocess`` wrote beside the tables, oldest first."""
+        versions = self.path / "postprocessed"
+        found = [p.name for p in versions.iterdir() if p.is_dir() and not p.name.startswith(".")] \
+            if versions.is_dir() else []
+        return tuple(sorted(found, key=lambda n: (int(n.split("-")[0]) if n.split("-")[0].isdigit() else 0, n)))
+
+    # ---------------------------------------------------------------- the tables
+
+    def __getitem__(self, key: str | tuple[str, str]) -> pd.DataFrame:
+        """``release["puma_by_sex"]``, or ``release["persons_by_sex_age_group", "PUMA"]``."""
+        return self.table(*key) if isinstance(key, tuple) else self.table(key)
+
+    def table(self, name: str, level: str | None = None, *, version: str | None = None) -> pd.DataFrame:
+        """Table ``name`` as published (at ``level``, for a geographic table; from a
+        ``postprocessed`` version if given): its geography and group_by columns, then ``count``,
+        ``sum``, ``mean`` and ``count``, ``mode`` or ``quantile``, then ``structural`` if the
+        table has structural zeros. Category columns (a mode's and a quantile's too) are ordered
+        categoricals in declared order; an empty mode or mean is missing (NaN)."""
+        if name in self._local:
+            return self._local_table(name, version)
+        level = self._level(name, level)
+        table, facts = self._tables[name], self.facts(name, level)
+        dims = next(d for lv, d, _ in table.measured() if lv == level)
+        values = _value_columns(table)
+        base = self.path if version is None else self._version(version)
+        path = base / table_path(table, level)
+        frame = self._read_csv(path, dims, values, optional=("structural",))
+        expected = facts.cells - (facts.structural_cells if table.structural_zeros == "omit" else 0)
+        if len(frame) != expected:
+            raise NotARelease(f"{path}: {len(frame)} rows, the manifest states {expected}; the release directory "
+                              "has been altered")
+        if isinstance(table.measure, ModeMeasure):
+            frame[table.measure.kind] = self._categorical(path, table.measure.column, frame[table.measure.kind],
+                                                          empty_is_missing=True)
+        return frame
+
+    def tables(self) -> dict[str, pd.DataFrame | dict[str, pd.DataFrame]]:
+        """Every table: a DataFrame, or for a geographic table a dict of one per level."""
+        out: dict[str, pd.DataFrame | dict[str, pd.DataFrame]] = {}
+        for name in self.table_names:
+            levels = self.levels(name)
+            out[name] = self.table(name) if levels == (None,) else {lv: self.table(name, lv) for lv in levels}  # type: ignore[misc]
+        return out
+
+    def noisy(self, name: str, level: str | None = None) -> pd.DataFrame:
+        """The raw noisy measurements of table ``name`` (``measurements/…parquet``), before any
+        post-processing: category columns as in :meth:`table`, then ``noisy_count``,
+        ``noisy_sum``, ``noisy_mode`` (the chosen category's code) or a mean's ``noisy_sum``
+        (of value − centre) and ``noisy_count``, and ``structural`` if any cell is."""
+        import pyarrow.parquet as pq
+
+        level = self._level(name, level)
+        table, facts = self._tables[name], self.facts(name, level)
+        path = self.path / facts.measurements_file
+        try:
+            arrow = pq.read_table(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise NotARelease(f"{path}: cannot read the release's noisy measurements ({exc})") from None
+        dims = next(d for lv, d, _ in table.measured() if lv == level)
+        frame = pd.DataFrame({c: self._categorical(path, c, _text(arrow.column(c))) if c in dims
+                              else arrow.column(c).to_pandas() for c in arrow.column_names})
+        if list(frame.columns[:len(dims)]) != list(dims) or len(frame) != facts.cells:
+            raise NotARelease(f"{path}: not the {facts.cells} cells over {', '.join(dims) or 'no column'} the manifest "
+                              "states; the release directory has been altered")
+        return frame
+
+    def invariants(self, level: str) -> pd.DataFrame:
+        """The totals published EXACTLY, outside differential privacy, at ``level``: the
+        level's places (none at the root) and ``count``."""
+        if level not in self.invariant_levels:
+            raise KeyError(f"{self.release} publishes no invariant totals at {level!r}"
+                           + (f"; it does at {', '.join(self.invariant_levels)}" if self.invariant_levels else ""))
+        dims = () if level == ROOT else (level,)
+        return self._read_csv(self.path / invariant_path(level), dims, {"count": pa.int64()})
+
+    # ---------------------------------------------------------------- reading files
+
+    def _level(self, name: str, level: str | None) -> str | None:
+        levels = self.levels(name)
+        if level not in levels:
+            if levels == (None,):
+                raise KeyError(f"{name} is not a geographic table: read it without a level")
+            raise KeyError(f"{name} is published per level: name one of {', '.join(map(str, levels))}")
+        return level
+
+    def _version(self, version: str) -> Path:
+        if version not in self.postprocessed:
+            raise KeyError(f"{self.release} has no post-processed version {version!r}"
+                           + (f"; it has {', '.join(self.postprocessed)}" if self.postprocessed else ""))
+        return self.path / "postprocessed" / version
+
+    def _local_table(self, name: str, version: str | None) -> pd.DataFrame:
+        entry = self._local[name]
+        base = self.path if version is None else self._version(version)
+        numbers = {"answers": pa.int64(), **{c: pa.float64() for c in ("share", "se", "share_mi", "se_mi")}}
+        return self._read_csv(base / entry["file"], (entry["column"],), numbers)
+
+    def _read_csv(self, path: Path, dims: tuple[str, ...], values: dict[str, pa.DataType],
+                  optional: tuple[str, ...] = ()) -> pd.DataFrame:
+        """A published CSV with exactly these columns (``optional`` ones may follow): dims as
+        declared categories, values typed; any other layout is a clear error."""
+        from pyarrow import csv as pacsv
+
+        try:
+            with path.open(newline="", encoding="utf-8") as f:
+                header = next(csv.reader(f), [])
+        except OSError as exc:
+            raise NotARelease(f"{path}: cannot read a table the manifest lists ({exc.strerror}); the release "
+                              "directory is incomplete") from None
+        wanted = [*dims, *values]
+        if header[:len(wanted)] != wanted or not set(header[len(wanted):]) <= set(optional):
+            raise NotARelease(f"{path}: columns {header}, expected {wanted}; the release directory has been altered")
+        types = {**{c: pa.string() for c in header}, **values, **({"structural": pa.bool_()}
+                                                                   if "structural" in header else {})}
+        try:
+            arrow = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=types,
+                                                                              strings_can_be_null=False))
+        except pa.ArrowException as exc:
+            raise NotARelease(f"{path}: not a table this version reads ({exc})") from None
+        frame = pd.DataFrame({c: (self._categorical(path, c, arrow.column(c).to_pandas()) if c in dims
+                                  else arrow.column(c).to_pandas()) for c in header})
+        return frame
+
+    def _categorical(self, path: Path, column: str, texts: pd.Series, empty_is_missing: bool = False) -> pd.Series:
+        """``texts`` as an ordered categorical over the declared categories of ``column``."""
+        declared = pd.CategoricalDtype(list(self.spec.column(column).categories), ordered=True)
+        empty = (texts == "") if empty_is_missing else pd.Series(False, index=texts.index)
+        unknown = ~texts.isin(declared.categories) & ~empty
+        if unknown.any():
+            raise NotARelease(f"{path}: {column} holds {texts[unknown].iloc[0]!r}, not a declared category of "
+                              f"{column}; the release directory has been altered")
+        return texts.mask(empty).astype(declared)
+
+
+def _value_columns(table: Table) -> dict[str, pa.DataType]:
+    """The published value columns of a central table and their types."""
+    match table.measure:
+        case MeanMeasure():
+            return {"mean": pa.float64(), "count": pa.int64()}
+        case ModeMeasure():
+            return {table.measure.kind: pa.string()}
+        case _:
+            return {value_column(table): pa.int64()}
+
+
+def _facts(entry: dict[str, Any], kind: str) -> TableFacts:
+    measure = entry.get("measure", "count")
+    name = measure if isinstance(measure, str) else next(k for k in ("sum", "mean", "mode", "quantile")
+                                                         if k in measure)
+    category = name in ("mode", "quantile")
+    parts = tuple(Part(p["part"], _budget(p.get("budget"), kind, p["epsilon"], p.get("delta")), p["mechanism"],
+                       p["sensitivity"], Fraction(p["scale"]), p["moe"], p["moe95"]) for p in entry.get("parts", ()))
+    return TableFacts(
+        name=entry["name"], level=entry.get("level"), measure=name,
+        column=None if isinstance(measure, str) else measure[name],
+        budget=_budget(entry.get("budget"), kind, entry["epsilon"], entry.get("delta")),
+        ledger_charge=budget_from_record(entry["ledger_charge"]) if "ledger_charge" in entry else None,
+        mechanism=entry["mechanism"], sensitivity=entry["sensitivity"], scale=Fraction(entry["scale"]),
+        margin_of_error=None if category else entry["moe"],
+        margin_of_error_95=None if category else entry.get("moe95", entry["moe"]),
+        cells=entry["cells"], structural_cells=entry.get("structural_cells", 0),
+        group_by=tuple(entry.get("group_by", ())), post_process=entry["post_process"], file=entry["file"],
+        measurements_file=entry["measurements"], parts=parts, entry=MappingProxyType(entry))
+
+
+def _budget(record: dict[str, str] | None, kind: str, amount: str, delta: str | None) -> Budget:
+    """The typed budget of a manifest record (``{"epsilon"}``, ``{"rho"}`` or ``{"epsilon",
+    "delta"}``); for manifests written before those records, format 1's figure in the unit of
+    ``kind`` (and its δ)."""
+    if record is not None:
+        return budget_from_record(record)
+    return budget_of(kind, Fraction(amount), Fraction(delta) if delta is not None else  # type: ignore[arg-type]
+                     (Fraction(0) if kind == "approx" else None))
+
+
+def _text(column: pa.ChunkedArray) -> pd.Series:
+    """A parquet column of categories (dictionary-encoded) as text."""
+    arr = column.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    return arr.to_pandas()
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise NotARelease(f"{path} not found: the release directory is incomplete") from None
+    except (OSError, ValueError) as exc:
+        raise NotARelease(f"cannot read {path}: {exc}") from None
+
+
+def _not_a_release(directory: Path) -> str:
+    if not directory.exists():
+        return f"{directory} does not exist: give the directory of a published release (e.g. outputs/<release>)"
+    if not directory.is_dir():
+        return f"{directory} is not a published release: give its directory, which holds manifest.json"
+    inside = sorted(p.parent.name for p in directory.glob("*/manifest.json"))
+    if inside:
+        return (f"{directory} is not a release but holds releases: read one of "
+                + ", ".join(str(directory / n) for n in inside[:5]) + ("…" if len(inside) > 5 else ""))
+    return (f"{directory} is not a published release: it has no manifest.json (a release directory holds "
+            "manifest.json, spec.json and tables/, as `dprelease run` publishes them)")
