@@ -144,7 +144,9 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     caps = list(caps)
     if len(caps) > 1:
         lines += ["The lifetime cap was changed by recorded decision:", ""]
-        lines += [f"- {c.set_at[:19]} by {c.set_by}: ε = {amount_text(c.budget)} — {c.reason}" for c in caps]
+        lines += [f"- {c.set_at[:19]} by {c.set_by}: {c.budget.symbol} = {amount_text(c.budget)}"
+                  + (f", δ = {fraction_text(c.budget.delta)}" if isinstance(c.budget, ApproxDP) else "")
+                  + f" — {c.reason}" for c in caps]
         lines.append("")
     lines += [
         "## Reading the tables",

@@ -421,3 +421,18 @@ def test_an_approx_charge_recorded_without_its_delta_reads_as_delta_zero(tmp_pat
     with pytest.raises(LedgerError, match="without its δ in the ledger; the ledger is damaged"):
         ledger.state("a")
     ledger.close()
+
+
+def test_an_epsilon_only_cap_change_keeps_the_delta_current_inside_its_transaction(url):
+    """``ledger set-budget --epsilon E`` on an (ε, δ) dataset without --delta keeps the δ of the
+    cap it replaces as read under the dataset's lock: an operator's δ change made in between (a
+    concurrent set-budget) is never undone by the stale δ the other operator's CLI read first."""
+    ledger = open_ledger(url)
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**5)), reason="initial", terms=Terms("approx"))
+    stale = ledger.state("a").budget  # what a second operator's CLI read before the δ change
+    ledger.set_budget("a", ApproxDP(5, Fraction(1, 10**6)), reason="δ tightened")
+    after = ledger.set_budget("a", ApproxDP(7, stale.delta), reason="ε raised", keep_delta=True)
+    assert after.budget == ApproxDP(7, Fraction(1, 10**6))
+    explicit = ledger.set_budget("a", ApproxDP(7, Fraction(1, 10**7)), reason="δ given")  # a δ given is written
+    assert explicit.budget == ApproxDP(7, Fraction(1, 10**7))
+    ledger.close()

@@ -87,6 +87,8 @@ def test_set_budget_is_recorded_and_shown(cli, tmp_path):
     assert second.code == 0 and "set from 4 to 11/2" in second.stdout
     shown = cli("ledger", "--ledger", url)
     assert "cap set to 11/2" in shown.stdout and "alice: board decision" in shown.stdout
+    assert "cap set to 4 on" in shown.stdout and ": initial" in shown.stdout  # every recorded change, in order
+    assert shown.stdout.index("cap set to 4 on") < shown.stdout.index("cap set to 11/2")
     data = json.loads(cli("ledger", "--ledger", url, "--json").stdout)
     assert [c["epsilon"] for c in data["datasets"][0]["budget_changes"]] == ["4", "11/2"]
 
@@ -134,5 +136,23 @@ def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path
         "a": [("1", {"epsilon": "1", "delta": "1/1000000"}), ("3/2", {"epsilon": "3/2", "delta": "1/1000000"})],
         "p": [("4", {"epsilon": "4"})]}
     with Ledger.open(resolve_location(url), create=False) as ledger:
+        ledger.reserve(dataset="z", release="r1", charges=[("t", ZCDP(Fraction(1, 8)))], spec_fingerprint="f",
+                       lifetime_from_spec=None, terms=ledger.state("z").terms)
+    data = json.loads(cli("ledger", "--ledger", url, "--json").stdout)
+    [z] = [d for d in data["datasets"] if d["name"] == "z"]
+    assert [(t["epsilon"], t["charge"]) for r in z["releases"] for t in r["tables"]] == [("1/8", {"rho": "1/8"})]
+    with Ledger.open(resolve_location(url), create=False) as ledger:
         assert [c.budget for c in ledger.state("z").caps] == [ZCDP(2), ZCDP(Fraction(5, 2))]
         assert ledger.state("a").budget == ApproxDP(Fraction(3, 2), Fraction(1, 10**6))
+
+
+def test_plan_json_names_the_unit_of_each_recorded_cap(cli, tmp_path):
+    from tests.conftest import SPECS, write_spec
+
+    url = str(tmp_path / "l.sqlite")
+    spec = write_spec(tmp_path, (SPECS / "good" / "three_tables.yaml").read_text())
+    for args in (("--epsilon", "4", "--create"), ("--epsilon", "9/2")):
+        assert cli("ledger", "set-budget", "three-tables-data", *args, "--reason", "x", "--ledger", url).code == 0
+    plan = json.loads(cli("plan", spec, "--json", "--ledger", url).stdout)
+    assert [(c["epsilon"], c["cap"]) for c in plan["lifetime"]["changes"]] == [("4", {"epsilon": "4"}),
+                                                                              ("9/2", {"epsilon": "9/2"})]

@@ -245,3 +245,19 @@ def test_the_kinds_of_the_old_keys(manifests):
     assert isinstance(budgets.cap, ZCDP) and budgets.remaining == budgets.cap - budgets.spent_after
     approx = release_budgets(format1(manifests["approx"]))
     assert approx.ledger_charge == ApproxDP(Fraction(1), Fraction(1, 10**6)) == approx.total
+
+
+def test_cap_changes_are_shown_in_their_terms_unit(manifests):
+    """A zCDP ledger's cap changes are ρ, an (ε, δ) ledger's carry their δ: never labelled ε alone."""
+    from dprelease.accounting import ZCDP, ApproxDP
+    from dprelease.ledger import CapChange
+
+    rho = [CapChange(ZCDP(Fraction(1)), "initial", "a", "2026-01-01T00:00:00"),
+           CapChange(ZCDP(Fraction(3, 2)), "board", "b", "2026-02-01T00:00:00")]
+    md = budget_report_md(manifests["zcdp"], rho)
+    assert "- 2026-01-01T00:00:00 by a: ρ = 1 — initial" in md and "by b: ρ = 3/2 — board" in md
+    assert "ε = 3/2" not in md
+    approx = [CapChange(ApproxDP(Fraction(2), Fraction(1, 10**6)), "initial", "a", "2026-01-01T00:00:00"),
+              CapChange(ApproxDP(Fraction(3), Fraction(1, 10**6)), "board", "b", "2026-02-01T00:00:00")]
+    md = budget_report_md(manifests["approx"], approx)
+    assert "by b: ε = 3, δ = 1/1000000 — board" in md

@@ -138,7 +138,8 @@ def ledger_set_budget(
                             f"{Terms(kind).shown} terms: its cap is {'a ρ' if kind == 'zcdp' else 'an ε'}; give it as "
                             f"{right}. Nothing was changed.")
         budget = _cap_budget(dataset, before.terms if before is not None else new_terms, cap, cap_delta, before)
-        state = opened.set_budget(dataset, budget, reason=reason, by=by, terms=new_terms)
+        state = opened.set_budget(dataset, budget, reason=reason, by=by, terms=new_terms,
+                                  keep_delta=cap_delta is None)  # δ not given: the current one, read under the lock
     was = f"from {amount_text(before.budget)} " if before else "(new dataset) "
     out.print(f"lifetime cap ({state.terms.symbol}) of {dataset} set {was}to {amount_text(state.budget)}; spent "
               f"{amount_text(state.spent)}, remaining {amount_text(state.remaining)}", markup=False)

@@ -85,8 +85,9 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
             "spent_after": amount_text(plan.lifetime_spent_after),
             "remaining_after": amount_text(plan.lifetime_remaining_after),
             "new_dataset": plan.lifetime_is_new,
-            "changes": [{"epsilon": amount_text(c.budget), "reason": c.reason, "by": c.set_by, "at": c.set_at}
-                        for c in plan.lifetime_caps],
+            # "cap" typed (names its unit); "epsilon" is the key of before, in the terms' unit
+            "changes": [{"epsilon": amount_text(c.budget), "cap": budget_record(c.budget), "reason": c.reason,
+                         "by": c.set_by, "at": c.set_at} for c in plan.lifetime_caps],
         },
         "fingerprint": plan.fingerprint,
         "neighbouring": plan.neighbouring,
@@ -328,7 +329,8 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                      "approval": None if r.approved_by is None else {"approved_by": r.approved_by,
                                                                      "approved_at": r.approved_at,
                                                                      "plan_fingerprint": r.spec_fingerprint},
-                     "tables": [{"name": n, "epsilon": amount_text(b)} for n, b in r.charges]}
+                     "tables": [{"name": n, "epsilon": amount_text(b), "charge": budget_record(b)}
+                                for n, b in r.charges]}
                     for r in s.runs
                 ],
             }
@@ -364,7 +366,7 @@ def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[
             for c in s.caps:
                 cap = amount_text(c.budget) + ("" if not isinstance(c.budget, ApproxDP)
                                                else f", δ {fraction_text(c.budget.delta)}")
-            console.print(f"  cap set to {cap} on {c.set_at[:19]} by {c.set_by}: "
+                console.print(f"  cap set to {cap} on {c.set_at[:19]} by {c.set_by}: "
                               f"{c.reason}", markup=False, highlight=False)
         if s.local:
             console.print("  local collections: each respondent's ε ≤ "

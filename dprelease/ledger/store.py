@@ -269,11 +269,13 @@ class Ledger:
 
 
     def set_budget(self, dataset: str, budget: Budget, *, reason: str, by: str | None = None,
-                   terms: Terms = Terms("pure")) -> DatasetState:
+                   terms: Terms = Terms("pure"), keep_delta: bool = False) -> DatasetState:
         """Record a new lifetime cap for ``dataset`` (creating it if new, under ``terms``). Spends are
         untouched. ``budget`` is of the dataset's terms' kind (``ZCDP`` under zCDP terms; an
         ``ApproxDP`` with its δ under approx terms): another kind is refused with a TypeError
-        (a bug in the caller), nothing written."""
+        (a bug in the caller), nothing written. With ``keep_delta`` an (ε, δ) cap keeps the δ of
+        the cap it replaces, read inside the write transaction (a concurrent change of δ is
+        never undone by a change of ε alone)."""
         if not isinstance(budget, (PureDP, ZCDP, ApproxDP)):
             raise TypeError(f"a lifetime cap is a budget (PureDP, ZCDP or ApproxDP), not {type(budget).__name__} "
                             f"{budget!r}")
@@ -286,7 +288,8 @@ class Ledger:
             raise LedgerError("say why the cap changes: --reason TEXT")
         by = by or current_user()
         with self._write() as conn:
-            state = transactions.set_budget(conn, dataset, budget, reason=reason, by=by, terms=terms)
+            state = transactions.set_budget(conn, dataset, budget, reason=reason, by=by, terms=terms,
+                                            keep_delta=keep_delta)
         if state is None:
             raise InternalError("a dataset vanished inside its own transaction")
         return state

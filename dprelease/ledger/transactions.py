@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dprelease.accounting import Budget, Terms, compose, fraction_text
+from dprelease.accounting import ApproxDP, Budget, Terms, compose, fraction_text
 from dprelease.errors import AlreadyReleasedError, InternalError, LedgerError, OverBudgetError
 from dprelease.ledger import keys, lease, queries
 from dprelease.ledger.location import LedgerLocation
@@ -119,13 +119,15 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
 
 
 def set_budget(conn: Connection, dataset: str, budget: Budget, *, reason: str, by: str,
-               terms: Terms) -> DatasetState | None:
+               terms: Terms, keep_delta: bool = False) -> DatasetState | None:
     """Append a cap row for ``dataset`` (creating it under ``terms`` if new); its state after.
     ``budget`` is of the dataset's terms' kind (TypeError otherwise: the caller's bug; nothing
-    written)."""
+    written). With ``keep_delta`` an (ε, δ) cap keeps the current cap's δ, read under the lock."""
     _lock_dataset(conn, dataset)
     state = queries.dataset_state(conn, dataset)
     terms = state.terms if state else terms
+    if keep_delta and state is not None and isinstance(budget, ApproxDP) and isinstance(state.budget, ApproxDP):
+        budget = ApproxDP(budget.epsilon, state.budget.delta)
     of_terms(budget, terms, f"the new lifetime cap of dataset {dataset!r}")
     if state is None:
         _insert_dataset(conn, dataset, terms, by)
