@@ -151,8 +151,8 @@ def test_plan_json_names_the_unit_of_each_recorded_cap(cli, tmp_path):
 
     url = str(tmp_path / "l.sqlite")
     spec = write_spec(tmp_path, (SPECS / "good" / "three_tables.yaml").read_text())
-    for args in (("--epsilon", "4", "--create"), ("--epsilon", "9/2")):
+    for args in (("--epsilon", "4", "--create"), ("--epsilon", "10")):  # the spec says 10
         assert cli("ledger", "set-budget", "three-tables-data", *args, "--reason", "x", "--ledger", url).code == 0
     plan = json.loads(cli("plan", spec, "--json", "--ledger", url).stdout)
     assert [(c["epsilon"], c["cap"]) for c in plan["lifetime"]["changes"]] == [("4", {"epsilon": "4"}),
-                                                                              ("9/2", {"epsilon": "9/2"})]
+                                                                              ("10", {"epsilon": "10"})]
