@@ -41,7 +41,7 @@ def _ledger_rows(ledger_path: Path) -> list[tuple]:  # type: ignore[type-arg]
     assert ledger is not None
     with ledger:
         state = ledger.state(DATASET)
-    return [(r.release, r.state, r.epsilon, r.charges, r.delta) for r in state.runs] + [(state.budget, state.spent)]
+    return [(r.release, r.state, r.charge, r.charges) for r in state.runs] + [(state.budget, state.spent)]
 
 
 def test_inline_and_prefect_publish_the_same_release(tmp_path, run_env):
