@@ -96,8 +96,9 @@ def api_problem(url: str, timeout: float = 10.0) -> str | None:
 
 def choose(mode: str, environ: Mapping[str, str] | None = None) -> Choice:
     """The orchestrator a run uses under ``--orchestrator mode`` (see the module's docstring).
-    A server named by PREFECT_API_URL that does not answer is refused (exit 2, nothing spent)
-    rather than silently passed over: the user asked for it."""
+    A server named by PREFECT_API_URL is chosen whether or not it answers: the run checks it
+    (:func:`check_api`) after the spec's own refusals, and refuses (exit 2, nothing spent)
+    rather than silently passing it over: the user asked for it."""
     if mode not in MODES:
         raise UserError(f"--orchestrator {mode!r}: use one of {', '.join(MODES)}")
     env = os.environ if environ is None else environ
@@ -105,10 +106,6 @@ def choose(mode: str, environ: Mapping[str, str] | None = None) -> Choice:
         return Choice("inline", None, "--orchestrator inline")
     url = env.get("PREFECT_API_URL") or None
     if url:
-        problem = api_problem(url)
-        if problem:
-            raise UserError(f"the Prefect server at PREFECT_API_URL={url} {problem}; start it, unset PREFECT_API_URL "
-                            "(or run with --orchestrator inline) to run without it. Nothing was spent.")
         return Choice("prefect", url, "PREFECT_API_URL")
     server = recorded()
     if server is not None and api_problem(server.url, timeout=5) is None:
@@ -116,6 +113,14 @@ def choose(mode: str, environ: Mapping[str, str] | None = None) -> Choice:
     if mode == "prefect":
         return Choice("prefect", None, "--orchestrator prefect, no server up: a temporary one for this run")
     return Choice("inline", None, "no Prefect server is up")
+
+
+def check_api(url: str) -> None:
+    """Refuse a run (a user error: nothing is spent) whose Prefect server does not answer."""
+    problem = api_problem(url)
+    if problem:
+        raise UserError(f"the Prefect server at PREFECT_API_URL={url} {problem}; start it, unset PREFECT_API_URL "
+                        "(or run with --orchestrator inline) to run without it. Nothing was spent.")
 
 
 def _free_port(preferred: int | None) -> int:
@@ -245,10 +250,9 @@ def status_lines(environ: Mapping[str, str] | None = None) -> list[str]:
         problem = api_problem(server.url, timeout=5)
         lines.append(f"server: {server.url} (PID {server.pid}, started {server.started_at} UTC, log {server.log}, "
                      f"PREFECT_HOME {server.prefect_home}){'' if problem is None else '; it ' + problem}")
-    try:
-        choice = choose("auto", env)
-    except UserError as exc:
-        lines.append(f"runs: refused: {exc}")
+    choice = choose("auto", env)
+    if choice.kind == "prefect" and choice.api is not None and (problem := api_problem(choice.api, timeout=5)):
+        lines.append(f"runs (--orchestrator auto): refused: the Prefect server at {choice.api} ({choice.how}) {problem}")
     else:
         lines.append(f"runs (--orchestrator auto): {'Prefect at ' + str(choice.api) if choice.kind == 'prefect' else 'inline'}"
                      f" ({choice.how})")

@@ -29,7 +29,8 @@ def figures(printed: dict) -> dict:
             "local_collections": x["local_collections"],
             "budget_changes": [c["epsilon"] for c in x["budget_changes"]],
             "releases": [{k: r[k] for k in ("release", "epsilon", "delta", "state", "run_id", "spec_fingerprint")}
-                         | {"tables": r["tables"]} for r in x["releases"]]}
+                         | {"tables": [{k: t[k] for k in ("name", "epsilon")} for t in r["tables"]]}  # their keys
+                         for r in x["releases"]]}
     return {"ledger_id": printed["ledger"]["id"], "datasets": [dataset(x) for x in printed["datasets"]],
             "answer_sets": [{k: a[k] for k in ("dataset", "collection", "question", "protocol", "epsilon", "memo_of",
                                                "how")} for a in printed["answer_sets"]]}
@@ -46,6 +47,10 @@ def test_a_ledger_of_e617fc4_prints_the_same_figures(tmp_path, cli):
                  for d in json.loads(shown.stdout)["datasets"]}
         assert typed["nist-acs-ma-2019"] == ({"cap": {"rho": "2"}, "spent": {"rho": "1/2"}}, [{"rho": "1/2"}])
         assert typed["synthetic-persons"] == ({"cap": {"epsilon": "3"}, "spent": {"epsilon": "1"}}, [{"epsilon": "1"}])
+        tables = {d["name"]: [(t["epsilon"], t["charge"]) for r in d["releases"] for t in r["tables"]]
+                  for d in json.loads(shown.stdout)["datasets"]}  # each table's charge names its unit too
+        assert all(set(c) == {"rho"} for _, c in tables["nist-acs-ma-2019"]) and tables["nist-acs-ma-2019"]
+        assert all(c == {"epsilon": e} for e, c in tables["nist-acs-national-2019"]) and tables["nist-acs-national-2019"]
     with sqlite3.connect(ledger) as conn:  # migrated to schema 5: typed terms, figures under `amount`
         assert conn.execute("SELECT value FROM dprelease_meta WHERE key = 'schema_version'").fetchone() == ("5",)
         assert dict(conn.execute("SELECT name, guarantee || '/' || change_one_record || '/' || coalesce(unit_id, '') "

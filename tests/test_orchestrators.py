@@ -89,8 +89,10 @@ def test_choose(monkeypatch):
     assert server.choose("auto") == server.Choice("inline", None, "no Prefect server is up")
     forced = server.choose("prefect")
     assert forced.kind == "prefect" and forced.api is None  # a temporary server for the run
+    named = server.choose("auto", {"PREFECT_API_URL": "http://127.0.0.1:9/api"})  # chosen, checked by the run
+    assert named == server.Choice("prefect", "http://127.0.0.1:9/api", "PREFECT_API_URL")
     with pytest.raises(UserError, match=r"PREFECT_API_URL=http://127.0.0.1:9/api does not answer .* Nothing was spent"):
-        server.choose("auto", {"PREFECT_API_URL": "http://127.0.0.1:9/api"})
+        server.check_api(named.api)
     with pytest.raises(UserError, match="use one of auto, prefect, inline"):
         server.choose("sometimes")
 
@@ -160,3 +162,13 @@ def test_an_inline_run_killed_fails_closed_as_a_flow_run_does(tmp_path, stage):
     again = run(spec, "--output-dir", out, env=env)
     assert again.returncode == (0 if stage == "histogram" else 4), again.stderr
     assert not (tmp_path / "no-home").exists()
+
+
+def test_a_bad_spec_or_budget_is_refused_before_any_prefect_server_is_asked_or_started(tmp_path, run_env):
+    """The spec's own refusals come first: an over-budget run with an unreachable server named is
+    refused as over budget (exit 3), and a forced Prefect run of it never starts a server."""
+    spec = _spec(tmp_path, "too-big", epsilon="3.5", lifetime="4")
+    forced = run(spec, "--output-dir", tmp_path / "out", "--orchestrator", "prefect",
+                 env={**run_env, "PREFECT_API_URL": None})
+    assert forced.returncode == 3, forced.stderr
+    assert "temporary Prefect server" not in forced.stderr and "The data was not read" in forced.stderr

@@ -75,30 +75,37 @@ def run(
 
     choice = server.choose(orchestrator)
     voice = Voice(say=say, show=show, error=_error)
-    try:
+    record = choice.record()
+    with contextlib.ExitStack() as stack:
         if choice.kind == "inline":
+            from dprelease.lifecycle.inline import run_inline
+
             if orchestrator == "auto":
                 say("running inline: no Prefect server is up (`dprelease server start` keeps one for the day; "
                     "--orchestrator prefect forces a flow run)")
-            from dprelease.lifecycle.inline import run_inline
+            chosen = Orchestrator(run_inline, record)
+        else:
+            def ready() -> None:
+                """After the spec's refusals, before the reservation: the server answers (or a
+                temporary one is up), and Prefect will talk to it (set before Prefect is imported)."""
+                api = choice.api
+                if api is None:
+                    say("starting a temporary Prefect server for this run (`dprelease server start` keeps one for "
+                        "the day)")
+                    api = stack.enter_context(server.temporary())
+                else:
+                    server.check_api(api)
+                    if orchestrator == "auto":
+                        say(f"running as a Prefect flow run at {api} ({choice.how})")
+                os.environ["PREFECT_API_URL"] = api
+                record["api"] = api
 
-            run_spec(spec_path, ledger, output_dir, orchestrate=Orchestrator(run_inline, choice.record()), voice=voice,
-                     require_approval=require_approval, run_date=when, dask_address=dask_address)
-            return
-        with contextlib.ExitStack() as stack:
-            api = choice.api
-            if api is None:
-                say("starting a temporary Prefect server for this run (`dprelease server start` keeps one for the "
-                    "day)")
-                api = stack.enter_context(server.temporary())
-            os.environ["PREFECT_API_URL"] = api  # before Prefect is imported: the flow runs there
-            if orchestrator == "auto":
-                say(f"running as a Prefect flow run at {api} ({choice.how})")
-            record = {**choice.record(), "api": api}
-            run_spec(spec_path, ledger, output_dir, orchestrate=Orchestrator(_orchestrate, record),
-                     voice=voice, require_approval=require_approval, run_date=when, dask_address=dask_address)
-    except RunFailed as failed:  # its error and its settlement were said
-        raise typer.Exit(failed.exit_code) from None
+            chosen = Orchestrator(_orchestrate, record, ready)
+        try:
+            run_spec(spec_path, ledger, output_dir, orchestrate=chosen, voice=voice, require_approval=require_approval,
+                     run_date=when, dask_address=dask_address)
+        except RunFailed as failed:  # its error and its settlement were said
+            raise typer.Exit(failed.exit_code) from None
 
 
 def _orchestrate(run) -> None:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ Prefect flow both call it, each with its own :class:`Voice` (printing, or loggin
 
 1. :mod:`~dprelease.lifecycle.prepare` — load the spec, plan against the ledger, refuse
    (already released: 4; over budget: 3; not approved: 5; no data file, unwritable output
-   directory: 2), fingerprint the data;
+   directory, unreachable Prefect server: 2), fingerprint the data;
 2. :mod:`~dprelease.lifecycle.reserve` — one ledger transaction (a lost race is 3 or 4);
 3. :mod:`~dprelease.lifecycle.execute` — count, measure, post-process and publish, run by the
    orchestrator (the Prefect flow), the ledger commit made before the final rename;
@@ -63,6 +63,7 @@ def _run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path, *, orch
     with ledger:
         voice.say(ledger_line(request.location, True, created=ledger.created, ledger_id=ledger.id))
         prepared = prepare(request, ledger, inputs_checked=inputs_checked, require_approval=require_approval,
+                           ready=orchestrate.ready,
                            say=voice.say)
         if isinstance(prepared, Completed):
             for line in done_lines(request.spec, prepared.plan, prepared.final, spent_now=False):

@@ -23,10 +23,14 @@ from dprelease.release import ReleaseRun
 @dataclass(frozen=True)
 class Orchestrator:
     """How a reserved run's steps run (chosen by :func:`dprelease.server.choose`): ``steps``
-    runs them all; ``record`` says how, in the run's internal record (``run.json``)."""
+    runs them all; ``record`` says how, in the run's internal record (``run.json``); ``ready``
+    is called once every refusal that needs no data has passed, before anything is reserved
+    (a Prefect server is checked, or a temporary one started, there: a refused run never
+    waits for one)."""
 
     steps: Callable[[ReleaseRun], None]
     record: dict[str, str] = field(default_factory=dict)
+    ready: Callable[[], None] | None = None
 
 
 def execute(run: ReleaseRun, orchestrate: Orchestrator, voice: Voice) -> None:

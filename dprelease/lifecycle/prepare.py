@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from dprelease.accounting import fraction_text
 from dprelease.data import file_fingerprint
@@ -95,7 +96,7 @@ def open_ledger(request: Request) -> tuple[Ledger, bool]:
 
 
 def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_approval: bool,
-            say: Say) -> Prepared | Completed:
+            say: Say, ready: Callable[[], None] | None = None) -> Prepared | Completed:
     """Plan against the ledger, recover what earlier runs left, refuse (nothing spent) or return
     what the reservation needs; the data's fingerprint is taken here, before anything is spent."""
     spec, output_dir = request.spec, request.output_dir
@@ -108,7 +109,7 @@ def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_a
     if final is not None:
         return Completed(plan, final)
     discard_stale_staging(spec, state, output_dir)
-    refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked)
+    refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked, ready=ready)
     approval = approval_of(spec, plan, ledger, require_approval, say)
     started = time.perf_counter()
     digest = file_fingerprint(spec.dataset.resolved_path)  # plain: in this process's memory only

@@ -1,7 +1,7 @@
 """Every refusal of a run that needs no noise: each raises a user error, and nothing is
 reserved or spent (already released: 4; over budget: 3; not approved: 5; a missing data file,
-an unwritable output directory: 2; an unreachable Prefect server is refused when the
-orchestrator is chosen, :func:`dprelease.server.choose`).
+an unwritable output directory, an unreachable Prefect server (checked when the orchestrator
+is readied, after the spec's own refusals): 2).
 
 Planning refusals read the spec, the plan and the ledger; the data checks look at the data's
 path and, for a spec with declared rules, its rows. No check here draws noise.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -32,8 +33,11 @@ from dprelease.plan import Plan
 from dprelease.spec import ROOT, Spec
 
 
-def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_checked: bool = False) -> None:
-    """Every refusal that needs no data: nothing is reserved, nothing spent."""
+def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_checked: bool = False,
+                           ready: Callable[[], None] | None = None) -> None:
+    """Every refusal that needs no data: nothing is reserved, nothing spent. ``ready`` readies
+    the orchestrator (checks the Prefect server a run will use, or starts a temporary one) once
+    the spec and the plan passed, before the data's rules are checked."""
     existing = plan.existing_run
     if existing is not None:
         where = (f"its outputs: {Path(existing.output_dir) / spec.release}"
@@ -55,6 +59,8 @@ def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_c
         refuse_bad_inputs(spec)
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
+    if ready is not None:
+        ready()
     check_rules(spec)  # the data against the spec's declared rules (structural zeros rely on them); no rules: no pass
 
 
