@@ -51,7 +51,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
-from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, amount_text, compose, fraction_text, within
+from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, amount_text, compose, exact_and_decimal, within
 from dprelease.errors import InternalError, OverBudgetError, UserError
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, Mean, PermuteAndFlip, TablePlan
@@ -72,7 +72,7 @@ class Share:
     role: Role
     spec_budget: Budget
     budget: Budget  # proposed: the spec's when kept
-    why: str  # kept: the reason; target: the margin it meets
+    why: str  # kept: the reason; target: the margin it meets ("±10")
     weight: Fraction
     cells: int  # measured with noise
     coefficient: Fraction | None  # wᵢcᵢΔᵢ² (wᵢcᵢkᵢ under zCDP); None when kept
@@ -159,7 +159,7 @@ def allocate(plan: Plan, weights: Mapping[str, Fraction] | None = None, targets:
         if reasons[t.key]:
             shares.append(_share(t, "kept", t.budget, reasons[t.key] or "", w, None, at))
         elif t.key in needs:
-            shares.append(_share(t, "target", needs[t.key], f"meets ±{targets[t.name]}", w, coefficients[t.key], at))
+            shares.append(_share(t, "target", needs[t.key], f"±{targets[t.name]}", w, coefficients[t.key], at))
         else:
             proposed = _typed(kind, round_significant(shared[t.key], DIGITS, up=False))
             shares.append(_share(t, "formula", proposed, "", w, coefficients[t.key], at))
@@ -277,19 +277,20 @@ def _refuse_overrun(plan: Plan, kept: list[TablePlan], needs: Mapping[str, Budge
                     free: list[TablePlan]) -> None:
     """OverBudgetError (exit 3) when the kept tables and the targets leave nothing for the rest,
     with the figures exactly: requested, available and the difference."""
-    symbol, release = plan.symbol, amount_text(plan.release_budget)
+    both, symbol = exact_and_decimal, plan.symbol
+    release = both(plan.release_budget.amount)
     kept_total = sum((t.budget.amount for t in kept), Fraction(0))
     if left <= 0:
-        raise OverBudgetError(f"the kept tables ({', '.join(t.key for t in kept)}) spend {symbol} = "
-                              f"{fraction_text(kept_total)} of the release budget {release}: nothing is left to split")
+        raise OverBudgetError(f"the kept tables ({', '.join(t.key for t in kept)}) spend {symbol} = {both(kept_total)} "
+                              f"of the release budget {symbol} = {release}: nothing is left to split")
     wanted = sum((b.amount for b in needs.values()), Fraction(0))
     if wanted > left or (wanted == left and free):
         over = wanted - left
+        each = ", ".join(f"{k}: {both(b.amount)}" for k, b in needs.items())
         raise OverBudgetError(
-            f"the targets alone need {symbol} = {fraction_text(wanted)} ({', '.join(f'{k}: {fraction_text(b.amount)}' for k, b in needs.items())}), "
-            f"but the release budget {release} leaves {fraction_text(left)}"
-            + (f" after the kept tables ({fraction_text(kept_total)})" if kept else "")
-            + (f": over by {fraction_text(over)}" if over else f", nothing for {', '.join(t.key for t in free)}")
+            f"the targets alone need {symbol} = {both(wanted)} ({each}), but the release budget {symbol} = {release} "
+            f"leaves {both(left)}" + (f" after the kept tables ({both(kept_total)})" if kept else "")
+            + (f": over by {both(over)}" if over else f", nothing for {', '.join(t.key for t in free)}")
             + "; relax a target, or raise the release budget")
 
 

@@ -59,12 +59,18 @@ class Curve:
     own choice is the point of factor 1 (:attr:`chosen`). No points, and a ``note`` saying why,
     where a margin of error means nothing (a mode)."""
 
-    key: str  # ``table`` or ``table/level``
+    name: str
+    level: str | None  # of a geographic table's measurement (None: a plain table)
     mechanism: str
     budget: Budget  # the spec's choice (the published one, in a report)
     confidence: Fraction
     points: tuple[Point, ...]
     note: str | None = None
+
+    @property
+    def key(self) -> str:
+        """``table`` or ``table/level``, as the plan and the ledger name the measurement."""
+        return self.name if self.level is None else f"{self.name}/{self.level}"
 
     @property
     def chosen(self) -> Point | None:
@@ -122,12 +128,12 @@ def _first_pure(budget: Budget, make: Callable[[Fraction], DiscreteLaplace]) -> 
     raise ValueError(f"no ε of {budget!r} gives a scale the exact sampler takes")
 
 
-def curve(key: str, noise: OneNoise, budget: Budget, confidence: Fraction,
+def curve(name: str, level: str | None, noise: OneNoise, budget: Budget, confidence: Fraction,
           factors: tuple[Fraction, ...] = FACTORS, note: str | None = None) -> Curve:
     """The curve of a measurement with ``noise`` planned at ``budget`` (its spec's): a mode's has
     no points (:data:`MODE_NOTE`)."""
     if isinstance(noise, PermuteAndFlip):
-        return Curve(key, noise.kind, budget, confidence, (), MODE_NOTE)
+        return Curve(name, level, noise.kind, budget, confidence, (), MODE_NOTE)
     points = []
     for factor in factors:
         at = scaled(budget, factor)
@@ -136,18 +142,25 @@ def curve(key: str, noise: OneNoise, budget: Budget, confidence: Fraction,
         except ValueError:
             moe = None
         points.append(Point(factor, at, moe))
-    return Curve(key, noise.kind, budget, confidence, tuple(points), note)
+    return Curve(name, level, noise.kind, budget, confidence, tuple(points), note)
 
 
 def table_curve(t: TablePlan, confidence: Fraction, factors: tuple[Fraction, ...] = FACTORS) -> Curve:
     """The curve of one planned measurement; a mean's is its sum part's (:data:`MEAN_NOTE`), over
     the mean's budget (the sum part gets its share of each)."""
     if isinstance(t.noise, Mean):
-        part = t.noise.sum  # its budget scaled by f is the sum's share of the mean's scaled by f
-        inner = curve(t.key, part.noise, part.budget, confidence, factors)
-        points = tuple(Point(p.factor, scaled(t.budget, p.factor), p.moe) for p in inner.points)
-        return Curve(t.key, Mean.kind, t.budget, confidence, points, MEAN_NOTE)
-    return curve(t.key, t.noise, t.budget, confidence, factors)
+        return mean_curve(t.name, t.level, t.noise.sum.noise, t.noise.sum.budget, t.budget, confidence, factors)
+    return curve(t.name, t.level, t.noise, t.budget, confidence, factors)
+
+
+def mean_curve(name: str, level: str | None, sum_noise: OneNoise, sum_budget: Budget, budget: Budget,
+               confidence: Fraction, factors: tuple[Fraction, ...] = FACTORS) -> Curve:
+    """A mean's curve over its own ``budget``: its sum part's margins (:data:`MEAN_NOTE`). The
+    planner gives the sum a fixed share of the mean's ε (ρ; under approx of ε and δ), so the sum
+    part's budget at factor f is ``sum_budget`` scaled by f."""
+    inner = curve(name, level, sum_noise, sum_budget, confidence, factors)
+    points = tuple(Point(p.factor, scaled(budget, p.factor), p.moe) for p in inner.points)
+    return Curve(name, level, Mean.kind, budget, confidence, points, MEAN_NOTE)
 
 
 def plan_curves(plan: Plan, confidence: Fraction | None = None,
