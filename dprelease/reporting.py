@@ -336,9 +336,9 @@ def report_html(manifest: dict[str, Any], state: DatasetState | None, markdown: 
         parts.append(f"<h2{anchor}>{esc(title)}</h2><img id='fig-{key}' class='figure' alt='{esc(title)}' "
                      f"src='data:image/png;base64,{png}'>")
         if key == "tradeoff":
-            parts.append("<p>Before any data is read, each table's expected margin of error had its budget been "
-                         "the published one × 1/8 … 8 (the same mechanism and sensitivity; under (ε, δ) at its "
-                         "own δ), the published one in bold.</p>"
+            parts.append("<p>Each table's expected margin of error per cell (from its noise distribution alone, "
+                         "not the data) had its budget been the published one × 1/8 … 8: the same mechanism and "
+                         "sensitivity, under (ε, δ) at its own δ. The published budget is in bold.</p>"
                          + tradeoff_html(tradeoff_curves(manifest), release_budgets(manifest).total.symbol))
     parts.append(f"<h2>Budget report</h2><pre>{esc(markdown)}</pre>")
     parts.append("<script>window.addEventListener('load',function(){var imgs=document.querySelectorAll('img.figure');"

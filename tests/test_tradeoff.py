@@ -329,6 +329,10 @@ def test_targets_are_met_with_the_least_budget_and_the_rest_share_what_remains(s
             assert 0 <= rest[s.key] * scale - float(s.budget.amount) < 1e-3
     assert a.total.amount <= 1
 
+    every = allocate(plan, targets={t.name: 12 for t in plan.tables})  # targets only: the rest is left unspent
+    assert {s.role for s in every.shares} == {"target"} and all(s.moe <= 12 for s in every.shares)
+    assert 0 < every.unspent == 1 - sum(s.budget.amount for s in every.shares)
+
     z = plan_release(specs["zcdp"], None)  # a Gaussian's target: the least ρ, 3 significant digits
     b = allocate(z, targets={"by_sex_age": 2})
     gaussian = next(s for s in b.shares if s.name == "by_sex_age")

@@ -118,7 +118,9 @@ def allocation_yaml(plan: Plan, allocation: Allocation) -> str:
                      "others share what remains.")
     spent = a.total.amount
     lines.append(f"# Total {symbol} = {_yaml_amount(spent)} of {release}"
-                 + (f" ({_yaml_amount(a.unspent)} left unallocated by the rounding)" if a.unspent else "") + ".")
+                 + (f" ({_yaml_amount(a.unspent)} left unallocated: "
+                    + ("by the rounding" if any(s.role == "formula" for s in a.shares) else "every table it could go to "
+                       "has a target") + ")" if a.unspent else "") + ".")
     lines.append(f"# Weighted squared error of the split tables: {a.error:,.1f} proposed, "
                  + _versus("the spec's split", a.error, a.spec_error) + " and "
                  + _versus(f"an equal split of the same {symbol}", a.error, a.equal_error) + ".")

@@ -152,7 +152,7 @@ def allocate(plan: Plan, weights: Mapping[str, Fraction] | None = None, targets:
     coefficients = {t.key: weights.get(t.name, Fraction(1)) * t.measured_cells * _variance_constant(t, kind)
                     for t in split}
     shared = closed_form({t.key: coefficients[t.key] for t in free},
-                         left - sum((b.amount for b in needs.values()), Fraction(0)), exponent)
+                         left - sum((b.amount for b in needs.values()), Fraction(0)), exponent) if free else {}
     shares = []
     for t in plan.tables:
         w = weights.get(t.name, Fraction(1))
