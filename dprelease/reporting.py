@@ -21,10 +21,15 @@ from dprelease.accounting import ZCDP, ApproxDP, Budget, decimal_text, fraction_
 from dprelease.errors import UserError
 from dprelease.ledger import DatasetState
 from dprelease.ledger.records import LIVE_STATES
-from dprelease.manifest import ReleaseBudgets, release_budgets, table_budget
+from dprelease.manifest import ReleaseBudgets, part_budget, release_budgets, table_budget
+from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, TruncatedGeometric
+from dprelease.plan.tradeoff import FACTORS, MODE_NOTE, Curve, curve, mean_curve, noise_at
 
 LARGE_TABLE_EPSILON = Fraction(1)  # a single table above this is flagged for review
 LOW_REMAINING = Fraction(1, 10)  # flag when less than this share of the lifetime cap remains
+CONFIDENCE_95 = Fraction(95, 100)  # the report's margins: the manifest's moe95
+NOT_REPRODUCIBLE = ("its margins cannot be recomputed from the manifest's figures (written by another version, or "
+                    "altered): no trade-off shown")
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,75 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
     }
 
 
+# ---------------------------------------------------------------- the trade-off, from the manifest
+
+
+def tradeoff_curves(manifest: dict[str, Any]) -> list[Curve]:
+    """Per published measurement, its expected 95% margin of error had its ε (ρ; under (ε, δ) its
+    ε at its δ) been the published one × :data:`~dprelease.plan.tradeoff.FACTORS`: from the
+    manifest's mechanism, sensitivity, scale and granularity alone (the report works from a
+    published release, not its spec), with the noise the planner would build at each budget
+    (:func:`~dprelease.plan.tradeoff.noise_at`). A curve is shown only where the manifest's own
+    figures come back at the published budget (its noise, and its ``moe95``)."""
+    return [_published_curve(manifest, t) for t in manifest["tables"]]
+
+
+def _published_curve(manifest: dict[str, Any], t: dict[str, Any]) -> Curve:
+    budget = table_budget(manifest, t)
+    name, level, mechanism = t["name"], t.get("level"), t.get("mechanism", "")
+    if mechanism == "permute_and_flip":
+        return Curve(name, level, mechanism, budget, CONFIDENCE_95, (), MODE_NOTE)
+    measure = t.get("measure")
+    g = int(measure.get("granularity", 1)) if isinstance(measure, dict) else 1
+    try:
+        if t.get("parts"):  # a mean: its sum part's margins, as its row shows
+            part = t["parts"][0]
+            noise, at = _published_noise(part, g), part_budget(budget, part)
+            found = mean_curve(name, level, noise, at, budget, CONFIDENCE_95)
+        else:
+            noise, at = _published_noise(t, g), budget
+            found = curve(name, level, noise, at, CONFIDENCE_95)
+        same = noise_at(noise, at) == noise and found.chosen is not None and found.chosen.moe == t.get("moe95")
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        same = False
+    return found if same else Curve(name, level, mechanism, budget, CONFIDENCE_95, (), NOT_REPRODUCIBLE)
+
+
+def _published_noise(entry: dict[str, Any], granularity: int) -> DiscreteLaplace | DiscreteGaussian:
+    """The noise a manifest entry (a table, or a mean's part) states: its ``sensitivity`` and
+    ``scale`` are in value units (Δ and Δ/ε; for the discrete Gaussian Δ₂²·g² and σ²·g²)."""
+    sensitivity, scale, mechanism = int(entry["sensitivity"]), Fraction(entry["scale"]), entry["mechanism"]
+    if mechanism == "discrete_gaussian":
+        if sensitivity % granularity ** 2:
+            raise ValueError("a Gaussian's Δ₂² not on its granularity's grid")
+        return DiscreteGaussian(sensitivity // granularity ** 2, scale / granularity ** 2, granularity)
+    if mechanism == "truncated_geometric":
+        return TruncatedGeometric(sensitivity, sensitivity / scale, granularity, upper=int(entry["upper"]))
+    if mechanism == "discrete_laplace":
+        return DiscreteLaplace(sensitivity, sensitivity / scale, granularity)
+    raise ValueError(f"no margin of error for the {mechanism}")
+
+
+def tradeoff_html(curves: list[Curve], symbol: str) -> str:
+    """The curves as a table: one row per measurement, one column per factor, the published
+    budget's in bold; a note for the measurements without a curve."""
+    esc = html.escape
+    head = "".join(f"<th>× {fraction_text(f)}</th>" for f in FACTORS)
+    rows, notes = [], []
+    for c in curves:
+        if not c.points:
+            notes.append(f"<li><code>{esc(c.key)}</code> ({esc(c.mechanism)}): {esc(c.note or '')}</li>")
+            continue
+        texts = [(p, f"{esc(symbol)} {esc(decimal_text(p.budget.amount))}<br>±{'—' if p.moe is None else p.moe}")
+                 for p in c.points]
+        cells = "".join(f"<td><b>{text}</b></td>" if p.factor == 1 else f"<td>{text}</td>" for p, text in texts)
+        rows.append(f"<tr><td><code>{esc(c.key)}</code></td>{cells}</tr>")
+        if c.note:
+            notes.append(f"<li><code>{esc(c.key)}</code>: {esc(c.note)}</li>")
+    table = (f"<table class='tradeoff'><tr><th>table</th>{head}</tr>{''.join(rows)}</table>" if rows else "")
+    return table + (f"<ul>{''.join(notes)}</ul>" if notes else "")
+
+
 # ---------------------------------------------------------------- figures
 
 
@@ -149,7 +223,8 @@ def _png(fig) -> str:  # type: ignore[no-untyped-def]
 
 
 def figures(manifest: dict[str, Any], state: DatasetState | None) -> dict[str, tuple[str, str]]:
-    """{id: (title, base64 PNG)}: the ε allocation per table, the lifetime burn-down, the 95% MoE."""
+    """{id: (title, base64 PNG)}: the ε allocation per table, the lifetime burn-down, the 95% MoE and
+    the trade-off (:func:`tradeoff_curves`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,11 +264,52 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> dict[str, t
         ax.text(0.5, 0.5, "no table with a margin of error", ha="center", va="center")
         ax.set_axis_off()
     out["moe"] = ("expected 95% margin of error per table", _png(fig))
+    out["tradeoff"] = (f"privacy–accuracy trade-off: the 95% margin of error over {symbol}", _tradeoff_png(
+        tradeoff_curves(manifest), symbol))
     return out
 
 
+TRADEOFF_MARK = "#e69f00"  # the published budget's point on each curve
+
+
+def _tradeoff_png(curves: list[Curve], symbol: str) -> str:
+    """One line per measurement: its margin over the grid (log-scaled budget, symlog margin, since
+    a margin can be 0), the published budget a star."""
+    import matplotlib.pyplot as plt
+
+    shown = [c for c in curves if any(p.moe is not None for p in c.points)]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if not shown:
+        ax.text(0.5, 0.5, "no table with a margin of error", ha="center", va="center")
+        ax.set_axis_off()
+        return _png(fig)
+    for i, c in enumerate(shown):
+        xs = [float(p.budget.amount) for p in c.points if p.moe is not None]  # display only
+        ys = [p.moe for p in c.points if p.moe is not None]
+        ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, color=plt.get_cmap("tab10")(i % 10), label=c.key)
+        if c.chosen is not None and c.chosen.moe is not None:
+            ax.plot([float(c.chosen.budget.amount)], [c.chosen.moe], marker="*", markersize=15, linestyle="none",
+                    markerfacecolor=TRADEOFF_MARK, markeredgecolor="black", zorder=3)
+    ax.plot([], [], marker="*", markersize=12, linestyle="none", markerfacecolor=TRADEOFF_MARK,
+            markeredgecolor="black", label=f"published {symbol}")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # 0.25, not 2⁻²
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylim(0, 1.4 * max(p.moe for c in shown for p in c.points if p.moe is not None) + 1)
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
+    ax.set_xlabel(f"{symbol} of the table (the published one × 1/8 … 8)")
+    ax.set_ylabel("± margin of error per cell, 95%")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    return _png(fig)
+
+
 def report_html(manifest: dict[str, Any], state: DatasetState | None, markdown: str) -> str:
-    """One self-contained page: warnings, the three figures (inlined PNGs) and the budget report."""
+    """One self-contained page: warnings, the four figures (inlined PNGs; the trade-off's with its
+    table) and the budget report."""
     figs = figures(manifest, state)
     warn = warnings(manifest, state)
     esc = html.escape
@@ -201,7 +317,9 @@ def report_html(manifest: dict[str, Any], state: DatasetState | None, markdown: 
         "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
         f"<title>Budget report — {esc(manifest['release'])}</title>",
         "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}"
-        "img{max-width:100%;border:1px solid #ddd;margin:.5em 0}.warn{background:#fff4e0;border-left:4px solid "
+        "img{max-width:100%;border:1px solid #ddd;margin:.5em 0}table.tradeoff{border-collapse:collapse;font-size:85%}"
+        "table.tradeoff td,table.tradeoff th{border:1px solid #ddd;padding:.2em .4em;text-align:right}"
+        "table.tradeoff td:first-child{text-align:left}.warn{background:#fff4e0;border-left:4px solid "
         "#e0a000;padding:.5em 1em}pre{white-space:pre-wrap;background:#f6f6f6;padding:1em;font-size:85%}</style>",
         "</head><body>",
         f"<h1>Budget report — {esc(manifest['release'])}</h1>",
@@ -214,8 +332,14 @@ def report_html(manifest: dict[str, Any], state: DatasetState | None, markdown: 
         parts.append("<div class='warn'><h2>Warnings</h2><ul>" + "".join(f"<li>{esc(w)}</li>" for w in warn)
                      + "</ul></div>")
     for key, (title, png) in figs.items():
-        parts.append(f"<h2>{esc(title)}</h2><img id='fig-{key}' class='figure' alt='{esc(title)}' "
+        anchor = " id='tradeoff'" if key == "tradeoff" else ""
+        parts.append(f"<h2{anchor}>{esc(title)}</h2><img id='fig-{key}' class='figure' alt='{esc(title)}' "
                      f"src='data:image/png;base64,{png}'>")
+        if key == "tradeoff":
+            parts.append("<p>Each table's expected margin of error per cell (from its noise distribution alone, "
+                         "not the data) had its budget been the published one × 1/8 … 8: the same mechanism and "
+                         "sensitivity, under (ε, δ) at its own δ. The published budget is in bold.</p>"
+                         + tradeoff_html(tradeoff_curves(manifest), release_budgets(manifest).total.symbol))
     parts.append(f"<h2>Budget report</h2><pre>{esc(markdown)}</pre>")
     parts.append("<script>window.addEventListener('load',function(){var imgs=document.querySelectorAll('img.figure');"
                  "var ok=0,bad=0;imgs.forEach(function(i){if(i.complete&&i.naturalWidth>0){ok++}else{bad++}});"

@@ -1,6 +1,7 @@
 """`dprelease report RELEASE_DIR`: the budget report as self-contained HTML (plots inlined), md
 and json; the burn-down across releases from the ledger; warnings. The HTML is rendered in
-headless Chromium: every figure loads, nothing is fetched, and the screenshot shows the plots."""
+headless Chromium: every figure loads (the trade-off's too), nothing is fetched, and the
+screenshot shows the plots."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from dprelease import reporting
+from dprelease.accounting import decimal_text
 from tests.test_operations import demo_spec
 from tests.test_run import run
 
@@ -73,21 +75,25 @@ def test_the_html_report_renders_its_plots_in_chromium(two_releases, cli, tmp_pa
     result = cli("report", release, "--ledger", ledger, "--output", tmp_path / "report.html")
     assert result.code == 0, result
     page = (tmp_path / "report.html").read_text()
-    assert len(re.findall(r"<img [^>]*src='data:image/png;base64,", page)) == 3
+    assert len(re.findall(r"<img [^>]*src='data:image/png;base64,", page)) == 4
+    manifest = reporting.read_manifest(release)  # the trade-off: at the published ε, the manifest's moe95
+    for t in manifest["tables"]:
+        assert f"<b>ε {decimal_text(Fraction(t['budget']['epsilon']))}<br>±{t['moe95']}</b>" in page, t["name"]
     assert not re.search(r"(src|href)=['\"](https?:|//|file:)", page)  # self-contained: nothing to fetch
 
     base = [chromium, *CHROMIUM_FLAGS]
     dom = subprocess.run(base + [f"--user-data-dir={tmp_path / 'profile1'}", "--virtual-time-budget=10000",
                                  "--dump-dom", (tmp_path / "report.html").as_uri()],
                          capture_output=True, text=True, timeout=120)
-    assert "figures: 3 loaded, 0 failed" in dom.stdout, dom.stdout[-2000:] + dom.stderr[-2000:]
+    assert "figures: 4 loaded, 0 failed" in dom.stdout, dom.stdout[-2000:] + dom.stderr[-2000:]
     shot = tmp_path / "shot.png"
-    subprocess.run(base + [f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1200,2600",
+    subprocess.run(base + [f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1200,4400",
                            f"--screenshot={shot}", (tmp_path / "report.html").as_uri()],
                    capture_output=True, text=True, timeout=120)
     from PIL import Image
 
     pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).astype(int)
-    for colour in ("#3b6ea5", "#a53b3b", "#5a9e5a"):  # the allocation bars, the burn-down, the MoE bars
+    for colour, least in (("#3b6ea5", 200), ("#a53b3b", 200), ("#5a9e5a", 200),  # allocation, burn-down, MoE bars
+                          (reporting.TRADEOFF_MARK, 100)):  # the trade-off's stars (4, at the published ε)
         rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
-        assert (np.abs(pixels - rgb).sum(axis=1) < 30).sum() > 200, colour
+        assert (np.abs(pixels - rgb).sum(axis=1) < 30).sum() > least, colour

@@ -66,26 +66,41 @@ def plan(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
     ledger: LedgerOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    target_moe: Annotated[Optional[int], typer.Option(
-        "--target-moe", min=0, metavar="N", help="Print the ε each table needs for a margin of error of N.")] = None,
+    target_moe: Annotated[Optional[str], typer.Option(
+        "--target-moe", metavar="N|TABLE=N,...", help="Print the ε each table needs for a margin of error of N; "
+        "with --allocate, the tables that must meet a margin: TABLE=N,...")] = None,
     confidence: Annotated[Optional[str], typer.Option(
         metavar="C", help="Confidence level of the margins, e.g. 0.90 (default: the spec's, else 0.95).")] = None,
     approve: Annotated[bool, typer.Option(
         "--approve", help="Record in the ledger that this plan (its fingerprint) is approved; only a plan that "
         "fits.")] = False,
     by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who approves (default: the login name).")] = None,
+    tradeoff: Annotated[bool, typer.Option(
+        "--tradeoff", help="Also show, per table, the margin of error over a range of ε (ρ) around the spec's.")] = False,
+    allocate: Annotated[bool, typer.Option(
+        "--allocate", help="Propose a split of the release budget that minimises the weighted sum of expected "
+        "squared errors, as a spec fragment (nothing is written or spent).")] = False,
+    weights: Annotated[Optional[str], typer.Option(
+        metavar="TABLE=W,...", help="With --allocate: each table's weight (default 1).")] = None,
 ) -> None:
     """Show what a release would spend and how accurate it would be. Never opens the data.
 
     Exit 0 if it fits, 3 if it exceeds the release or the lifetime budget, 4 if the release
     already exists in the ledger, 2 if the spec is invalid. With --approve, a plan that fits
-    is recorded as approved: `run --require-approval` and scheduled runs need that.
+    is recorded as approved: `run --require-approval` and scheduled runs need that. --tradeoff
+    adds the margins over a range of budgets; --allocate prints a proposed split instead of the
+    plan (exit 3 if the targets alone exceed the budget).
     """
-    if approve and (confidence is not None or target_moe is not None):
-        raise typer.BadParameter("approve the plan as the spec states it, without --confidence or --target-moe",
-                                 param_hint="--approve")
+    if approve and (confidence is not None or target_moe is not None or allocate):
+        raise typer.BadParameter("approve the plan as the spec states it, without --confidence, --target-moe or "
+                                 "--allocate", param_hint="--approve")
     if by is not None and not approve:
         raise typer.BadParameter("--by names who approves: use it with --approve", param_hint="--by")
+    targets = _targets(target_moe, allocate)
+    if weights is not None and not allocate:
+        raise typer.BadParameter("weights are for --allocate", param_hint="--weights")
+    if tradeoff and (allocate or target_moe is not None):
+        raise typer.BadParameter("show the trade-off alone, without --allocate or --target-moe", param_hint="--tradeoff")
     import dataclasses
 
     from dprelease.plan import plan_release
@@ -109,16 +124,31 @@ def plan(
     the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
     for warning in large_delta_warnings(spec):
         say(f"warning: {spec_path}: {warning}")
-    if target_moe is not None:
-        _print_target(spec, the_plan, target_moe, as_json)
+    if allocate:
+        _print_allocation(the_plan, _weights(weights), targets if isinstance(targets, dict) else {}, as_json)
+        return
+    if isinstance(targets, int):
+        _print_target(spec, the_plan, targets, as_json)
         return
     from dprelease.cli.render import plan_json, print_plan
 
     if as_json:
-        print(json.dumps(plan_json(the_plan, location, exists, ledger_id), indent=2))
+        shown = plan_json(the_plan, location, exists, ledger_id)
+        if tradeoff:
+            from dprelease.cli.tradeoff_view import tradeoff_json
+            from dprelease.plan.tradeoff import plan_curves
+
+            shown["tradeoff"] = tradeoff_json(plan_curves(the_plan), the_plan.confidence)
+        print(json.dumps(shown, indent=2))
     else:
         print_plan(out, the_plan, str(spec_path), spec.dataset.partition_note,
                    ledger_line(location, exists, ledger_id=ledger_id))
+        if tradeoff:
+            from dprelease.cli.tradeoff_view import tradeoff_lines
+            from dprelease.plan.tradeoff import plan_curves
+
+            for line in tradeoff_lines(the_plan, plan_curves(the_plan)):
+                out.print(line, markup=False)
     if the_plan.existing_run is not None:
         raise typer.Exit(ExitCode.ALREADY_RELEASED)
     if not the_plan.fits:
@@ -149,6 +179,65 @@ def _confidence(text: str) -> Fraction:
     if not 0 < value < 1:
         raise typer.BadParameter("must lie strictly between 0 and 1, e.g. 0.90", param_hint="--confidence")
     return value
+
+
+def _pairs(text: str, option: str) -> list[tuple[str, str]]:
+    """``a=1,b=2`` as [("a", "1"), ("b", "2")]; a name twice, or an item without "=", is refused."""
+    pairs = []
+    for item in text.split(","):
+        name, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or not name or not value:
+            raise typer.BadParameter(f"{item.strip()!r} is not TABLE=VALUE (e.g. puma_by_sex=2)", param_hint=option)
+        pairs.append((name, value))
+    names = [n for n, _ in pairs]
+    if len(set(names)) != len(names):
+        raise typer.BadParameter(f"a table named twice: {text!r}", param_hint=option)
+    return pairs
+
+
+def _whole(text: str, option: str) -> int:
+    if not text.isdigit():
+        raise typer.BadParameter(f"{text!r} is not a margin of error (a whole number ≥ 0)", param_hint=option)
+    return int(text)
+
+
+def _targets(text: str | None, allocate: bool) -> int | dict[str, int] | None:
+    """--target-moe: N (every table's ε for ±N) or, with --allocate, TABLE=N,... ."""
+    if text is None:
+        return None
+    if "=" not in text:
+        if allocate:
+            raise typer.BadParameter("with --allocate, name the tables that must meet a margin: TABLE=N,...",
+                                     param_hint="--target-moe")
+        return _whole(text.strip(), "--target-moe")
+    if not allocate:
+        raise typer.BadParameter("targets per table (TABLE=N) are for --allocate; without it, --target-moe N gives "
+                                 "every table's ε for ±N", param_hint="--target-moe")
+    return {name: _whole(value, "--target-moe") for name, value in _pairs(text, "--target-moe")}
+
+
+def _weights(text: str | None) -> dict[str, Fraction]:
+    if text is None:
+        return {}
+    out_ = {}
+    for name, value in _pairs(text, "--weights"):
+        try:
+            out_[name] = parse_budget(value, value, what="a weight")
+        except NotANumber as exc:
+            raise typer.BadParameter(f"{name}: {exc}", param_hint="--weights") from None
+    return out_
+
+
+def _print_allocation(the_plan, weights: dict[str, Fraction], targets: dict[str, int],  # type: ignore[no-untyped-def]
+                      as_json: bool) -> None:
+    from dprelease.cli.tradeoff_view import allocation_json, allocation_yaml
+    from dprelease.plan.allocation import allocate
+
+    proposal = allocate(the_plan, weights, targets)
+    if as_json:
+        print(json.dumps(allocation_json(the_plan, proposal), indent=2))
+    else:
+        print(allocation_yaml(the_plan, proposal))
 
 
 def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: ignore[no-untyped-def]

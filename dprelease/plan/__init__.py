@@ -3,7 +3,10 @@
 * :mod:`~dprelease.plan.planner`: the release's plan (budgets, ledger terms, verdict);
 * :mod:`~dprelease.plan.measurements`: one measurement's plan and its noise mechanism;
 * :mod:`~dprelease.plan.local`: local tables (answers randomized by the respondents);
-* :mod:`~dprelease.plan.structural`: structural zeros, cells the spec makes impossible.
+* :mod:`~dprelease.plan.structural`: structural zeros, cells the spec makes impossible;
+* :mod:`~dprelease.plan.tradeoff`: each measurement's margin of error over a grid of budgets;
+* :mod:`~dprelease.plan.allocation`: a split of the release budget that minimises the weighted
+  sum of expected squared errors.
 """
 
 from dprelease.plan.local import LocalPlan

@@ -353,6 +353,19 @@ def _pure_charge(budget: Budget, run_at: Fraction, terms: Terms) -> Budget:
 N = TypeVar("N", DiscreteLaplace, PermuteAndFlip)
 
 
+def pure_epsilons(budget: Budget) -> list[Fraction]:
+    """The ε a pure ε-DP mechanism may run at on ``budget``, best first (the first whose noise the
+    exact sampler takes is the one): its ε under pure and approx (δ = 0); under zcdp the largest ε
+    with ε²/2 ≤ ρ, rounded down to 12 significant digits, then to fewer (rounding ε down only
+    lowers the privacy loss)."""
+    match budget:
+        case ZCDP(rho=rho):
+            return [zcdp_to_pure(rho, digits) for digits in range(12, 3, -1)]
+        case PureDP(epsilon=epsilon) | ApproxDP(epsilon=epsilon):  # under approx, a pure mechanism's δ is 0
+            return [epsilon]
+    raise InternalError(f"not a budget: {budget!r}")
+
+
 def _pure_noise(spec: Spec, name: str, budget: Budget, noise: Callable[[Fraction], N]) -> tuple[N, Fraction | None]:
     """The pure mechanism ``noise(ε)`` at the ε it runs at, and that ε in a zcdp release (None
     otherwise). The mechanism checks its scale against the exact sampler (parts below 2^40)
@@ -360,13 +373,8 @@ def _pure_noise(spec: Spec, name: str, budget: Budget, noise: Callable[[Fraction
     ε with ε²/2 ≤ ρ is rounded down to 12 significant digits, or fewer where the scale would not
     fit (rounding ε down only lowers the privacy loss). Raises UserError (exit 2) where no
     rounding helps: a pure spec's ε with too many digits."""
-    match budget:
-        case ZCDP(rho=rho):
-            candidates = [zcdp_to_pure(rho, digits) for digits in range(12, 3, -1)]
-        case PureDP(epsilon=epsilon) | ApproxDP(epsilon=epsilon):  # under approx, a pure mechanism's δ is 0
-            candidates = [epsilon]
     zcdp = isinstance(budget, ZCDP)
-    for run_at in candidates:
+    for run_at in pure_epsilons(budget):
         try:
             return noise(run_at), (run_at if zcdp else None)
         except ValueError:
