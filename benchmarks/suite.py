@@ -109,7 +109,7 @@ class Ours:
                 env.pop("PREFECT_API_URL", None)
                 extra = ["--orchestrator", "prefect"] if first_run_prefect else []
                 wall, rss, _ = child([sys.executable, "-m", "dprelease", "run", str(spec), "--output-dir",
-                                      f"{tmp}/out", *extra], env=env)
+                                      f"{tmp}/out", "--ledger", f"{tmp}/ledger.sqlite", *extra], env=env)
                 record = json.loads(Path(f"{tmp}/out/_internal/{release}/run.json").read_text())
         finally:
             spec.unlink()
@@ -172,6 +172,7 @@ def main() -> None:
     parser.add_argument("--anchors", nargs="*", default=["opendp-polars", "tumult-analytics"])
     parser.add_argument("--report", type=Path, help="only regenerate the README section from saved results")
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    parser.add_argument("--no-readme", action="store_true", help="leave benchmarks/README.md as it is (a partial run)")
     args = parser.parse_args()
     if args.report:
         write_readme(json.loads(args.report.read_text()))
@@ -225,7 +226,10 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(f"results: {args.out}")
-    write_readme(results)
+    if args.no_readme:
+        print("\n".join(tables(results)))
+    else:
+        write_readme(results)
 
 
 def tables(results: dict) -> list[str]:  # type: ignore[type-arg]
