@@ -20,16 +20,17 @@ from typing import Any, Mapping
 
 from dprelease import __version__
 from dprelease.accounting import (
-    ZCDP,
     ApproxDP,
     Budget,
     Kind,
     PureDP,
+    ZCDP,
     amount_text,
     budget_from_record,
     budget_of,
     delta_of,
     fraction_text,
+    subtract,
     zcdp_epsilon,
 )
 from dprelease.errors import InternalError, UserError
@@ -221,7 +222,7 @@ class ReleaseBudgets:
     @property
     def remaining(self) -> Budget:
         """What remained of the lifetime budget after this release: exactly cap − spent after."""
-        return self.cap - self.spent_after  # type: ignore[operator]  # one kind: checked by release_budgets
+        return subtract(self.cap, self.spent_after)  # one kind: checked by release_budgets
 
 
 def read_budget(record: Any, kind: Kind | None = None) -> Budget:

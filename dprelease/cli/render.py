@@ -9,10 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from dprelease.accounting import (
-    ZCDP,
     ApproxDP,
     Neighbouring,
     Terms,
+    ZCDP,
+    add,
     amount_text,
     delta_of,
     exact_and_decimal,
@@ -389,12 +390,12 @@ def print_ledger(console: Console, states: list[DatasetState], undeclared: dict[
         for r in s.runs:  # the burn-down: what counts as spent after each release, in order
             state = f"{r.state} (unfinished{', noise drawn' if r.state == 'drawing' else ''})" if r.unfinished else r.state
             if r.state in LIVE_STATES:
-                spent = spent + r.charge  # type: ignore[operator]  # one kind, by construction
+                spent = add(spent, r.charge)  # one kind, by construction
             if r.reason and r.state != "reserved":
                 state += f" — {r.reason}"
             table.add_row(r.release, amount_text(r.charge, decimal=True),
                           *((_text(delta_of(r.charge)),) if approx else ()), amount_text(spent, decimal=True),
-                          amount_text(s.budget - spent, decimal=True),  # type: ignore[operator]
+                          amount_text(subtract(s.budget, spent), decimal=True),
                           state, r.created_at[:19], r.created_by, r.run_id[:12])
         console.print(table)
         unfinished = [r for r in s.runs if r.unfinished]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dprelease.accounting import ApproxDP, Budget, PureDP, amount_text, delta_of, fraction_text
+from dprelease.accounting import ApproxDP, Budget, PureDP, add, amount_text, delta_of, fraction_text, subtract
 from dprelease.errors import LedgerError
 from dprelease.ledger.records import AnswerSet, DatasetState, LocalCollection, LocalRecord
 
@@ -94,7 +94,7 @@ def check_lifetime_matches(state: DatasetState, from_spec: Budget | None) -> Non
 def over_lifetime_message(state: DatasetState, requested: Budget) -> str:
     """Why ``requested`` (of the terms' kind) does not fit: in the terms' unit if that is over,
     else, under (ε, δ) terms, in δ."""
-    over = state.spent + requested - state.budget  # type: ignore[operator]  # one kind, by construction
+    over = subtract(add(state.spent, requested), state.budget)  # one kind, by construction
     delta, cap, spent = delta_of(requested), delta_of(state.budget), delta_of(state.spent)
     if over.amount <= 0 and delta is not None and cap is not None and spent is not None:
         return (f"over the lifetime δ of dataset {state.name!r}: requested δ = {fraction_text(delta)}, remaining "

@@ -23,6 +23,7 @@ from dprelease.accounting import (
     delta_of,
     fraction_text,
     parse_exact,
+    subtract,
 )
 
 LIVE_STATES = ("reserved", "drawing", "committed", "failed")  # states whose charges count as spent
@@ -234,7 +235,7 @@ class DatasetState:
     @property
     def remaining(self) -> Budget:
         """The cap less the spend (negative after a cap was lowered below it)."""
-        return self.budget - self.spent  # type: ignore[operator]  # one kind, by construction
+        return subtract(self.budget, self.spent)  # one kind, by construction (TypeError otherwise)
 
     def live_run(self, release: str) -> RunRecord | None:
         """The reserved or committed run of ``release``, if any."""

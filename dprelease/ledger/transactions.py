@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dprelease.accounting import ApproxDP, Budget, Terms, compose, fraction_text
+from dprelease.accounting import ApproxDP, Budget, Terms, add, compose, fraction_text, within
 from dprelease.errors import AlreadyReleasedError, InternalError, LedgerError, OverBudgetError
 from dprelease.ledger import keys, lease, queries
 from dprelease.ledger.location import LedgerLocation
@@ -88,7 +88,7 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
         raise AlreadyReleasedError(
             f"release {release!r} of dataset {dataset!r} is already {live.state} in the ledger "
             f"(run {live.run_id}, {live.created_at}); choose a new release name")
-    if not state.spent + total <= state.budget:  # type: ignore[operator]  # one kind: under approx, ε and δ
+    if not within(add(state.spent, total), state.budget):  # one kind: under approx, ε and δ
         raise OverBudgetError(over_lifetime_message(state, total))
     _check_answers(conn, dataset, local, bool(charges), data_fingerprint)  # local answers carry provenance
     at = now()

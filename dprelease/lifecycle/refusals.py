@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from dprelease.accounting import ApproxDP, amount_text, fraction_text
+from dprelease.accounting import ApproxDP, amount_text, fraction_text, subtract
 from dprelease.data.rules import check_rules
 from dprelease.errors import (
     AlreadyReleasedError,
@@ -147,13 +147,13 @@ def budget_overruns(spec: Spec, plan: Plan) -> list[str]:
     over = []
     total, cap = plan.total, plan.release_budget
     if total.amount > cap.amount:  # the ε (or ρ) alone: an (ε, δ) budget's δ has its own line
-        over.append(f"release budget by {amount_text(total - cap)} {plan.symbol}")  # type: ignore[operator]
+        over.append(f"release budget by {amount_text(subtract(total, cap))} {plan.symbol}")
     if isinstance(total, ApproxDP) and isinstance(cap, ApproxDP) and total.delta > cap.delta:
         over.append(f"release δ budget by {fraction_text(total.delta - cap.delta)}")
     after, life, remaining = plan.lifetime_spent_after, plan.lifetime_budget, plan.lifetime_remaining
     if after.amount > life.amount:
         over.append(f"lifetime budget of {spec.dataset.name} by "
-                    f"{amount_text(after - life)} {plan.ledger_symbol} "  # type: ignore[operator]
+                    f"{amount_text(subtract(after, life))} {plan.ledger_symbol} "
                     f"(remaining {amount_text(remaining)})")
     if isinstance(after, ApproxDP) and isinstance(life, ApproxDP) and isinstance(remaining, ApproxDP) \
             and after.delta > life.delta:

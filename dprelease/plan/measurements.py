@@ -304,9 +304,6 @@ Noise = DiscreteLaplace | TruncatedGeometric | DiscreteGaussian | PermuteAndFlip
 OneNoise = DiscreteLaplace | DiscreteGaussian | PermuteAndFlip  # the noise of one histogram (not a mean)
 
 
-# ---------------------------------------------------------------- local randomizers (answers, not counts)
-
-
 # ---------------------------------------------------------------- one measurement's plan
 
 

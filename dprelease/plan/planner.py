@@ -445,8 +445,7 @@ def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> lis
     for the others (a mode has no margin; zcdp budgets are ρ)."""
     out = []
     for t in plan.tables:
-        if isinstance(t.noise, Mean) or t.mechanism not in ("discrete_laplace", "truncated_geometric") \
-                or t.pure_epsilon is not None:
+        if not isinstance(t.noise, DiscreteLaplace) or t.pure_epsilon is not None:  # a truncated geometric is one
             raise UserError(f"--target-moe works with discrete Laplace measurements; {t.key} uses {t.mechanism}")
         units = max(target_moe // t.granularity, 0)  # a margin in value units, on the granularity's grid
         out.append((t.key, epsilon_for_margin(units, confidence, Fraction(t.sensitivity, t.granularity))))
