@@ -92,6 +92,8 @@ def api_problem(url: str, timeout: float = 10.0) -> str | None:
             return f"answers {response.status}"
     except OSError as exc:
         return f"does not answer ({exc})"
+    except ValueError as exc:  # not a URL at all, e.g. PREFECT_API_URL="localhost:4200"
+        return f"is not a URL such as http://127.0.0.1:4200/api ({exc})"
 
 
 def choose(mode: str, environ: Mapping[str, str] | None = None) -> Choice:
@@ -136,23 +138,44 @@ def _free_port(preferred: int | None) -> int:
     raise UserError("no free port on 127.0.0.1")  # pragma: no cover - bind to port 0 does not fail
 
 
+def _any_free_port() -> int:
+    """A port on 127.0.0.1 free now, chosen by the system (two runs never pick the same one)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _prefect_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     return env
 
 
-def _spawn(port: int, log: Path, *, detached: bool, extra_env: Mapping[str, str] = {}) -> subprocess.Popen[bytes]:
+def _spawn(port: int, log: Path, *, with_parent: bool = False,
+           extra_env: Mapping[str, str] = {}) -> subprocess.Popen[bytes]:
+    """``prefect server start`` on 127.0.0.1:port in a process group of its own; with
+    ``with_parent`` it is also sent SIGTERM if this process dies (Linux), so a run killed even
+    with SIGKILL leaves no server behind."""
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as sink:
         return subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                                  "--port", str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                env={**_prefect_env(), **extra_env}, start_new_session=detached)
+                                env={**_prefect_env(), **extra_env}, start_new_session=True,
+                                preexec_fn=_die_with_parent if with_parent and sys.platform.startswith("linux")
+                                else None)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between fork and exec
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:
+    """Until the server at ``url`` answers; it must be ``process``'s own (another server that
+    took the port first, and answers there, is not)."""
     deadline = time.monotonic() + timeout
-    while api_problem(url, timeout=2) is not None:
+    while api_problem(url, timeout=2) is not None or process.poll() is not None:
         if process.poll() is not None:
             tail = log.read_text("utf-8", "replace").strip().splitlines()[-5:]
             raise UserError(f"the Prefect server exited ({process.returncode}) before answering; its log "
@@ -171,7 +194,7 @@ def start(port: int | None = None) -> tuple[Server, bool]:
     chosen = _free_port(port)
     url = f"http://127.0.0.1:{chosen}/api"
     log = state_file().parent / "server.log"
-    process = _spawn(chosen, log, detached=True)
+    process = _spawn(chosen, log)
     _wait_healthy(process, url, log, START_TIMEOUT)
     home = os.environ.get("PREFECT_HOME") or str(Path.home() / ".prefect")
     server = Server(process.pid, process_start(process.pid), url, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
@@ -211,32 +234,29 @@ def _end(pid: int, grace: float = 20.0) -> None:
 @contextmanager
 def temporary() -> Iterator[str]:
     """A Prefect server for one run (``--orchestrator prefect`` with none up): started on a free
-    port as a child process of this one, its API URL yielded, stopped on the way out."""
-    port = _free_port(None) if _port_taken(DEFAULT_PORT) else DEFAULT_PORT
+    port as a child of this process (which it does not outlive: see :func:`_spawn`), its API URL
+    yielded, stopped on the way out, a SIGTERM to the run included."""
+    port = _any_free_port()
     url = f"http://127.0.0.1:{port}/api"
     log = state_file().parent / f"server-{os.getpid()}.log"
-    process = _spawn(port, log, detached=False, extra_env={"PREFECT_UI_ENABLED": "false"})
+    for stale in log.parent.glob("server-*.log"):  # of runs killed outright (their server died with them)
+        pid = stale.stem.partition("-")[2]
+        if pid.isdigit() and not pid_exists(int(pid)):
+            stale.unlink(missing_ok=True)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the finally below runs
+    process = _spawn(port, log, with_parent=True, extra_env={"PREFECT_UI_ENABLED": "false"})
     try:
         _wait_healthy(process, url, log, START_TIMEOUT)
         yield url
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _end(process.pid)
+        process.wait()
         log.unlink(missing_ok=True)
+        signal.signal(signal.SIGTERM, previous)
 
 
-def _port_taken(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def status_lines(environ: Mapping[str, str] | None = None) -> list[str]:

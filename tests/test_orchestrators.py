@@ -172,3 +172,49 @@ def test_a_bad_spec_or_budget_is_refused_before_any_prefect_server_is_asked_or_s
                  env={**run_env, "PREFECT_API_URL": None})
     assert forced.returncode == 3, forced.stderr
     assert "temporary Prefect server" not in forced.stderr and "The data was not read" in forced.stderr
+
+
+def test_a_temporary_server_is_the_runs_own_and_never_outlives_it(tmp_path, prefect_server):
+    """Another server answering on the port is not taken for the run's own (two forced-Prefect
+    runs at once each wait on their own); a run SIGKILLed while its temporary server runs leaves
+    no server behind (the server gets SIGTERM when its parent dies), and its log is cleared by
+    the next run's start."""
+    import signal
+    import time
+
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    log = tmp_path / "server.log"
+    log.write_text("address already in use\n")
+    with pytest.raises(UserError, match="exited .* before answering"):
+        server._wait_healthy(exited, prefect_server, log, 10)  # prefect_server answers: not this process's
+
+    out, env = tmp_path / "out", {"PREFECT_API_URL": None, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    (tmp_path / "prefect-home").mkdir()
+    victim = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(_spec(tmp_path, "killed-forced")),
+                               "--output-dir", str(out), "--orchestrator", "prefect"], cwd=ROOT, env=child_env(env),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, child = time.monotonic() + 120, None
+    while child is None and time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-P", str(victim.pid), "-f", "prefect server start"], capture_output=True,
+                               text=True).stdout.split()
+        child = int(found[0]) if found else None
+        time.sleep(0.2)
+    assert child is not None and victim.poll() is None
+    os.kill(victim.pid, signal.SIGKILL)  # the run alone, not its process group
+    victim.wait()
+    deadline = time.monotonic() + 20
+    while os.path.exists(f"/proc/{child}") and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+        assert time.monotonic() < deadline, "the temporary server outlived its run"
+        time.sleep(0.2)
+    assert (server.state_file().parent / f"server-{victim.pid}.log").exists()  # a SIGKILL runs no cleanup ...
+    proc = run(_spec(tmp_path, "after-the-kill"), "--output-dir", out, "--orchestrator", "prefect", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not list(server.state_file().parent.glob("server-*.log"))  # ... the next start clears it
+
+
+def test_a_prefect_api_url_that_is_not_a_url_is_refused_cleanly(tmp_path):
+    assert server.api_problem("not a url").startswith("is not a URL")
+    proc = run(_spec(tmp_path, "bad-url"), "--output-dir", tmp_path / "out", env={"PREFECT_API_URL": "not a url"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "PREFECT_API_URL=not a url is not a URL" in proc.stderr and "Nothing was spent" in proc.stderr
