@@ -109,12 +109,34 @@ def choose(mode: str, environ: Mapping[str, str] | None = None) -> Choice:
     url = env.get("PREFECT_API_URL") or None
     if url:
         return Choice("prefect", url, "PREFECT_API_URL")
+    profile, url = profile_api_url(env)
+    if url:
+        return Choice("prefect", url, f"PREFECT_API_URL of Prefect profile {profile!r}")
     server = recorded()
     if server is not None and api_problem(server.url, timeout=5) is None:
         return Choice("prefect", server.url, f"dprelease server (PID {server.pid})")
     if mode == "prefect":
         return Choice("prefect", None, "--orchestrator prefect, no server up: a temporary one for this run")
     return Choice("inline", None, "no Prefect server is up")
+
+
+def profile_api_url(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(the active Prefect profile, its PREFECT_API_URL) as ``prefect config set`` left them in
+    ``$PREFECT_PROFILES_PATH`` (default ``$PREFECT_HOME/profiles.toml``), read without importing
+    Prefect; (None, None) when there is none."""
+    import tomllib
+
+    env = os.environ if environ is None else environ
+    home = Path(env.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    path = Path(env.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
+    try:
+        profiles = tomllib.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    active = env.get("PREFECT_PROFILE") or profiles.get("active")
+    chosen = (profiles.get("profiles") or {}).get(active) if isinstance(active, str) else None
+    url = chosen.get("PREFECT_API_URL") if isinstance(chosen, dict) else None
+    return (active, url) if isinstance(url, str) and url else (None, None)
 
 
 def check_api(url: str) -> None:

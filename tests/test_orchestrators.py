@@ -218,3 +218,19 @@ def test_a_prefect_api_url_that_is_not_a_url_is_refused_cleanly(tmp_path):
     proc = run(_spec(tmp_path, "bad-url"), "--output-dir", tmp_path / "out", env={"PREFECT_API_URL": "not a url"})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "PREFECT_API_URL=not a url is not a URL" in proc.stderr and "Nothing was spent" in proc.stderr
+
+
+def test_the_active_prefect_profiles_api_url_counts_as_set(tmp_path, monkeypatch):
+    """`prefect config set PREFECT_API_URL=...` writes the active profile: runs use it as Prefect
+    itself would (read from profiles.toml without importing Prefect)."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("PREFECT_PROFILE", raising=False)
+    monkeypatch.delenv("PREFECT_PROFILES_PATH", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    assert server.choose("auto").kind == "inline"  # no profiles.toml
+    (tmp_path / "profiles.toml").write_text('active = "local"\n\n[profiles.ephemeral]\n\n[profiles.local]\n'
+                                            'PREFECT_API_URL = "http://127.0.0.1:9/api"\n')
+    assert server.choose("auto") == server.Choice("prefect", "http://127.0.0.1:9/api",
+                                                  "PREFECT_API_URL of Prefect profile 'local'")
+    monkeypatch.setenv("PREFECT_PROFILE", "ephemeral")  # another profile active: none set there
+    assert server.choose("auto").kind == "inline"

@@ -163,7 +163,8 @@ def schedule(
             f"names every run of a day alike ({same_day!r}), so only the day's first run can publish; add the hour "
             "and minute, e.g. release: \"acs-{run_date:%Y-%m-%d-%H%M}\"")
     kept = server.recorded()
-    api = os.environ.get("PREFECT_API_URL") or (kept.url if kept is not None else None)
+    api = (os.environ.get("PREFECT_API_URL") or server.profile_api_url()[1]
+           or (kept.url if kept is not None else None))
     if api is None:
         raise UserError("schedules need a Prefect server: start one with `dprelease server start` (or `prefect "
                         "server start` and set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api), then run this again")
