@@ -261,23 +261,48 @@ def test_a_partition_is_a_plain_data_column_with_a_safe_value(tmp_path, cli):
 
 def test_releases_scheduled_more_than_once_a_day_name_the_hour_and_minute(tmp_path, cli, monkeypatch):
     """A template may carry the hour and minute (%H%M) when the result is a safe name; a cron
-    firing more than once a day with a day-only template is warned about before serving."""
+    whose consecutive runs the template names alike (a day-only name fired hourly, a monthly
+    name fired daily, an hour without its day...) is warned about before serving."""
     from dprelease.spec import load_spec
 
     spec = demo_spec(tmp_path)
-    spec.write_text(spec.read_text().replace("release: acs-demo-2019", 'release: "acs-{run_date:%Y-%m-%d-%H%M}"'))
-    assert load_spec(spec, run_date=datetime(2027, 3, 1, 14, 30)).release == "acs-2027-03-01-1430"
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    hourly = cli("schedule", spec, "--cron", "0 */6 * * *")  # refused (no server), after its warnings
-    assert hourly.code == 2 and "fires more than once a day" not in hourly.stderr
-    spec.write_text(spec.read_text().replace("%Y-%m-%d-%H%M", "%Y-%m-%d"))
-    for cron, warned in (("0 */6 * * *", True), ("*/15 * * * *", True), ("0,30 3 * * *", True), ("@hourly", True),
-                         ("0 3 * * *", False), ("30 2 1 * *", False), ("@daily", False)):
-        result = cli("schedule", spec, "--cron", cron)
-        assert ("fires more than once a day" in result.stderr) == warned, (cron, result.stderr)
-        assert ("names every run of a day alike ('acs-2027-03-01'), so only the day's first run can publish; add the "
-                "hour and minute" in result.stderr) == warned
+
+    def with_template(template: str):
+        spec.write_text(demo_spec(tmp_path).read_text().replace("release: acs-demo-2019", f'release: "{template}"'))
+        return spec
+
+    with_template("acs-{run_date:%Y-%m-%d-%H%M}")
+    assert load_spec(spec, run_date=datetime(2027, 3, 1, 14, 30)).release == "acs-2027-03-01-1430"
+    cases = (("acs-{run_date:%Y-%m-%d-%H%M}", "0 */6 * * *", False), ("acs-{run_date:%Y-%m-%d-%H%M}", "*/15 * * * *", False),
+             ("acs-{run_date:%Y-%m-%d}", "0 */6 * * *", True), ("acs-{run_date:%Y-%m-%d}", "*/15 * * * *", True),
+             ("acs-{run_date:%Y-%m-%d}", "0,30 3 * * *", True), ("acs-{run_date:%Y-%m-%d}", "@hourly", True),
+             ("acs-{run_date:%Y-%m-%d}", "0 3 * * *", False), ("acs-{run_date:%Y-%m-%d}", "@daily", False),
+             ("acs-{run_date:%Y-%m-%d-%H}", "*/30 * * * *", True), ("acs-{run_date:%Y-%m-%d-%M}", "0 * * * *", True),
+             ("acs-monthly-{run_date:%Y-%m}", "0 3 * * *", True), ("acs-monthly-{run_date:%Y-%m}", "30 2 1 * *", False),
+             ("acs-monthly-{run_date:%Y-%m}", "0 3 1,15 * *", True))
+    for template, cron, warned in cases:
+        result = cli("schedule", with_template(template), "--cron", cron)  # refused (no server), after its warnings
+        assert result.code == 2 and "prefect server start" in result.stderr
+        warning = "only the first of such runs can publish, the others are refused as already released"
+        assert (warning in result.stderr) == warned, (template, cron, result.stderr)
+        if warned:
+            assert f"--cron {cron!r} fires at " in result.stderr and "names alike ('acs-" in result.stderr
     bad = tmp_path / "colon.yaml"
-    bad.write_text(spec.read_text().replace("%Y-%m-%d", "%H:%M"))
+    bad.write_text(with_template("acs-{run_date:%Y-%m-%d}").read_text().replace("%Y-%m-%d", "%H:%M"))
     refused = cli("validate", bad)
     assert refused.code == 2 and "not a safe name" in refused.stderr
+
+
+def test_cron_firings():
+    from dprelease.cron import firings
+
+    start = datetime(2027, 3, 1, 2, 59)
+    assert firings("0 3 1 * *", start, 2) == [datetime(2027, 3, 1, 3, 0), datetime(2027, 4, 1, 3, 0)]
+    assert firings("*/30 * * * *", start, 2) == [datetime(2027, 3, 1, 3, 0), datetime(2027, 3, 1, 3, 30)]
+    assert firings("0 3,15 * * MON-FRI", datetime(2027, 3, 5, 16), 1) == [datetime(2027, 3, 8, 3, 0)]  # Fri → Mon
+    assert firings("0 0 1 * MON", datetime(2027, 3, 1, 1), 2) == [datetime(2027, 3, 8), datetime(2027, 3, 15)]  # either
+    assert firings("0 0 29 2 *", start, 1) == [datetime(2028, 2, 29)]
+    assert firings("@weekly", start, 1) == [datetime(2027, 3, 7)]  # Sunday
+    for bad in ("bad", "0 3 * *", "61 * * * *", "0 3 * * 8", "0 3 L * *"):
+        assert firings(bad, start, 1) is None, bad

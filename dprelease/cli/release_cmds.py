@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -61,8 +62,6 @@ def run(
 
     when = None
     if run_date is not None:
-        from datetime import datetime, timezone
-
         try:
             when = datetime.fromisoformat(run_date)
         except ValueError:
@@ -157,11 +156,13 @@ def schedule(
     from dprelease import server
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
-    same_day = _same_name_within_a_day(spec.release_template)
-    if same_day and _fires_more_than_once_a_day(cron):
-        say(f"warning: {spec_path}: --cron {cron!r} fires more than once a day, but release {spec.release_template!r} "
-            f"names every run of a day alike ({same_day!r}), so only the day's first run can publish; add the hour "
-            "and minute, e.g. release: \"acs-{run_date:%Y-%m-%d-%H%M}\"")
+    clash = _name_clash(spec.release_template, cron)
+    if clash is not None:
+        first, second, name = clash
+        say(f"warning: {spec_path}: --cron {cron!r} fires at {first:%Y-%m-%d %H:%M} and {second:%Y-%m-%d %H:%M} UTC, "
+            f"which release {spec.release_template!r} names alike ({name!r}): only the first of such runs can "
+            "publish, the others are refused as already released; name every run apart, e.g. with the hour and "
+            "minute: release: \"acs-{run_date:%Y-%m-%d-%H%M}\"")
     kept = server.recorded()
     api = (os.environ.get("PREFECT_API_URL") or server.profile_api_url()[1]
            or (kept.url if kept is not None else None))
@@ -184,25 +185,19 @@ def schedule(
                                require_approval=not no_approval)
 
 
-def _fires_more_than_once_a_day(cron: str) -> bool:
-    """Whether a (standard, five-field) cron expression fires more than once on some day: its
-    minute or hour field is not one number (the day fields only choose which days)."""
-    macros = {"@hourly": True, "@daily": False, "@midnight": False, "@weekly": False, "@monthly": False,
-              "@yearly": False, "@annually": False}
-    if cron.strip() in macros:
-        return macros[cron.strip()]
-    fields = cron.split()
-    return len(fields) == 5 and not all(re.fullmatch(r"[0-9]+", f) for f in fields[:2])
+def _name_clash(template: str | None, cron: str) -> tuple[datetime, datetime, str] | None:
+    """Two consecutive firings of ``cron`` (among its next 500) that ``template`` gives the same
+    release name, with the name; None if there are none (or the cron is not understood here)."""
+    from dprelease.cron import firings
 
-
-def _same_name_within_a_day(template: str | None) -> str | None:
-    """The release name every run of one day gets (its template has no hour or minute), or None."""
     if template is None:
         return None
-    from datetime import datetime
-
-    early, late = (template.format(run_date=datetime(2027, 3, 1, h, m)) for h, m in ((0, 0), (13, 47)))
-    return early if early == late else None
+    times = firings(cron, datetime.now(timezone.utc).replace(tzinfo=None), 500) or []
+    names = [template.format(run_date=t.replace(tzinfo=timezone.utc)) for t in times]
+    for (a, name_a), (b, name_b) in zip(zip(times, names), zip(times[1:], names[1:])):
+        if name_a == name_b:
+            return a, b, name_a
+    return None
 
 
 @handled
