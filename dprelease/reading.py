@@ -72,7 +72,9 @@ class TableFacts:
 
     ``margin_of_error`` is the a-priori margin of each cell's noise at the release's confidence
     (``margin_of_error_95`` at 95%), in the published unit (persons, or the summed column's
-    unit); None for a mode or quantile, which publishes a category, not a number."""
+    unit); None for a mode or quantile, which publishes a category, not a number, and for a
+    mean: a mean's error depends on its cell's count, and its parts' margins (``parts``: the
+    noisy sum of value − centre and the noisy count) are not in the mean's unit."""
 
     name: str
     level: str | None
@@ -372,7 +374,7 @@ def _facts(entry: dict[str, Any], kind: str) -> TableFacts:
     measure = entry.get("measure", "count")
     name = measure if isinstance(measure, str) else next(k for k in ("sum", "mean", "mode", "quantile")
                                                          if k in measure)
-    category = name in ("mode", "quantile")
+    category = name in ("mode", "quantile", "mean")  # no one margin in the published unit
     parts = tuple(Part(p["part"], _budget(p.get("budget"), kind, p["epsilon"], p.get("delta")), p["mechanism"],
                        p["sensitivity"], Fraction(p["scale"]), p["moe"], p["moe95"]) for p in entry.get("parts", ()))
     return TableFacts(

@@ -265,6 +265,8 @@ def test_measure_facts_are_typed_in_rho(measures):
     assert [p.part for p in mean.parts] == ["sum", "count"]
     assert sum((p.budget for p in mean.parts), ZCDP(Fraction(0))) == mean.budget == ZCDP(Fraction(1, 2))
     assert [p.scale for p in mean.parts] == [p.shown_scale for p in plan.tables[0].parts]
+    assert mean.margin_of_error is None and mean.margin_of_error_95 is None  # not in the mean's own unit
+    assert [p.margin_of_error for p in mean.parts] == [p.moe for p in plan.tables[0].parts]  # the parts' own
     mode = release.facts("modal_race_by_sex")
     assert (mode.measure, mode.column, mode.margin_of_error) == ("mode", "RAC1P", None)  # a category: no margin
     assert release.facts("income_by_sex").margin_of_error == plan.tables[1].moe > 0
