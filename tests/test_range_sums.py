@@ -199,7 +199,9 @@ def test_missing_values_are_its_missing_category(tmp_path):
     ("{sum: AGEP}", "{sum: PINCP}", "tables[0].measure", "a column not declared under columns:, needs bounds:"),
     ("{sum: AGEP}", "{sum: PINCP, bounds: [0, 1000]}", "tables[0].measure", "needs granularity:"),
     ("{mean: AGEP}", "{mean: PINCP, granularity: 100}", "tables[1].measure", "needs bounds:"),
-    ("NOC: {range: [0, 20]", "NOC: {range: [3, 3]", "tables[3].measure.sum", "holds a single value"),
+    ("NOC: {range: [0, 20]", "NOC: {range: [3, 3]", "tables[3].measure.sum", "holds at most a single value"),
+    ("{sum: AGEP}", "{sum: AGEP, granularity: 1000}", "tables[0].measure.sum",  # only 0 in [0, 99] on that grid
+     "holds at most a single value on the grid of granularity 1000"),
 ])
 def test_bad_sums_of_range_columns_are_refused(tmp_path, cli, old, new, field, words):
     assert_edit_refused(cli, ages(tmp_path), old, new, field, words)

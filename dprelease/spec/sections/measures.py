@@ -138,9 +138,10 @@ def _within_range(r: Reader, at: Path_, kind: str, declared: RangeColumn, bounds
     anything is summed), so clamping to the narrower bounds changes no value and only removes
     noise: a bound beyond the range would widen the sensitivity for nothing."""
     grid = (g * (declared.low // g), -g * (-declared.high // g))  # floor and ceiling onto the grid
-    if grid[0] == grid[1]:
+    if -g * (-declared.low // g) >= g * (declared.high // g):  # fewer than two multiples of g within the range
         r.fail(at + ("measure", kind), f"{declared.name}'s declared range [{declared.low}, {declared.high}] holds "
-               f"a single value on the grid of granularity {g}; its {kind} follows from a count: publish a count")
+               f"at most a single value on the grid of granularity {g}; its {kind} would measure nothing but noise: "
+               f"choose a granularity finer than the range (e.g. 1), or publish a count")
         return None
     if bounds is None:
         return grid
