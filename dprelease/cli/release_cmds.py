@@ -40,8 +40,8 @@ def run(
         "--require-approval", help="Refuse (exit 5, nothing spent) unless `plan --approve` approved this exact "
         "plan.")] = False,
     run_date: Annotated[Optional[str], typer.Option(
-        "--run-date", metavar="DATE", help="The date (UTC) that {run_date:...} templates in the spec resolve with, "
-        "e.g. 2027-03-01 (default: now).")] = None,
+        "--run-date", metavar="DATE", help="The date or date-time (UTC unless it names its offset) that "
+        "{run_date:...} templates in the spec resolve with, e.g. 2027-03-01 or 2027-03-01T14:30 (default: now).")] = None,
     dask_address: Annotated[Optional[str], typer.Option(
         "--dask-address", metavar="ADDRESS", help="Count the data on this Dask cluster (e.g. tcp://scheduler:8786) "
         "instead of streaming it here; noise is still drawn here. Overrides the spec's engine:.")] = None,

@@ -18,7 +18,8 @@ def server_start(
     """Start a local Prefect server (on 127.0.0.1, detached) that `dprelease run` uses until it is stopped."""
     from dprelease import server
 
-    say("starting a Prefect server on 127.0.0.1 (the first start on a new PREFECT_HOME migrates its database) ...")
+    if server.recorded() is None:
+        say("starting a Prefect server on 127.0.0.1 (the first start on a new PREFECT_HOME migrates its database) ...")
     running, already = server.start(port)
     out.print(f"{'already running' if already else 'started'}: {running.url} (PID {running.pid}, log {running.log})",
               markup=False)
