@@ -257,3 +257,43 @@ def test_evaluate_reports_both_methods_and_refuses_protected_datasets(cli, tmp_p
     ledger.close()
     refused = cli("evaluate", CENSUS, "--trials", "2")
     assert refused.code == 2 and "not evaluated in the open" in refused.stderr
+
+
+def test_a_method_override_keeps_the_consistency_of_the_tables_it_does_not_override(tmp_path):
+    """`postprocess --method none|clamp` overrides the discrete Laplace count tables only; a
+    zCDP (discrete Gaussian) geographic table keeps its own consistent post-processing, and every
+    level of it is still published (it was missing: a KeyError)."""
+    from dprelease.postprocess import postprocess_release
+    from dprelease.spec import load_spec
+
+    spec_path = tmp_path / "zcdp.yaml"
+    spec_path.write_text(f"""release: zcdp-geo
+dataset:
+  name: zcdp-geo
+  path: {ROOT / "data" / "nist_acs" / "national2019.csv"}
+  na_values: ["N"]
+privacy: {{definition: zcdp, unit: row, delta: 1e-6}}
+budget: {{rho: 1}}
+columns:
+  PUMA: {{domain_file: {ROOT / "configs" / "domains" / "puma.txt"}, geographic: true}}
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+geography:
+  levels: [STATE, PUMA]
+  STATE: {{from: PUMA, prefix: 2}}
+tables:
+  - name: persons_by_sex
+    group_by: [geography, SEX]
+    rho: {{root: 0.1, STATE: 0.1, PUMA: 0.2}}
+""")
+    spec = load_spec(spec_path)
+    table = spec.tables[0]
+    assert table.post_process == "consistent"
+    rng = np.random.default_rng(7)  # stand-in noisy values (not noise for release: no sampler involved)
+    noisy = {(table.name, level): rng.integers(0, 500, size=int(np.prod([spec.column(d).size for d in dims])))
+             for level, dims, _ in table.measured()}
+    variances = {key: 25.0 for key in noisy}
+    for method in ("none", "clamp"):
+        published = postprocess_release(spec, noisy, variances, method)
+        assert set(published) == set(noisy), method
+        root, state = published[(table.name, "root")], published[(table.name, "STATE")]
+        assert root.sum() == state.sum()  # still consistent across levels

@@ -109,6 +109,8 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], variances: dic
                 published[(t.name, level)] = clamp_or_none(noisy[(t.name, level)], chosen)
     invariants = declared_invariants(spec, invariants)
     consistent = [g for g in groups(spec) if method in (None, "consistent")]
+    if method not in (None, "consistent"):  # the tables the method does not override keep their consistency
+        consistent = [kept for g in groups(spec) if (kept := [t for t in g if not overridable(t)])]
     if method == "consistent":  # every table, grouped as the spec says or alone
         consistent = [[t] for t in spec.tables if t.post_process != "consistent" and overridable(t)] + groups(spec)
     for group in consistent:
