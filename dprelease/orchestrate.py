@@ -133,10 +133,13 @@ def release_flow(run_id: str, release: str) -> None:
 
 
 @flow(name="dprelease-scheduled", retries=0, persist_result=False, validate_parameters=False, log_prints=False)
-def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, require_approval: bool = True) -> None:
+def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None = None,
+                      require_approval: bool = True) -> None:
     """One scheduled run of a release spec: the release is named from the spec's template with the
     run's scheduled start (UTC); the plan must be approved unless the deployment says otherwise.
-    Every refusal (not approved, over budget, already released) fails the run with nothing spent."""
+    Every refusal (not approved, over budget, already released) fails the run with nothing spent.
+    ``output_dir`` None (or empty): the spec's ``output_dir:``, else ./outputs of the worker's
+    working directory."""
     import sys
     from datetime import timezone
 
@@ -150,7 +153,8 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str, requi
     logger = get_run_logger()
     voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
     record = {"kind": "prefect", "api": os.environ.get("PREFECT_API_URL", ""), "chosen_by": "schedule"}
-    run_spec(Path(spec_path), ledger, Path(output_dir), orchestrate=Orchestrator(run_release, record), voice=voice,
+    run_spec(Path(spec_path), ledger, Path(output_dir) if output_dir else None,
+             orchestrate=Orchestrator(run_release, record), voice=voice,
              require_approval=require_approval, run_date=run_date)
 
 

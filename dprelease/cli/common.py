@@ -23,8 +23,9 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 LedgerOpt = Annotated[Optional[str], typer.Option(
     "--ledger", metavar="URL", help="Ledger database: a path or SQLAlchemy URL. Default: $DPRELEASE_LEDGER, "
     "then the spec's ledger:, then ~/.local/share/dprelease/ledger.sqlite.")]
-OutputDirOpt = Annotated[Path, typer.Option("--output-dir", metavar="DIR",
-                                            help="Where releases land (default: ./outputs).")]
+OutputDirOpt = Annotated[Optional[Path], typer.Option(
+    "--output-dir", metavar="DIR", help="Where releases land. Default: the spec's output_dir: (relative to the spec "
+    "file), then ./outputs of the working directory.")]
 
 
 def say(message: str) -> None:

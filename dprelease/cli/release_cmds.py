@@ -35,7 +35,7 @@ from dprelease.ledger import resolve_location
 def run(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
     ledger: LedgerOpt = None,
-    output_dir: OutputDirOpt = Path("outputs"),
+    output_dir: OutputDirOpt = None,
     require_approval: Annotated[bool, typer.Option(
         "--require-approval", help="Refuse (exit 5, nothing spent) unless `plan --approve` approved this exact "
         "plan.")] = False,
@@ -143,7 +143,7 @@ def schedule(
     name: Annotated[Optional[str], typer.Option(metavar="NAME", help="Deployment name (default: the spec's "
                                                 "file name).")] = None,
     ledger: LedgerOpt = None,
-    output_dir: OutputDirOpt = Path("outputs"),
+    output_dir: OutputDirOpt = None,
     no_approval: Annotated[bool, typer.Option(
         "--no-approval", help="Run plans that were not approved with `plan --approve` (default: refuse them).")] = False,
 ) -> None:
@@ -151,6 +151,7 @@ def schedule(
     the one `dprelease server` keeps) and serve it (runs until interrupted). Each run names its release from the spec's template, e.g.
     release: "acs-monthly-{run_date:%Y-%m}", with its scheduled start (UTC), and by default
     refuses a plan that is not approved (nothing spent)."""
+    from dprelease.lifecycle.prepare import output_location
     from dprelease.spec import load_spec
 
     from dprelease import server
@@ -179,9 +180,11 @@ def schedule(
     if not orchestrate.is_cron(cron):
         raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron")
     deployment = name or spec_path.stem
+    outputs = output_location(output_dir, spec)  # fixed now: the served runs' working directory is this one
     say(f"serving deployment dprelease-scheduled/{deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
-        f"ledger {location.shown}; approval {'not required' if no_approval else 'required'}. Ctrl-C stops it.")
-    orchestrate.serve_schedule(deployment, cron, spec.source.resolve(), ledger, output_dir.resolve(),
+        f"ledger {location.shown}; releases land in {outputs}; approval "
+        f"{'not required' if no_approval else 'required'}. Ctrl-C stops it.")
+    orchestrate.serve_schedule(deployment, cron, spec.source.resolve(), ledger, outputs,
                                require_approval=not no_approval)
 
 

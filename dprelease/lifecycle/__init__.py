@@ -42,12 +42,13 @@ __all__ = ["Orchestrator", "RunFailed", "Voice", "budget_overruns", "over_budget
            "resolve_run", "run_spec"]
 
 
-def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path, *, orchestrate: Orchestrator, voice: Voice,
-             require_approval: bool = False, run_date: datetime | None = None,
+def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *, orchestrate: Orchestrator,
+             voice: Voice, require_approval: bool = False, run_date: datetime | None = None,
              dask_address: str | None = None) -> None:
     """Publish the release a spec describes, or refuse with nothing spent (a user error), or
     settle a failed run and raise :class:`RunFailed`. ``orchestrate`` runs a reserved run's
-    steps (``dprelease.orchestrate.run_release``)."""
+    steps (``dprelease.orchestrate.run_release``). ``output_dir`` None: the spec's ``output_dir:``,
+    else ./outputs (:func:`dprelease.lifecycle.prepare.output_location`)."""
     previous = os.umask(0o077)
     try:
         _run_spec(spec_path, ledger_url, output_dir, orchestrate=orchestrate, voice=voice,
@@ -56,8 +57,8 @@ def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path, *, orche
         os.umask(previous)
 
 
-def _run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path, *, orchestrate: Orchestrator, voice: Voice,
-              require_approval: bool, run_date: datetime | None, dask_address: str | None) -> None:
+def _run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *, orchestrate: Orchestrator,
+              voice: Voice, require_approval: bool, run_date: datetime | None, dask_address: str | None) -> None:
     request = load(spec_path, ledger_url, output_dir, voice.say, run_date=run_date, dask_address=dask_address)
     ledger, inputs_checked = open_ledger(request)
     with ledger:

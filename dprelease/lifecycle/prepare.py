@@ -64,16 +64,25 @@ class Completed:
     final: Path
 
 
-def load(spec_path: Path, ledger_url: str | None, output_dir: Path, say: Say, *, run_date: datetime | None = None,
-         dask_address: str | None = None) -> Request:
+def output_location(chosen: Path | None, spec: Spec) -> Path:
+    """Where a release of ``spec`` lands, absolute: ``chosen`` (--output-dir) if given, else the
+    spec's ``output_dir:`` (relative to the spec file), else ./outputs of the working directory."""
+    if chosen is not None:
+        return chosen.expanduser().resolve()
+    return spec.output_path or (Path.cwd() / "outputs").resolve()
+
+
+def load(spec_path: Path, ledger_url: str | None, output_dir: Path | None, say: Say, *,
+         run_date: datetime | None = None, dask_address: str | None = None) -> Request:
     """The spec (with the Dask cluster to count on, if given), where its ledger is, and the
-    output directory; warnings about a large δ or a ledger chosen away from the spec's are said."""
+    output directory (:func:`output_location`); warnings about a large δ or a ledger chosen away
+    from the spec's are said."""
     spec = load_spec(spec_path, run_date=run_date)
     if dask_address is not None:  # where the counting runs: not part of the plan (or its approval)
         spec = dataclasses.replace(spec, engine=Engine(kind="dask", address=dask_address))
     for warning in large_delta_warnings(spec):
         say(f"warning: {spec_path}: {warning}")
-    output_dir = output_dir.resolve()
+    output_dir = output_location(output_dir, spec)
     location = resolve_location(ledger_url, spec.ledger, spec.source.resolve().parent)
     if (elsewhere := pinned_elsewhere(spec, location)) is not None:
         say(elsewhere)

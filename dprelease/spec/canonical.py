@@ -8,7 +8,9 @@ that the fingerprints of existing specs, approvals and published releases stay v
 The fingerprint is what a reviewer approves: SHA-256 over canonical JSON of the *resolved*
 spec, with domain files inlined (editing a domain file changes it) and budgets as exact
 fractions (``0.1`` and ``"1/10"`` fingerprint alike). Settings that change nothing released are
-left out: the ledger location, the confidence level of the displayed margins, the cell limit.
+left out: the ledger location, the output directory (``output_dir:``: where a release is written,
+not what it is, so moving a project's outputs keeps its approvals), the confidence level of the
+displayed margins, the cell limit.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from dprelease.spec.sections.dataset import (
     engine,
     ledger,
     na_values,
+    output_dir,
     release,
 )
 from dprelease.spec.sections.privacy import (
@@ -102,6 +103,7 @@ def _build(r: Reader, run_date: datetime) -> Spec | None:
     totals = invariants(r, levels)
     rules = declared_rules(r, by_name, broken)
     ledger_path = ledger(r)
+    outputs = output_dir(r)
     release_name, release_template = release(r, run_date)
     engine_ = engine(r)
     check_safe_names(r)
@@ -129,4 +131,4 @@ def _build(r: Reader, run_date: datetime) -> Spec | None:
                 description=r.get(("description",), str), invariants=totals,
                 local_tables=tuple(local), release_template=release_template,
                 run_date=run_date if release_template else None, engine=engine_, rules=tuple(rules),
-                approval_required=r.get(("approval",), str, "optional") == "required")
+                approval_required=r.get(("approval",), str, "optional") == "required", output_dir=outputs)

@@ -275,6 +275,7 @@ class Spec:
     engine: Engine = Engine()
     approval_required: bool = False  # approval: required (not in the fingerprint: it changes nothing released)
     rules: tuple[Rule, ...] = ()  # declared public facts about every row (structural zeros)
+    output_dir: str | None = None  # as written (not in the fingerprint: where releases land, not what)
 
     @property
     def invariant_levels(self) -> tuple[str, ...]:
@@ -320,6 +321,15 @@ class Spec:
     def symbol(self) -> str:
         """The budget's symbol: ε (pure) or ρ (zcdp)."""
         return "ρ" if self.definition == "zcdp" else "ε"
+
+    @property
+    def output_path(self) -> Path | None:
+        """The spec's ``output_dir:`` as a directory: relative to the spec file's real directory
+        (as the ``ledger:`` path is), ``~`` expanded; None when the spec names none."""
+        if self.output_dir is None:
+            return None
+        written = Path(self.output_dir).expanduser()
+        return (written if written.is_absolute() else self.source.resolve().parent / written).resolve()
 
     def column(self, name: str) -> Column:
         for c in self.columns:

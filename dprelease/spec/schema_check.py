@@ -87,6 +87,10 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
             return [doc.problem(path, f"{error.instance!r} is not allowed; use one of: {allowed}")]
         case "const":
             return [doc.problem(path, f"{error.instance!r} is not supported; only {error.schema['const']!r}")]
+        case "type" | "minLength" if path == ("output_dir",):
+            shown = doc.text(path) if doc.text(path) is not None else _kind(error.instance)
+            return [doc.problem(path, f"{shown!r} is not a directory; write a path relative to this spec file "
+                                "(or absolute), e.g. output_dir: ../outputs")]
         case "type" if isinstance(error.schema["type"], list) and "boolean" in error.schema["type"]:
             return [doc.problem(path, f"expected a single value such as 1 or \"text\", found "
                                 f"{doc.text(path) if doc.text(path) is not None else _kind(error.instance)!r}")]

@@ -1,5 +1,5 @@
-"""The ``dataset:``, ``release:``, ``ledger:`` and ``engine:`` sections: which file is read,
-the names it is released and recorded under, and where it is counted."""
+"""The ``dataset:``, ``release:``, ``ledger:``, ``output_dir:`` and ``engine:`` sections: which file
+is read, the names it is released and recorded under, where it is counted and where it lands."""
 
 from __future__ import annotations
 
@@ -127,6 +127,22 @@ def ledger(r: Reader) -> str | None:
     written = r.get(("ledger",), str)
     if written is not None and "\0" in written:
         r.fail(("ledger",), "contains a NUL byte")
+    return written
+
+
+def output_dir(r: Reader) -> str | None:
+    """Where the spec's releases land, as written (None: --output-dir, else ./outputs). A
+    directory path, relative to the spec file or absolute; not a URL."""
+    written = r.get(("output_dir",), str)
+    if written is None:
+        return None
+    if "\0" in written:
+        r.fail(("output_dir",), "contains a NUL byte")
+    elif "://" in written:
+        r.fail(("output_dir",), f"{written!r} is a URL; releases are written to a directory: give a path "
+               "relative to this spec file, e.g. output_dir: ../outputs")
+    elif not written.strip():
+        r.fail(("output_dir",), "is blank; give a directory relative to this spec file, e.g. output_dir: ../outputs")
     return written
 
 
