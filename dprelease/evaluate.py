@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,8 +54,9 @@ def plan_variances(spec: Spec) -> dict[tuple[str, str | None], float]:
     return noise_variances(measurement_plans(spec))
 
 
-def evaluate(spec: Spec, trials: int) -> list[Row]:
-    """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method."""
+def evaluate(spec: Spec, trials: int, on_trial: Callable[[int], None] | None = None) -> list[Row]:
+    """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method.
+    ``on_trial(k)`` (if given) is called after the k-th of ``trials`` simulated releases (progress)."""
     # modes are categories and means ratios, not counts: errors in persons do not apply (left out here)
     spec = dataclasses.replace(spec, tables=tuple(t for t in spec.tables
                                                   if not isinstance(t.measure, (ModeMeasure, MeanMeasure))))
@@ -65,7 +67,7 @@ def evaluate(spec: Spec, trials: int) -> list[Row]:
     invariants = counts.invariants  # empty unless the spec declares invariants
     cell_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
     total_errors: dict[tuple, list[np.ndarray]] = defaultdict(list)
-    for _ in range(trials):
+    for trial in range(trials):
         noisy = {k: measure_counts(v // plans[k].granularity, plans[k]) for k, v in exact.items()}
         for method in METHODS:
             published = postprocess_release(spec, noisy, variances, method=method,
@@ -79,6 +81,8 @@ def evaluate(spec: Spec, trials: int) -> list[Row]:
                     errors = np.abs(got - true).ravel()
                     cell_errors[(t.name, level, method)].append(errors if measured is None else errors[~measured])
                     total_errors[(t.name, level, method)].append(np.abs(got.sum(1) - true.sum(1)))
+        if on_trial is not None:
+            on_trial(trial + 1)
     rows = []
     for (table, level, method), errs in cell_errors.items():
         cells = np.concatenate(errs)

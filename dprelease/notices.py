@@ -49,3 +49,28 @@ def large_delta_warnings(spec: Any) -> list[str]:
             out.append(f"{what} = {decimal_text(delta)} is large: (ε, δ)-DP may fail outright with probability δ per person; "
                        "choose δ well below 1/(number of persons), e.g. 1e-6 or less")
     return out
+
+
+REPEATED_STATES = ("committed", "reserved", "drawing")  # published, or being published
+
+
+def repeated_table_warnings(release: str, tables: Any, state: Any) -> list[str]:
+    """Tables of ``release`` (names) that an earlier release of the same dataset (``state``, the
+    ledger's ``DatasetState``, or None) already published or is publishing, under another release
+    name: the ledger's charges name each measurement ``table`` or ``table/level``. Publishing a
+    table again is a new measurement of the same people: it spends again, and the two noisy copies
+    average to a more accurate one than either."""
+    if state is None:
+        return []
+    names, out, seen = set(tables), [], set()
+    for run in state.runs:
+        if run.release == release or run.state not in REPEATED_STATES:
+            continue
+        for key, _ in run.charges:
+            table = key.partition("/")[0]
+            if table in names and (table, run.release) not in seen:
+                seen.add((table, run.release))
+                out.append(f"table {table} was already released in release {run.release} ({run.state}): publishing "
+                           "it again spends again (the same people measured twice); drop it from the spec unless "
+                           "a second measurement is intended")
+    return out

@@ -37,6 +37,7 @@ from prefect.artifacts import (  # noqa: E402
     update_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.client.schemas.objects import State  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
 from dprelease.accounting import amount_text, fraction_text  # noqa: E402
@@ -134,10 +135,12 @@ def release_flow(run_id: str, release: str) -> None:
 
 @flow(name="dprelease-scheduled", retries=0, persist_result=False, validate_parameters=False, log_prints=False)
 def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None = None,
-                      require_approval: bool = True) -> None:
+                      require_approval: bool = True) -> State | None:
     """One scheduled run of a release spec: the release is named from the spec's template with the
     run's scheduled start (UTC); the plan must be approved unless the deployment says otherwise.
-    Every refusal (not approved, over budget, already released) fails the run with nothing spent.
+    Every refusal (not approved, over budget, already released, a bad spec or data) fails the run
+    with nothing spent: one ERROR line "refused (exit N): reason" in the run's logs, no traceback
+    (the flow returns a Failed state instead of raising). A bug (exit 1) still raises.
     ``output_dir`` None (or empty): the spec's ``output_dir:``, else ./outputs of the worker's
     working directory."""
     import sys
@@ -145,17 +148,28 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
 
     from prefect import get_run_logger
     from prefect.runtime import flow_run
+    from prefect.states import Failed
 
-    from dprelease.lifecycle import Orchestrator, Voice, run_spec
+    from dprelease.errors import DPReleaseError, ExitCode
+    from dprelease.lifecycle import Orchestrator, RunFailed, Voice, run_spec
 
     start = flow_run.scheduled_start_time
     run_date = start.astimezone(timezone.utc) if start is not None else None
     logger = get_run_logger()
     voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
     record = {"kind": "prefect", "api": os.environ.get("PREFECT_API_URL", ""), "chosen_by": "schedule"}
-    run_spec(Path(spec_path), ledger, Path(output_dir) if output_dir else None,
-             orchestrate=Orchestrator(run_release, record), voice=voice,
-             require_approval=require_approval, run_date=run_date)
+    try:
+        run_spec(Path(spec_path), ledger, Path(output_dir) if output_dir else None,
+                 orchestrate=Orchestrator(run_release, record), voice=voice, require_approval=require_approval,
+                 run_date=run_date)
+    except (DPReleaseError, RunFailed) as exc:
+        if exc.exit_code == ExitCode.INTERNAL:
+            raise
+        what = "failed" if isinstance(exc, RunFailed) else "refused"  # RunFailed: reserved, then voided
+        message = f"{what} (exit {int(exc.exit_code)}): {exc}"
+        logger.error(message)
+        return Failed(message=message)
+    return None
 
 
 def is_cron(cron: str) -> bool:

@@ -276,3 +276,40 @@ def test_means_under_zcdp_and_approx(tmp_path):
     total, count = plan.tables[0].noise.sum, plan.tables[0].noise.count
     assert (total.delta, count.delta) == (Fraction(1, 4 * 10**6), Fraction(1, 4 * 10**6))  # half of the table's 1/2
     assert plan.tables[0].delta == Fraction(1, 2 * 10**6) and plan.charge.delta == Fraction(1, 10**6)
+
+
+def test_evaluate_shows_progress_per_trial_on_a_terminal_only(tmp_path, cli, monkeypatch):
+    """evaluate calls back after each trial; the CLI draws a rich bar on stderr only when stderr is
+    a terminal (the captured, non-terminal stderr of the CLI run above gets no bar)."""
+    import io
+
+    from dprelease.cli.simulate_cmds import _trial_progress
+    from dprelease.evaluate import evaluate
+    from dprelease.spec import load_spec
+
+    done: list[int] = []
+    evaluate(load_spec(write(tmp_path)), 3, on_trial=done.append)
+    assert done == [1, 2, 3]
+
+    result = cli("evaluate", write(tmp_path), "--trials", "2", "--ledger", tmp_path / "none.sqlite")
+    assert result.code == 0, result
+    assert "━" not in result.stderr and "\x1b" not in result.stderr, result.stderr
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    monkeypatch.setenv("TERM", "xterm")
+    with _trial_progress("acs: simulated releases", 4) as on_trial:
+        assert on_trial is not None
+        for k in range(1, 5):
+            on_trial(k)
+    assert "acs: simulated releases" in terminal.getvalue(), terminal.getvalue()
+
+    pipe = io.StringIO()
+    monkeypatch.setattr("sys.stderr", pipe)
+    with _trial_progress("acs: simulated releases", 4) as on_trial:
+        assert on_trial is None
+    assert pipe.getvalue() == ""

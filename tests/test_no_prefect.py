@@ -46,3 +46,14 @@ def test_importing_the_package_does_not_import_prefect():
                            "dprelease.ledger, dprelease.cli; assert 'prefect' not in sys.modules"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_version_prints_the_package_version_and_exits_0(cli):
+    from dprelease import __version__
+
+    result = cli("--version")
+    assert result.code == 0, result
+    assert result.stdout == f"dprelease {__version__}\n"
+    proc = run_probe(["--version"])  # and it does not import Prefect
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"dprelease {__version__}", "NO-PREFECT-OK"]

@@ -182,3 +182,33 @@ def test_an_approx_plan_shows_its_epsilon_and_its_delta_each_on_its_own_line(tmp
     validated = cli("validate", path)
     assert "total ε = 2 of 7/4" in validated.stdout
     assert "the tables' ε sum to 2, over the release budget of 7/4 by 1/4" in validated.stderr
+
+
+def test_plan_warns_when_a_release_repeats_an_earlier_releases_tables(tmp_path, cli):
+    """The same tables of the same dataset under a new release name spend again: plan says so
+    (stderr, and "warnings" in --json) for each committed or reserved earlier release; a voided
+    one, and the release itself, are not repeats."""
+    spec = write_spec(tmp_path, THREE)
+    ledger = Ledger.open(resolve_location(), create=True)
+    first = ledger.reserve(dataset="three-tables-data", release="three-tables-v1",
+                           charges=[("a", PureDP(Fraction(1, 10))), ("c/state", PureDP(Fraction(1, 10))),
+                                    ("z", PureDP(Fraction(1, 10)))],
+                           spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(Fraction(10)))
+    ledger.commit(first.run_id, data_fingerprint="sha256:d")
+    voided = ledger.reserve(dataset="three-tables-data", release="three-tables-v0", charges=[("b", PureDP(Fraction(1)))],
+                            spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(Fraction(10)))
+    ledger.void(voided.run_id, reason="never ran")
+    ledger.close()
+    result, plan = plan_json(cli, spec)
+    assert result.code == 0, result
+    assert plan["warnings"] == [
+        f"table {t} was already released in release three-tables-v1 (committed): publishing it again spends again "
+        "(the same people measured twice); drop it from the spec unless a second measurement is intended"
+        for t in ("a", "c")]
+    text = cli("plan", spec)
+    assert text.code == 0, text
+    assert text.stderr.count("was already released") == 2
+    assert "table a was already released in release three-tables-v1 (committed)" in text.stderr
+
+    fresh, plan = plan_json(cli, write_spec(tmp_path, THREE.replace("three-tables-data", "other-data"), "other.yaml"))
+    assert fresh.code == 0 and plan["warnings"] == [], fresh

@@ -102,6 +102,11 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
             deployment(url, "unapproved-test")), 120, "the second deployment")
         refused = trigger_and_wait(url, other["id"])
         assert refused["state"]["type"] == "FAILED" and "not approved" in refused["state"]["message"], refused["state"]
+        assert refused["state"]["message"].startswith("refused (exit 5): "), refused["state"]
+        logs = wait_for(lambda: (lambda found: found if any(g["level"] >= 40 for g in found) else None)(
+            api(url, "/logs/filter", {"logs": {"flow_run_id": {"any_": [refused["id"]]}}})), 60, "the run's logs")
+        assert [g["message"] for g in logs if g["level"] >= 40] == [refused["state"]["message"]], logs
+        assert not any("Traceback" in g["message"] for g in logs), logs
         assert not any(p.name.startswith("acs-monthly-other") for p in out.iterdir())
         opened = Ledger.open(resolve_location(str(ledger)), create=False)
         assert opened.state("nist-acs-national-2019").spent == PureDP(1)  # nothing spent by the refusal
@@ -306,3 +311,50 @@ def test_cron_firings():
     assert firings("@weekly", start, 1) == [datetime(2027, 3, 7)]  # Sunday
     for bad in ("bad", "0 3 * *", "61 * * * *", "0 3 * * 8", "0 3 L * *"):
         assert firings(bad, start, 1) is None, bad
+
+
+def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceback(tmp_path, monkeypatch):
+    """The flow's body, called directly: a refusal (here: over budget) is one ERROR record with the
+    reason and the exit code, no exc_info, and the flow returns a Failed state (so Prefect prints no
+    traceback); a bug (exit 1) still raises."""
+    import logging
+
+    import prefect
+    from prefect.states import State
+
+    import dprelease.lifecycle
+    from dprelease import orchestrate
+    from dprelease.errors import InternalError, OverBudgetError
+
+    logger = logging.getLogger("test-scheduled-run")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
+    raised: list[Exception] = [OverBudgetError("acs-2020 needs ε = 1 but only 1/2 remains")]
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise raised[0]
+
+    monkeypatch.setattr(dprelease.lifecycle, "run_spec", refuse)
+    try:
+        state = orchestrate.scheduled_release.fn(str(tmp_path / "spec.yaml"), None, str(tmp_path / "out"))
+        assert isinstance(state, State) and state.is_failed()
+        assert state.message == "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains"
+        errors = [r for r in records if r.levelno >= logging.WARNING]
+        assert [(r.levelname, r.getMessage()) for r in errors] == [
+            ("ERROR", "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains")]
+        assert errors[0].exc_info is None and errors[0].exc_text is None
+
+        raised[0] = InternalError("a broken invariant")
+        records.clear()
+        try:
+            orchestrate.scheduled_release.fn(str(tmp_path / "spec.yaml"), None, str(tmp_path / "out"))
+        except InternalError:
+            pass
+        else:
+            raise AssertionError("a bug must raise, with its traceback")
+        assert not [r for r in records if r.levelno >= logging.ERROR]
+    finally:
+        logger.removeHandler(handler)

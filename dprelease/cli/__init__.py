@@ -36,5 +36,19 @@ server_app.command("stop")(server_cmds.server_stop)
 server_app.command("status")(server_cmds.server_status)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from dprelease import __version__
+
+        typer.echo(f"dprelease {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print the version (dprelease X.Y.Z) and exit.")) -> None:
+    """Declarative, census-style releases of differentially private tables."""
+
+
 def main() -> None:
     app()

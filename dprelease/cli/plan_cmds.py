@@ -22,7 +22,7 @@ from dprelease.cli.common import (
     spec_location,
 )
 from dprelease.errors import ExitCode, SpecError, UserError
-from dprelease.notices import large_delta_warnings, ledger_line, pinned_elsewhere
+from dprelease.notices import large_delta_warnings, ledger_line, pinned_elsewhere, repeated_table_warnings
 
 
 @handled
@@ -122,7 +122,8 @@ def plan(
 
         refuse_unpinned_new_ledger(spec, location)
     the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
-    for warning in large_delta_warnings(spec):
+    warnings = large_delta_warnings(spec) + repeated_table_warnings(spec.release, [t.name for t in spec.tables], state)
+    for warning in warnings:
         say(f"warning: {spec_path}: {warning}")
     if allocate:
         _print_allocation(the_plan, _weights(weights), targets if isinstance(targets, dict) else {}, as_json)
@@ -134,6 +135,7 @@ def plan(
 
     if as_json:
         shown = plan_json(the_plan, location, exists, ledger_id)
+        shown["warnings"] = warnings
         if tradeoff:
             from dprelease.cli.tradeoff_view import tradeoff_json
             from dprelease.plan.tradeoff import plan_curves

@@ -5,6 +5,9 @@ post-processing methods against it (NOT PRIVATE: its output describes the exact 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -99,11 +102,30 @@ def evaluate(
     say(f"{NOT_PRIVATE}: {trials} simulated releases of {spec.release}; recorded in the ledger as an evaluation in "
         "the open (a later release of this data will say so)")
     command = " ".join(["dprelease evaluate", str(spec_path), "--trials", str(trials)])
-    text = report_md(spec, run_evaluation(spec, trials), trials, command)
+    with _trial_progress(f"{spec.release}: simulated releases", trials) as on_trial:
+        rows = run_evaluation(spec, trials, on_trial=on_trial)
+    text = report_md(spec, rows, trials, command)
     print(text)
     if output is not None:
         _write_private(output, text)
         say(f"report written to {output} (owner-only; not for publication)")
+
+
+@contextmanager
+def _trial_progress(description: str, total: int) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr while the trials run, for an interactive terminal only (pipes,
+    files and tests get nothing); it is removed when the trials end."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console as RichConsole
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), TimeRemainingColumn(), console=RichConsole(stderr=True), transient=True)
+    task = bar.add_task(description, total=total)
+    with bar:
+        yield lambda done: bar.update(task, completed=done)
 
 
 def _write_private(path: Path, text: str) -> None:
