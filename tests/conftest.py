@@ -1,10 +1,16 @@
-"""Shared fixtures. Every test gets its own ledger location: none ever touches a real one."""
+"""Shared fixtures. The suite leaves the user's state alone: from before collection (so before
+anything imports Prefect) HOME, PREFECT_HOME, Prefect's profiles, the XDG directories and the
+ledger point into a temporary directory of the session's, and PREFECT_API_URL/PREFECT_PROFILE
+are unset; every test then gets its own ledger location and Prefect profiles file on top.
+``tests/test_user_state.py`` proves it."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,16 +21,65 @@ SPECS = Path(__file__).resolve().parent / "specs"
 
 pytest_plugins = ["tests.postgres", "tests.prefect_server"]
 
+# What the user's own environment may set that would point a test at the user's state (or at
+# the user's Prefect server): unset for the session. Tests that need one set it themselves.
+USER_STATE_VARIABLES = ("PREFECT_API_URL", "PREFECT_API_KEY", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH",
+                        "PREFECT_HOME", "DPRELEASE_LEDGER", "DPRELEASE_LEDGER_KEY", "XDG_DATA_HOME",
+                        "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "MPLCONFIGDIR")
+_saved_environment: dict[str, str | None] = {}
+_session_home: str | None = None
+
+
+def pytest_configure(config):
+    """Before collection, so before any test module imports Prefect (which reads its settings and
+    the active profile once, at import): HOME and everything under it are a session temporary
+    directory's (writable: Prefect keeps its database there), never the user's."""
+    global _session_home
+    if _session_home is not None:
+        return
+    _session_home = tempfile.mkdtemp(prefix="dprelease-tests-")
+    home = Path(_session_home)
+    for name in ("HOME", *USER_STATE_VARIABLES):
+        _saved_environment[name] = os.environ.pop(name, None)
+    paths = {"HOME": home / "home", "PREFECT_HOME": home / "prefect-home",
+             "PREFECT_PROFILES_PATH": home / "prefect-home" / "profiles.toml",
+             "XDG_DATA_HOME": home / "xdg-data", "XDG_CONFIG_HOME": home / "xdg-config",
+             "XDG_CACHE_HOME": home / "xdg-cache", "XDG_STATE_HOME": home / "xdg-state",
+             "DPRELEASE_LEDGER": home / "xdg-data" / "dprelease" / "session-ledger.sqlite"}
+    for name, path in paths.items():
+        (path.parent if name in ("PREFECT_PROFILES_PATH", "DPRELEASE_LEDGER") else path).mkdir(parents=True,
+                                                                                                exist_ok=True)
+        os.environ[name] = str(path)
+
+
+def pytest_unconfigure(config):
+    global _session_home
+    if _session_home is None:
+        return
+    for name, value in _saved_environment.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    shutil.rmtree(_session_home, ignore_errors=True)
+    _session_home = None
+
 
 @pytest.fixture(autouse=True)
 def isolated_ledger(tmp_path_factory, monkeypatch):
     """Every test's ledger is a fresh one: $DPRELEASE_LEDGER (a pinned location, where a run may
     create a ledger) names it, and the per-user default and the keys of database ledgers point at
-    fresh directories too. Tests of the default location or of a spec's ``ledger:`` unset it."""
+    fresh directories too (and so does ``dprelease server``'s record, ``server.json`` beside the
+    default ledger). Tests of the default location or of a spec's ``ledger:`` unset it. Prefect's
+    profiles file is the test's own (none: no profile names a server) and no PREFECT_API_URL is
+    set unless a test sets one (``run_env`` does, for its child runs)."""
     home = tmp_path_factory.mktemp("xdg")
     monkeypatch.setenv("XDG_DATA_HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
     monkeypatch.delenv("DPRELEASE_LEDGER_KEY", raising=False)
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(tmp_path_factory.mktemp("prefect-profiles") / "profiles.toml"))
+    for name in ("PREFECT_API_URL", "PREFECT_API_KEY", "PREFECT_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
     path = home / "dprelease" / "ledger.sqlite"
     monkeypatch.setenv("DPRELEASE_LEDGER", str(path))
     return path
