@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from dprelease.cli import ledger_cmds, plan_cmds, release_cmds, server_cmds, simulate_cmds
+from dprelease.cli import init_cmds, ledger_cmds, plan_cmds, release_cmds, server_cmds, simulate_cmds
 
 app = typer.Typer(name="dprelease", add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -23,7 +23,7 @@ server_app = typer.Typer(no_args_is_help=True, help="Keep one local Prefect serv
                          "flow runs without a server's start-up each time.")
 app.add_typer(server_app, name="server")
 
-for command in (plan_cmds.validate, plan_cmds.plan, release_cmds.run, release_cmds.postprocess,
+for command in (init_cmds.init, plan_cmds.validate, plan_cmds.plan, release_cmds.run, release_cmds.postprocess,
                 release_cmds.schedule, release_cmds.report, simulate_cmds.randomize, simulate_cmds.evaluate):
     app.command()(command)
 ledger_app.callback()(ledger_cmds.ledger_show)
