@@ -116,3 +116,12 @@ def test_a_bad_dictionary_is_a_clear_error(tmp_path, cli):
     assert result.code == 2 and "no such dictionary file" in result.stderr
     result = cli("init", tmp_path / "nope.csv", "--output", spec)
     assert result.code == 2 and "no such data file" in result.stderr
+
+
+def test_init_does_not_import_prefect(tmp_path):
+    from tests.test_no_prefect import run_probe  # its probe is shown to fail by test_the_probe_can_fail
+
+    proc = run_probe(["init", str(NIST / "national2019.csv"), "--dictionary", str(NIST / "data_dictionary.json"),
+                      "--output", str(tmp_path / "nist.yaml")])
+    assert proc.returncode == 0, proc.stderr
+    assert "NO-PREFECT-OK" in proc.stdout and (tmp_path / "nist.yaml").exists()

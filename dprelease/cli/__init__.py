@@ -3,7 +3,7 @@
 Exit codes, the same for every command: 0 ok; 1 internal error (a bug); 2 invalid usage,
 spec or data; 3 over budget; 4 already released or reserved; 5 not approved.
 
-``validate``, ``plan``, ``ledger``, ``server`` and an inline ``run`` never import Prefect (it costs
+``init``, ``validate``, ``plan``, ``ledger``, ``server`` and an inline ``run`` never import Prefect (it costs
 over a second).
 """
 
