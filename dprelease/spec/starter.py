@@ -209,7 +209,8 @@ def scan(path: Path, columns: list[StarterColumn], na_values: set[str]) -> list[
         else:
             lo, hi = c.range  # type: ignore[misc]
             bad = {v: n for v, n in seen.items() if v not in na_values and v != ""
-                   and not (re.fullmatch(r"-?\d+", v) and lo <= int(v) <= hi)}
+                   and not (re.fullmatch(r"[+-]?[0-9]{1,18}(\.0*)?", v) and lo <= int(v.split(".")[0]) <= hi)}  # "15400.0"
+                                                                                    # is whole, as the reader takes it
             what = f"value(s) that are not whole numbers in the range [{lo}, {hi}]"
         if bad:
             examples = sorted(bad, key=lambda v: (-bad[v], v))[:EXAMPLES]
