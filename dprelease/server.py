@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from dprelease.errors import UserError
-from dprelease.ledger.lease import pid_exists, process_start
-from dprelease.ledger.location import default_path
+from dprelease.processes import alive, data_dir, pid_exists, process_start
 
 MODES = ("auto", "prefect", "inline")
 START_TIMEOUT = 120.0  # seconds: a first start migrates a new PREFECT_HOME's database (~15 s here)
@@ -47,14 +46,14 @@ class Server:
     """A local Prefect server started by ``dprelease server start``."""
 
     pid: int
-    start: str  # the process's start token (see dprelease.ledger.lease.process_start)
+    start: str  # the process's start token (see dprelease.processes.process_start)
     url: str  # its API, e.g. http://127.0.0.1:4200/api
     started_at: str
     log: str
     prefect_home: str
 
     def running(self) -> bool:
-        return pid_exists(self.pid) and (not self.start or process_start(self.pid) == self.start)
+        return alive(self.pid, self.start)
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class Choice:
 
 
 def state_file() -> Path:
-    return default_path().parent / "server.json"
+    return data_dir() / "server.json"
 
 
 def recorded() -> Server | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dprelease import server
+from dprelease.cli import warm
 from dprelease.errors import UserError
 from dprelease.ledger import Ledger, resolve_location
 from tests.conftest import ROOT
@@ -125,6 +126,8 @@ def test_the_day_server_starts_is_used_and_stops(tmp_path, monkeypatch):
         kept = server.recorded()
         assert kept is not None and kept.url.startswith("http://127.0.0.1:") and f"PID {kept.pid}" in started.stdout
         assert oct(server.state_file().stat().st_mode & 0o777) == "0o600"
+        runner = warm.recorded()  # and a warm runner beside it, for the same server
+        assert runner is not None and runner.api == kept.url and f"warm runner: started (PID {runner.pid}" in started.stdout
         again = cli("server", "start")
         assert again.returncode == 0 and "already running" in again.stdout and server.recorded() == kept
         status = cli("server", "status")
@@ -133,13 +136,17 @@ def test_the_day_server_starts_is_used_and_stops(tmp_path, monkeypatch):
         proc = run(_spec(tmp_path, "on-the-day-server"), "--output-dir", out, env=env)
         assert proc.returncode == 0, proc.stderr
         assert f"running as a Prefect flow run at {kept.url}" in proc.stderr
+        assert f"in its warm runner, PID {runner.pid}" in proc.stderr
         record = json.loads((out / "_internal" / "on-the-day-server" / "run.json").read_text())
         assert record["orchestrator"]["chosen_by"] == f"dprelease server (PID {kept.pid})"
+        assert record["orchestrator"]["process"] == f"warm runner (PID {runner.pid})"
+        assert f"warm runner: PID {runner.pid}" in status.stdout
         assert record["prefect_flow_run_id"]
     finally:
         stopped = cli("server", "stop")
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
     assert server.recorded() is None and not server.state_file().exists()
+    assert warm.recorded() is None and not warm.record_file().exists() and not Path(runner.socket).exists()
     assert not os.path.exists(f"/proc/{kept.pid}") or "Z" in Path(f"/proc/{kept.pid}/stat").read_text().split()[2]
     assert "runs (--orchestrator auto): inline" in cli("server", "status").stdout
 

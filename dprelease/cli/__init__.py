@@ -1,54 +1,35 @@
-"""The ``dprelease`` command line: builds the typer app from the command modules.
+"""The ``dprelease`` command line. :func:`main` first offers a ``run`` to the warm runner that
+``dprelease server start`` keeps (:mod:`dprelease.cli.handoff`: Prefect already imported there,
+so the run does not pay for the import); otherwise, and for every other command, it builds the
+typer app (:mod:`dprelease.cli.commands`) here.
 
 Exit codes, the same for every command: 0 ok; 1 internal error (a bug); 2 invalid usage,
 spec or data; 3 over budget; 4 already released or reserved; 5 not approved.
-
-``init``, ``validate``, ``plan``, ``ledger``, ``server`` and an inline ``run`` never import Prefect (it costs
-over a second).
 """
 
 from __future__ import annotations
 
-import typer
+import sys
+from typing import TYPE_CHECKING, Any
 
-from dprelease.cli import init_cmds, ledger_cmds, plan_cmds, release_cmds, server_cmds, simulate_cmds
-
-app = typer.Typer(name="dprelease", add_completion=False, no_args_is_help=True,
-                  pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="Declarative, census-style releases of differentially private tables.")
-ledger_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
-                         help="Show lifetime budgets and releases per dataset, or change a cap.")
-app.add_typer(ledger_app, name="ledger")
-server_app = typer.Typer(no_args_is_help=True, help="Keep one local Prefect server for the day, so runs are "
-                         "flow runs without a server's start-up each time.")
-app.add_typer(server_app, name="server")
-
-for command in (init_cmds.init, plan_cmds.validate, plan_cmds.plan, release_cmds.run, release_cmds.postprocess,
-                release_cmds.schedule, release_cmds.report, simulate_cmds.randomize, simulate_cmds.evaluate):
-    app.command()(command)
-ledger_app.callback()(ledger_cmds.ledger_show)
-ledger_app.command("set-budget")(ledger_cmds.ledger_set_budget)
-ledger_app.command("register-answers")(ledger_cmds.ledger_register_answers)
-ledger_app.command("require-approval")(ledger_cmds.ledger_require_approval)
-ledger_app.command("resolve")(ledger_cmds.ledger_resolve)
-server_app.command("start")(server_cmds.server_start)
-server_app.command("stop")(server_cmds.server_stop)
-server_app.command("status")(server_cmds.server_status)
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        from dprelease import __version__
-
-        typer.echo(f"dprelease {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                          help="Print the version (dprelease X.Y.Z) and exit.")) -> None:
-    """Declarative, census-style releases of differentially private tables."""
+if TYPE_CHECKING:
+    from dprelease.cli.commands import app as app
 
 
 def main() -> None:
+    from dprelease.cli.handoff import hand_off
+
+    code = hand_off(sys.argv[1:])
+    if code is not None:
+        raise SystemExit(code)
+    from dprelease.cli.commands import app
+
     app()
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: the typer app is built on first use
+    if name == "app":
+        from dprelease.cli.commands import app
+
+        return app
+    raise AttributeError(f"module 'dprelease.cli' has no attribute {name!r}")

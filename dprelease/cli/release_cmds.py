@@ -27,6 +27,7 @@ from dprelease.cli.common import (
     show,
     spec_location,
 )
+from dprelease.cli.handoff import CHILD_FLAG
 from dprelease.errors import UserError
 from dprelease.ledger import resolve_location
 
@@ -73,6 +74,7 @@ def run(
     from dprelease import server
 
     choice = server.choose(orchestrator)
+    runner = os.environ.get(CHILD_FLAG)  # this process is a warm runner's child (dprelease.cli.handoff)
     voice = Voice(say=say, show=show, error=_error)
     record = choice.record()
     with contextlib.ExitStack() as stack:
@@ -94,10 +96,13 @@ def run(
                     api = stack.enter_context(server.temporary())
                 else:
                     server.check_api(api)
-                    if orchestrator == "auto":
-                        say(f"running as a Prefect flow run at {api} ({choice.how})")
+                    if orchestrator == "auto" or runner:
+                        say(f"running as a Prefect flow run at {api} ({choice.how}" +
+                            (f"; in its warm runner, PID {runner})" if runner else ")"))
                 os.environ["PREFECT_API_URL"] = api
                 record["api"] = api
+                if runner:
+                    record["process"] = f"warm runner (PID {runner})"
 
             chosen = Orchestrator(_orchestrate, record, ready)
         try:

@@ -17,12 +17,15 @@ def server_start(
 ) -> None:
     """Start a local Prefect server (on 127.0.0.1, detached) that `dprelease run` uses until it is stopped."""
     from dprelease import server
+    from dprelease.cli import warm
 
     if server.recorded() is None:
         say("starting a Prefect server on 127.0.0.1 (the first start on a new PREFECT_HOME migrates its database) ...")
     running, already = server.start(port)
     out.print(f"{'already running' if already else 'started'}: {running.url} (PID {running.pid}, log {running.log})",
               markup=False)
+    _, said = warm.start(running.url)
+    out.print(said, markup=False)
     out.print("dprelease run now runs releases as flow runs there; `dprelease server stop` ends it", markup=False)
 
 
@@ -30,7 +33,9 @@ def server_start(
 def server_stop() -> None:
     """Stop the server `dprelease server start` started."""
     from dprelease import server
+    from dprelease.cli import warm
 
+    warm.stop()
     stopped = server.stop()
     out.print(f"stopped {stopped.url} (PID {stopped.pid})" if stopped else "no server was running", markup=False)
 
@@ -39,6 +44,8 @@ def server_stop() -> None:
 def server_status() -> None:
     """Whether the server runs, and what `dprelease run` will use (Prefect there, or inline)."""
     from dprelease import server
+    from dprelease.cli import warm
 
     for line in server.status_lines():
         out.print(line, markup=False)
+    out.print(warm.status_line(), markup=False)

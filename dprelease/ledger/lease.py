@@ -19,8 +19,9 @@ import socket
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Callable
+
+from dprelease.processes import pid_exists, process_start
 
 HEARTBEAT_SECONDS = 5.0
 TTL = timedelta(seconds=60)  # a lease from another host lapses this long after its last heartbeat
@@ -37,17 +38,6 @@ def this_process() -> Holder:
     return Holder(socket.gethostname(), os.getpid(), process_start(os.getpid()))
 
 
-def process_start(pid: int) -> str:
-    """A token that differs between two processes that had the same PID (Linux /proc), or ""."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3
-    return f"{boot}:{fields[19]}"  # field 22: starttime
-
-
 def may_be_alive(holder: Holder, renewed_at: str, now: datetime | None = None) -> str | None:
     """Why the holder may still be running (a sentence), or None when it certainly is not."""
     if holder.host == socket.gethostname():
@@ -62,22 +52,6 @@ def may_be_alive(holder: Holder, renewed_at: str, now: datetime | None = None) -
         return (f"its process {holder.pid} on {holder.host} renewed its lease at {renewed_at[:19]} UTC; "
                 f"it lapses {int(TTL.total_seconds())} s after the last renewal")
     return None
-
-
-def pid_exists(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat[stat.rindex(")") + 2:].startswith("Z"):  # a zombie: exited, not yet reaped
-            return False
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    return True
 
 
 class Heartbeat:

@@ -22,6 +22,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from dprelease.errors import LedgerError
+from dprelease.processes import data_dir
 
 ENV = "DPRELEASE_LEDGER"
 
@@ -54,9 +55,7 @@ class LedgerLocation:
 
 
 def default_path() -> Path:
-    xdg = os.environ.get("XDG_DATA_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
-    return base / "dprelease" / "ledger.sqlite"
+    return data_dir() / "ledger.sqlite"
 
 
 def resolve_location(cli: str | None = None, spec_value: str | None = None,

@@ -1,0 +1,52 @@
+"""Processes and the user's data directory, with the standard library alone: cheap to import,
+so the ``dprelease`` command can decide where a run goes before it loads anything heavy.
+
+A PID alone does not name a process (PIDs are reused), so a recorded process is named by its
+PID and :func:`process_start`'s token.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    """dprelease's per-user data directory: ``$XDG_DATA_HOME/dprelease`` (an absolute
+    XDG_DATA_HOME only), else ``~/.local/share/dprelease``. The default ledger, the day
+    server's record and the warm runner's socket live here."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "dprelease"
+
+
+def process_start(pid: int) -> str:
+    """A token that differs between two processes that had the same PID (Linux /proc), or ""."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3
+    return f"{boot}:{fields[19]}"  # field 22: starttime
+
+
+def pid_exists(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat[stat.rindex(")") + 2:].startswith("Z"):  # a zombie: exited, not yet reaped
+            return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
+def alive(pid: int, start: str) -> bool:
+    """Whether the process recorded as (``pid``, ``start``) still runs (not a later one that reused the PID)."""
+    return pid_exists(pid) and (not start or process_start(pid) == start)
