@@ -20,11 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from dprelease.cli import handoff, warm
+from dprelease.cli import handoff, warm, warm_loop
 from tests.conftest import ROOT
 from tests.prefect_server import quiet_prefect_env
 from tests.test_orchestrators import DATASET, _ledger_rows, _published
 from tests.test_run import _spec, child_env, run
+
+
+FAULTY = "tests.faulty_runner"  # the runner with tests/faulty_runner.py's hook: runs pause where a test says
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +36,25 @@ def warm_env(prefect_server, tmp_path_factory):
     (recorded in a data directory of this module's own)."""
     base = tmp_path_factory.mktemp("warm")
     env = child_env({**quiet_prefect_env(base / "prefect-home"), "PREFECT_API_URL": prefect_server,
-                     "XDG_DATA_HOME": str(base / "xdg")})
-    started = _python("from dprelease.cli import warm; import os; runner, said = warm.start(os.environ['PREFECT_API_URL']);"
-                      " print(said); print(runner.pid)", env)
-    assert started.returncode == 0 and "warm runner: started" in started.stdout, started.stderr + started.stdout
+                     "XDG_DATA_HOME": str(base / "xdg"), "PYTHONPATH": str(ROOT)})
+    started = _start(env)
+    assert "warm runner: started" in started.stdout, started.stderr + started.stdout
     yield env
+    last = _runner(env)
     _python("from dprelease.cli import warm; warm.stop()", env)
+    try:  # whatever a failed test left behind: the runner's process group (its runs included)
+        os.killpg(last.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _start(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return _python(f"from dprelease.cli import warm; import os; print(warm.start(os.environ['PREFECT_API_URL'], "
+                   f"{FAULTY!r})[1])", env)
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 
 def _runner(env: dict[str, str]) -> warm.Runner:
@@ -50,21 +62,24 @@ def _runner(env: dict[str, str]) -> warm.Runner:
     return warm.Runner(**record)
 
 
-def _children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(c) for c in path.read_text().split()] if path.exists() else []
-
-
-def _stopped_child(runner: warm.Runner, client: subprocess.Popen[str]) -> int:
-    """The runner's child running ``client``'s command, stopped (SIGSTOP) as soon as it exists."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for child in _children(runner.pid):
-            os.kill(child, signal.SIGSTOP)
-            return child
+def _paused_run(tmp_path: Path, env: dict[str, str], release: str, resume: bool = False
+                ) -> tuple[subprocess.Popen[str], int, Path, Path]:
+    """A handed-over run paused after its reservation (the fault hook at ``histogram``): (its
+    client, the run's PID, its ledger, its output directory). ``resume``: it goes on once
+    ``tmp_path / "resume"`` exists."""
+    flag, ledger, out = tmp_path / "flag", tmp_path / "l.sqlite", tmp_path / "out"
+    extra = {"DPRELEASE_LEDGER": str(ledger), "DPRELEASE_FAULT_AT": "histogram", "DPRELEASE_FAULT_FLAG": str(flag)}
+    if resume:
+        extra["DPRELEASE_FAULT_RESUME"] = str(tmp_path / "resume")
+    client = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(_spec(tmp_path, release)),
+                               "--output-dir", str(out)], cwd=ROOT, env={**env, **extra},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not flag.exists() or not flag.read_text():
         assert client.poll() is None, client.communicate()
-        time.sleep(0.005)
-    raise AssertionError("no child appeared")
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return client, int(flag.read_text()), ledger, out
 
 
 def _gone(pid: int, timeout: float = 60) -> bool:
@@ -79,7 +94,7 @@ def _gone(pid: int, timeout: float = 60) -> bool:
     return False
 
 
-def _open_runs(ledger: Path) -> list[str]:
+def _runs(ledger: Path) -> list[str]:
     from dprelease.ledger import Ledger, resolve_location
 
     opened = Ledger.open(resolve_location(str(ledger)), create=False)
@@ -87,7 +102,7 @@ def _open_runs(ledger: Path) -> list[str]:
         return []
     with opened:
         state = opened.state(DATASET)
-    return [] if state is None else [r.state for r in state.runs if r.state not in ("voided", "failed")]
+    return [] if state is None else [r.state for r in state.runs]
 
 
 def test_the_runner_listens_on_an_owner_only_socket(warm_env):
@@ -131,49 +146,83 @@ def test_a_run_handed_to_the_runner_publishes_what_an_inline_run_does(tmp_path, 
 
 
 def test_the_childs_exit_code_and_streams_are_the_clients(tmp_path, warm_env):
+    """A refused run (over budget: exit 3) handed over: its message on the client's stderr, its
+    exit code the client's, its relative paths resolved in the client's directory; and it ran in
+    the runner (the client never imported typer, which parses the command)."""
     spec = _spec(tmp_path, "too-big-warm", epsilon="3.5", lifetime="4")
-    proc = run(spec, "--output-dir", tmp_path / "out", env={**warm_env, "DPRELEASE_LEDGER": str(tmp_path / "l.sqlite")})
+    script = ("import sys\nfrom dprelease.cli import main\nsys.argv = ['dprelease', *sys.argv[1:]]\ntry:\n    main()\n"
+              "except SystemExit as e:\n    code = e.code\nprint('typer' in sys.modules, file=sys.stderr)\n"
+              "sys.exit(code)\n")
+    proc = subprocess.run([sys.executable, "-c", script, "run", spec.name, "--output-dir", "here"], cwd=spec.parent,
+                          env={**warm_env, "DPRELEASE_LEDGER": str(tmp_path / "l.sqlite")}, capture_output=True,
+                          text=True, timeout=180)
     assert proc.returncode == 3, proc.stderr
     assert "The data was not read" in proc.stderr and "not using the warm runner" not in proc.stderr
-    assert not (tmp_path / "out").exists()
-    relative = subprocess.run([sys.executable, "-m", "dprelease", "run", spec.name, "--output-dir", "here"], cwd=spec.parent,
-                              env={**warm_env, "DPRELEASE_LEDGER": str(tmp_path / "l2.sqlite")}, capture_output=True,
-                              text=True, timeout=180)  # the client's working directory resolves its paths
-    assert relative.returncode == 3 and "The data was not read" in relative.stderr, relative.stderr
+    assert proc.stderr.strip().endswith("False"), proc.stderr  # typer was never imported here
+    assert not (spec.parent / "here").exists()
 
 
 def test_a_client_that_dies_ends_its_run_which_settles(tmp_path, warm_env):
-    """SIGKILL to the client (no chance to forward anything): the runner sees its connection
-    close and sends the run SIGTERM, which settles the reservation; nothing is published."""
-    runner, ledger, out = _runner(warm_env), tmp_path / "l.sqlite", tmp_path / "out"
-    client = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(_spec(tmp_path, "client-killed")),
-                               "--output-dir", str(out)], cwd=ROOT, env={**warm_env, "DPRELEASE_LEDGER": str(ledger)},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
-    child = _stopped_child(runner, client)
+    """SIGKILL to the client of a run paused after its reservation: the runner sees the
+    connection close and sends the run SIGTERM, which voids the reservation (no noise was drawn);
+    nothing is published; the runner itself is unaffected."""
+    client, child, ledger, out = _paused_run(tmp_path, warm_env, "client-killed")
+    assert _runs(ledger) == ["reserved"]
     client.kill()
-    client.wait()
-    time.sleep(0.5)  # the runner notices the closed connection and signals the (stopped) child
-    os.kill(child, signal.SIGCONT)
+    client.communicate()
     assert _gone(child), "the run went on without its client"
-    assert _open_runs(ledger) == []
+    assert _runs(ledger) == ["voided"]
     assert not (out / "client-killed" / "manifest.json").exists()
-    assert runner.running()  # the runner itself is unaffected
+    assert _runner(warm_env).running()
 
 
 def test_ctrl_c_reaches_the_run(tmp_path, warm_env):
-    runner, ledger, out = _runner(warm_env), tmp_path / "l.sqlite", tmp_path / "out"
-    client = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(_spec(tmp_path, "interrupted")),
-                               "--output-dir", str(out)], cwd=ROOT, env={**warm_env, "DPRELEASE_LEDGER": str(ledger)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    child = _stopped_child(runner, client)
-    client.send_signal(signal.SIGINT)  # forwarded to the child, which receives it once continued
-    time.sleep(0.5)
-    os.kill(child, signal.SIGCONT)
+    """SIGINT to the client is the run's: it settles (voided, before any noise) and says so on the
+    client's stderr; the client exits with the run's exit code, without a traceback of its own."""
+    client, child, ledger, out = _paused_run(tmp_path, warm_env, "interrupted")
+    client.send_signal(signal.SIGINT)
     _, stderr = client.communicate(timeout=120)
-    assert client.returncode != 0, stderr
-    assert "Traceback" not in stderr and ("interrupted" in stderr or "Aborted" in stderr), stderr  # the run's own words
-    assert _gone(child) and _open_runs(ledger) == []
+    assert client.returncode == 1, stderr
+    assert "interrupted" in stderr and "Nothing was published" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+    assert _gone(child) and _runs(ledger) == ["voided"]
     assert not (out / "interrupted" / "manifest.json").exists()
+
+
+def test_a_signal_before_the_run_exists_is_kept_for_it():
+    """The client's relay keeps a signal that arrives before the run's PID is known and forwards it
+    once it is."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    relay = handoff._Relay()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # kept: this test process must not die of it
+        assert relay.kept == [signal.SIGTERM]
+        relay.forward_to(sleeper.pid)
+        assert sleeper.wait(timeout=20) == -signal.SIGTERM
+    finally:
+        relay.kept.clear()
+        relay.restore()
+        sleeper.kill()
+
+
+def test_replacing_the_runner_lets_its_runs_finish(tmp_path, warm_env):
+    """``server start`` from a shell with other settings starts a fresh runner; the old one takes
+    no new run but finishes the one it has, and reports its exit code; then it exits."""
+    client, child, ledger, out = _paused_run(tmp_path, warm_env, "outlives-its-runner", resume=True)
+    old = _runner(warm_env)
+    replaced = _start({**warm_env, "PREFECT_LOGGING_LEVEL": "ERROR"})
+    assert f"the one it replaces (PID {old.pid}) exits once its runs end" in replaced.stdout, replaced.stdout
+    deadline = time.monotonic() + 20
+    while Path(old.socket).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(old.socket).exists() and old.running()  # no new runs, still running its own
+    (tmp_path / "resume").touch()
+    _, stderr = client.communicate(timeout=120)
+    assert client.returncode == 0, stderr
+    assert (out / "outlives-its-runner" / "manifest.json").exists() and _runs(ledger) == ["committed"]
+    assert _gone(old.pid)
+    again = _start(warm_env)  # back to a runner for this module's settings
+    assert "warm runner: started" in again.stdout, again.stderr
 
 
 def test_a_runner_for_other_settings_is_not_used(tmp_path, warm_env):
@@ -185,7 +234,7 @@ def test_a_runner_for_other_settings_is_not_used(tmp_path, warm_env):
     assert proc.returncode == 0, proc.stderr
     runner = _runner(warm_env)
     assert proc.stderr.count(f"not using the warm runner (PID {runner.pid}): it was started for other dprelease code, "
-                             "Python or Prefect settings") == 1, proc.stderr
+                             "Python, libraries or Prefect settings") == 1, proc.stderr
     record = json.loads((out / "_internal" / "other-settings" / "run.json").read_text())
     assert "process" not in record["orchestrator"] and record["prefect_flow_run_id"]
 
@@ -219,7 +268,7 @@ def test_another_users_request_is_refused(tmp_path, monkeypatch):
     before anything of its request is read."""
     path = tmp_path / "r.sock"
     previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGCHLD)
-    loop = warm._Loop(path, "fingerprint")
+    loop = warm_loop.Loop(path, "fingerprint")
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(path))
@@ -241,20 +290,42 @@ def test_another_users_request_is_refused(tmp_path, monkeypatch):
         loop.listener.close()
 
 
+def test_the_client_sends_nothing_to_a_process_that_is_not_the_runner(tmp_path, monkeypatch):
+    """A socket at the recorded path held by another process than the recorded runner (a stale
+    path taken over, say) gets nothing: not the environment, not the terminal."""
+    from dprelease.processes import process_start
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    path = tmp_path / "r.sock"
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    impostor.bind(str(path))
+    impostor.listen(1)
+    try:
+        warm.record_file().parent.mkdir(parents=True)
+        warm.record_file().write_text(json.dumps({"pid": bystander.pid, "start": process_start(bystander.pid),
+                                                  "api": "http://127.0.0.1:9/api", "socket": str(path), "log": "x"}))
+        assert warm.recorded() is not None
+        assert handoff.hand_off(["run", "s.yaml"]) is None  # runs here instead
+        conn, _ = impostor.accept()
+        conn.settimeout(5)
+        assert conn.recv(1024) == b""  # the client hung up without a byte
+        conn.close()
+    finally:
+        impostor.close()
+        bystander.kill()
+
+
 def test_a_runner_that_dies_mid_run_does_not_lose_the_run(tmp_path, warm_env):
     """The run goes on (it is no longer the runner's child); the client waits for it to end and
-    says that its exit code is unknown. ``dprelease server start`` then starts a fresh runner."""
-    runner, ledger, out = _runner(warm_env), tmp_path / "l.sqlite", tmp_path / "out"
-    client = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(_spec(tmp_path, "orphaned")),
-                               "--output-dir", str(out)], cwd=ROOT, env={**warm_env, "DPRELEASE_LEDGER": str(ledger)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    child = _stopped_child(runner, client)
+    says that its exit code is unknown. ``start`` then starts a fresh runner."""
+    client, child, ledger, out = _paused_run(tmp_path, warm_env, "orphaned", resume=True)
+    runner = _runner(warm_env)
     os.kill(runner.pid, signal.SIGKILL)
     assert _gone(runner.pid)
-    os.kill(child, signal.SIGCONT)
+    (tmp_path / "resume").touch()
     _, stderr = client.communicate(timeout=120)
     assert client.returncode == 1 and "the warm runner ended during the run" in stderr, stderr
-    assert (out / "orphaned" / "manifest.json").exists()  # the run itself finished and published
-    restarted = _python("from dprelease.cli import warm; import os; print(warm.start(os.environ['PREFECT_API_URL'])[1])",
-                        warm_env)
-    assert "warm runner: started" in restarted.stdout, restarted.stderr
+    assert (out / "orphaned" / "manifest.json").exists() and _runs(ledger) == ["committed"]
+    assert "warm runner: started" in _start(warm_env).stdout

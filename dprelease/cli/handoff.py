@@ -11,17 +11,18 @@ A run is handed over only when all of these hold, and otherwise runs here exactl
   process is not itself a warm runner's child;
 * the run would go to the day server anyway (:func:`dprelease.server.choose` picks a Prefect
   API, and it is the one the runner was started for);
-* the runner answers on its socket and accepts the request: same user (the kernel's peer
-  credentials), same Python, same dprelease code (every module's path, size and mtime) and the
-  same Prefect settings (every ``PREFECT_*`` variable but the API URL, ``HOME``, the profiles
-  file), since Prefect read its settings when the runner imported it. A refusal says why, in
-  one line, and the run runs here.
+* the process listening on the recorded socket is the recorded runner, of this user (the
+  kernel's peer credentials, checked before anything is sent), and it accepts the request:
+  same user, and the same :func:`fingerprint` — Python, dprelease code, libraries, and the
+  settings Python and Prefect read at start-up (Prefect read its own when the runner imported
+  it). A refusal says why, in one line, and the run runs here.
 
 The child runs the command as this process would: it takes this process's stdin, stdout and
 stderr (passed over the Unix socket), its working directory, umask, environment and arguments.
-This process waits, forwards SIGINT, SIGTERM and SIGHUP to the child, and exits with the
-child's exit code; if this process dies, the runner sends the child SIGTERM, which settles the
-run like any interrupted run.
+This process waits, forwards SIGINT, SIGTERM and SIGHUP to the child (one that arrives before
+the child exists is kept and forwarded once it does), and exits with the child's exit code; if
+this process dies, the runner sends the child SIGTERM, which settles the run like any
+interrupted run.
 """
 
 from __future__ import annotations
@@ -55,11 +56,21 @@ def orchestrator_of(args: list[str]) -> str | None:
     return mode
 
 
-def fingerprint(environ: Mapping[str, str]) -> str:
-    """What a runner's child must share with the process it runs for: the interpreter, the
-    dprelease code (each module's path, size and mtime), the Prefect settings Prefect read at
-    import (``PREFECT_*`` but the API URL, which the runner is matched on by itself; ``HOME``;
-    the profiles file)."""
+LIBRARIES = ("prefect", "numpy", "pandas", "pyarrow", "scipy", "typer", "rich", "sqlalchemy", "pydantic")
+SETTINGS_FILES = ("prefect.toml", ".env", "pyproject.toml")  # Prefect reads them from the working directory
+
+
+def fingerprint(environ: Mapping[str, str], cwd: Path | None = None) -> str:
+    """What a runner's child must share with the process it runs for, since the runner read it
+    at its start: the interpreter; the dprelease code (each module's path, size and mtime); the
+    installed libraries a run uses (their package's ``__init__`` size and mtime); the
+    environment Python and Prefect read at start-up (``PYTHON*``, ``LANG``, ``LC_*``, ``TZ``,
+    ``HOME``, ``PREFECT_*`` but the API URL, which the runner is matched on by itself); Prefect's
+    profiles file; and the Prefect settings in the working directory's ``prefect.toml``,
+    ``.env`` (its ``PREFECT_`` lines) and ``pyproject.toml`` (``[tool.prefect]``), which the
+    runner, started in the data directory, does not have."""
+    import importlib.util
+
     import dprelease
 
     package = Path(dprelease.__file__).resolve().parent
@@ -67,17 +78,36 @@ def fingerprint(environ: Mapping[str, str]) -> str:
     for part in (sys.executable, sys.version, dprelease.__version__, str(package)):
         digest.update(part.encode() + b"\0")
     for module in sorted(package.rglob("*.py")):
-        stat = module.stat()
-        digest.update(f"{module.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
-    settings = sorted((k, v) for k, v in environ.items() if k.startswith("PREFECT_") and k != "PREFECT_API_URL")
-    digest.update(json.dumps([settings, environ.get("HOME", "")]).encode())
+        info = module.stat()
+        digest.update(f"{module.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}\0".encode())
+    for name in LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        origin = Path(spec.origin) if spec is not None and spec.origin else None
+        info = origin.stat() if origin is not None and origin.exists() else None
+        digest.update(f"{name}:{origin}:{info and info.st_size}:{info and info.st_mtime_ns}\0".encode())
+    read_at_start = sorted((k, v) for k, v in environ.items()
+                           if (k.startswith(("PREFECT_", "PYTHON", "LC_")) and k != "PREFECT_API_URL")
+                           or k in ("LANG", "TZ", "HOME"))
+    digest.update(json.dumps(read_at_start).encode())
     home = Path(environ.get("PREFECT_HOME") or Path(environ.get("HOME") or "~").expanduser() / ".prefect")
     profiles = Path(environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
-    try:
-        digest.update(profiles.read_bytes())
-    except OSError:
-        digest.update(b"no profiles")
+    digest.update(_read(profiles))
+    here = Path.cwd() if cwd is None else cwd
+    for name in SETTINGS_FILES:
+        text = _read(here / name).decode("utf-8", "replace")
+        if name == ".env":
+            text = "\n".join(line for line in text.splitlines() if line.strip().startswith(("PREFECT_", "export PREFECT_")))
+        elif name == "pyproject.toml":
+            text = text if "[tool.prefect" in text else ""
+        digest.update(f"{name}:{text}\0".encode())
     return digest.hexdigest()
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def send_message(sock: socket.socket, message: dict[str, object], fds: tuple[int, ...] = ()) -> None:
@@ -96,7 +126,7 @@ def hand_off(args: list[str]) -> int | None:
     if mode not in HANDED_MODES or os.environ.get(CHILD_FLAG):
         return None
     from dprelease import server
-    from dprelease.cli.warm import recorded
+    from dprelease.cli.warm import connect, recorded
 
     runner = recorded()
     if runner is None:
@@ -104,24 +134,27 @@ def hand_off(args: list[str]) -> int | None:
     choice = server.choose(mode)
     if choice.kind != "prefect" or choice.api != runner.api:
         return None
+    relay = _Relay()  # from here on a signal to this process is kept for the run, not lost
     try:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(10)
-        sock.connect(runner.socket)
+        sock = connect(runner)
         send_message(sock, {"argv": ["dprelease", *args], "cwd": os.getcwd(), "env": dict(os.environ),
                             "umask": _umask(), "fingerprint": fingerprint(os.environ)}, (0, 1, 2))
         reader = sock.makefile("r", encoding="utf-8")
         first = reader.readline().strip()
     except OSError as exc:
-        print(f"not using the warm runner (PID {runner.pid}): it does not answer ({exc}); running here",
-              file=sys.stderr)
+        relay.restore()
+        print(f"not using the warm runner (PID {runner.pid}): {exc}; running here", file=sys.stderr)
         return None
     kind, _, rest = first.partition(" ")
     if kind != "pid" or not rest.isdigit():
+        sock.close()
+        relay.restore()
         reason = rest if kind == "refused" else f"it answered {first!r}"
         print(f"not using the warm runner (PID {runner.pid}): {reason}; running here", file=sys.stderr)
         return None
-    return _wait(sock, reader, int(rest))
+    relay.forward_to(int(rest))
+    sock.settimeout(None)
+    return _wait(reader, int(rest))
 
 
 def _umask() -> int:
@@ -130,17 +163,42 @@ def _umask() -> int:
     return mask
 
 
-def _wait(sock: socket.socket, reader, child: int) -> int:  # type: ignore[no-untyped-def]
-    """Until the runner reports the child's exit code; signals to this process go to the child."""
-    def forward(signum: int, frame: object) -> None:
+class _Relay:
+    """SIGINT, SIGTERM and SIGHUP to this process, kept until the run's PID is known, then
+    forwarded to it (and from then on as they come); restored, and a kept one acted on as this
+    process would have, when the run stays here."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.child: int | None = None
+        self.kept: list[int] = []
+        self.previous = {s: signal.signal(s, self._on) for s in self.SIGNALS}
+
+    def _on(self, signum: int, frame: object) -> None:
+        if self.child is None:
+            self.kept.append(signum)
+            return
         try:
-            os.kill(child, signum)
+            os.kill(self.child, signum)
         except ProcessLookupError:
             pass
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, forward)
-    sock.settimeout(None)
+    def forward_to(self, child: int) -> None:
+        self.child = child
+        for signum in self.kept:
+            self._on(signum, None)
+        self.kept.clear()
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        for signum in self.kept:
+            signal.raise_signal(signum)
+
+
+def _wait(reader, child: int) -> int:  # type: ignore[no-untyped-def]
+    """Until the runner reports the child's exit code (signals go to the child meanwhile)."""
     while True:
         line = reader.readline()
         if not line:
