@@ -88,8 +88,9 @@ class DataCheck:
 
     @property
     def empty(self) -> bool:
-        """Every row was read, the files were readable, and the release has no row at all."""
-        return self.full and not self.files and self.rows == 0
+        """Every row was read, the files were readable, and they hold no row at all (a period of a
+        partitioned dataset without rows is not refused: the data may hold other periods)."""
+        return self.full and not self.files and self.rows_read == 0
 
     @property
     def ok(self) -> bool:
@@ -99,8 +100,8 @@ class DataCheck:
         """Every problem, one line each (the whole files' first, then the columns', in spec order)."""
         out = list(self.files)
         if self.empty:
-            out.append(f"{self.data}: no rows{' in the release period' if self.rows_read else ''}; point "
-                       "dataset.path at the data (a release of no rows spends its budget on nothing)")
+            out.append(f"{self.data}: no rows (a header only); point dataset.path at the data (a release of no "
+                       "rows spends its budget on nothing)")
         order = {name: i for i, name in enumerate(self.columns)}
         return out + [f.line() for f in sorted(self.problems, key=lambda f: order.get(f.column, len(order)))]
 

@@ -98,14 +98,13 @@ class Source:
                 read: Callable[[int], None] | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(file row of the batch's first row, batch) for the needed columns of one piece; a
         Hive key is a column of text. ``read`` (for a progress bar) is told, after each block,
-        how many of the file's bytes were read so far (a Parquet file's: its share of rows)."""
+        about how many of the file's bytes were read so far (a CSV block is about
+        :data:`CSV_BLOCK_BYTES` of text; a Parquet file's bytes go in proportion to its rows)."""
         keys = dict(piece.keys)
-        opened = None
         try:
-            opened = pa.OSFile(piece.path) if read is not None and self.format != "parquet" else None
-            reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys), opened)
+            reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys))
             row = piece.first_row
-            for block in reader:  # a CSV block may hold more than BATCH_ROWS rows
+            for blocks, block in enumerate(reader, 1):  # a CSV block may hold more than BATCH_ROWS rows
                 for start in range(0, block.num_rows, BATCH_ROWS):
                     batch = block.slice(start, BATCH_ROWS)
                     if keys:
@@ -113,18 +112,15 @@ class Source:
                     yield row, batch
                     row += batch.num_rows
                 if read is not None:
-                    read(opened.tell() if opened is not None else _parquet_bytes(piece, row - piece.first_row))
+                    read(_parquet_bytes(piece, row - piece.first_row) if self.format == "parquet"
+                         else min(blocks * CSV_BLOCK_BYTES, os.stat(piece.path).st_size))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError,
                 ValueError) as exc:
             raise DataError(f"{piece.path}: cannot read as {self.format}: {first_line(exc)}") from None
-        finally:
-            if opened is not None:
-                opened.close()
 
     def _reader(self, piece: Piece, names: list[str], text_columns: list[str],
-                keys: list[str], opened: pa.NativeFile | None = None) -> Iterator[pa.RecordBatch]:
-        """Batches of the file's own columns ``names``, after checking its header (or schema);
-        a CSV file is read through ``opened`` if given (its position shows the bytes read)."""
+                keys: list[str]) -> Iterator[pa.RecordBatch]:
+        """Batches of the file's own columns ``names``, after checking its header (or schema)."""
         if self.format == "parquet":
             file = pq.ParquetFile(piece.path, pre_buffer=False)  # pre-buffering holds more as files grow
             schema = file.schema_arrow
@@ -137,23 +133,12 @@ class Source:
             return file.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=names, use_threads=True)
         header = csv_header(piece.path, self.delimiter)
         require(piece.path, header + keys, names)
-        stream: str | pa.NativeFile = piece.path
-        if opened is not None:
-            codec = _codec(piece.path)  # as pyarrow does for a path: decompressed by its name's suffix
-            stream = pa.CompressedInputStream(opened, codec) if codec is not None else opened
         return pa_csv.open_csv(
-            stream, read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+            piece.path, read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
             parse_options=pa_csv.ParseOptions(delimiter=self.delimiter),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=names, column_types={n: pa.string() for n in names},
                 null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=False))
-
-
-def _codec(path: str) -> pa.Codec | None:
-    try:
-        return pa.Codec.detect(path)
-    except (TypeError, ValueError):  # no compression suffix
-        return None
 
 
 def _parquet_bytes(piece: Piece, rows: int) -> int:
