@@ -236,7 +236,7 @@ def test_check_never_imports_prefect():
     assert "NO-PREFECT-OK" in proc.stdout and "no problems: a run would accept this data" in proc.stdout
 
 
-def test_a_scheduled_run_refused_for_its_data_logs_no_value(tmp_path, monkeypatch, capsys):
+def test_a_scheduled_run_refused_for_its_data_logs_no_value(tmp_path, monkeypatch, capsys, caplog):
     """A scheduled run's refusal is logged (Prefect keeps its logs); a data error's message may
     quote a value and counts rows, so it goes to the worker's standard error, and the log line
     and the flow's state say only that the data was refused."""
@@ -249,23 +249,18 @@ def test_a_scheduled_run_refused_for_its_data_logs_no_value(tmp_path, monkeypatc
     from dprelease.errors import DataError
 
     logger = logging.getLogger("test-scheduled-check")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
-    logger.addHandler(handler)
     monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
+    monkeypatch.setattr(logger, "handlers", [caplog.handler])  # directly: Prefect may keep records from the root
 
     def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise DataError("spec.yaml: the data does not fit the spec:\n  column G: 7 rows outside the declared domain, "
                         "e.g. 'secret-value'")
 
     monkeypatch.setattr(dprelease.lifecycle, "run_spec", refuse)
-    try:
+    with caplog.at_level(logging.INFO, logger="test-scheduled-check"):
         state = orchestrate.scheduled_release.fn(str(tmp_path / "spec.yaml"), None, str(tmp_path / "out"))
-    finally:
-        logger.removeHandler(handler)
     assert state.is_failed() and state.message.startswith("refused (exit 2): the data was refused")
-    logged = " ".join(r.getMessage() for r in records)
+    logged = " ".join(r.getMessage() for r in caplog.records)
     assert "refused (exit 2)" in logged and "secret-value" not in logged and "7 rows" not in logged
     assert "secret-value" not in state.message
     assert "secret-value" in capsys.readouterr().err  # the worker's terminal
