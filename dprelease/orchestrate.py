@@ -140,7 +140,8 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
     run's scheduled start (UTC); the plan must be approved unless the deployment says otherwise.
     Every refusal (not approved, over budget, already released, a bad spec or data) fails the run
     with nothing spent: one ERROR line "refused (exit N): reason" in the run's logs, no traceback
-    (the flow returns a Failed state instead of raising). A bug (exit 1) still raises.
+    (the flow returns a Failed state instead of raising); a data error's own message, which may
+    quote the data, goes to standard error only, never to the logs. A bug (exit 1) still raises.
     ``output_dir`` None (or empty): the spec's ``output_dir:``, else ./outputs of the worker's
     working directory."""
     import sys
@@ -150,7 +151,7 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
     from prefect.runtime import flow_run
     from prefect.states import Failed
 
-    from dprelease.errors import DPReleaseError, ExitCode
+    from dprelease.errors import DataError, DPReleaseError, ExitCode
     from dprelease.lifecycle import Orchestrator, RunFailed, Voice, run_spec
 
     start = flow_run.scheduled_start_time
@@ -166,7 +167,12 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
         if exc.exit_code == ExitCode.INTERNAL:
             raise
         what = "failed" if isinstance(exc, RunFailed) else "refused"  # RunFailed: reserved, then voided
-        message = f"{what} (exit {int(exc.exit_code)}): {exc}"
+        reason = str(exc)
+        if isinstance(exc, DataError):  # it may quote the data's values and counts: the worker's terminal only
+            voice.error(f"error: {exc}")
+            reason = ("the data was refused (why, which may quote the data, is on the worker's standard error; "
+                      "`dprelease check SPEC` shows it too). Nothing was reserved or spent.")
+        message = f"{what} (exit {int(exc.exit_code)}): {reason}"
         logger.error(message)
         return Failed(message=message)
     return None

@@ -145,11 +145,26 @@ def test_over_budget_is_refused_before_the_data_is_read(tmp_path, run_env):
 
 
 def test_a_data_error_voids_the_reservation_and_publishes_nothing(tmp_path, run_env):
+    """Data that fits the spec when checked before the reservation (tests/test_check.py refuses
+    it there) but not when counted: the file changed while the run was paused at ``reserved``."""
     data = tmp_path / "bad.csv"
     original = (ROOT / "data" / "nist_acs" / "national2019.csv").read_text().splitlines()
-    data.write_text("\n".join(original[:100] + [original[100].replace("01-01301", "99-99999", 1)] + original[101:200]))
+    data.write_text("\n".join(original[:200]))
     spec = _spec(tmp_path, "bad-data", data=str(data))
-    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    flag, resume = tmp_path / "flag", tmp_path / "resume"
+    env = child_env({**run_env, "DPRELEASE_FAULT_AT": "reserved", "DPRELEASE_FAULT_FLAG": str(flag),
+                     "DPRELEASE_FAULT_RESUME": str(resume)})
+    paused = subprocess.Popen([sys.executable, "-m", "tests.faulty_cli", "run", str(spec), "--output-dir",
+                               str(tmp_path / "out")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not flag.exists():
+        assert paused.poll() is None and time.monotonic() < deadline, paused.stderr.read() if paused.stderr else ""
+        time.sleep(0.1)
+    data.write_text("\n".join(original[:100] + [original[100].replace("01-01301", "99-99999", 1)] + original[101:200]))
+    resume.write_text("go")
+    _, stderr = paused.communicate(timeout=120)
+    proc = subprocess.CompletedProcess(paused.args, paused.returncode, "", stderr)
     assert proc.returncode == 2, proc.stderr
     assert "column PUMA" in proc.stderr and "outside the declared domain" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -108,13 +108,18 @@ def test_noise_is_drawn_in_units_of_the_granularity(tmp_path):
     assert loss > float(income.budget.epsilon) + 6 * se
 
 
-def test_missing_or_non_numeric_values_are_refused(tmp_path, cli):
+def test_missing_or_non_numeric_values_are_refused(tmp_path, cli, monkeypatch):
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC.format(data=DATA, low=0, invariants="").replace(", missing: zero", ""))
     result = cli("run", path, "--output-dir", tmp_path / "out")
     assert result.code == 2 and "missing: zero" in result.stderr and "Traceback" not in result.stderr, result
     (tmp_path / "bad.csv").write_text("SEX,PINCP,PWGTP\n1,100,3\n2,lots,4\n")
     path.write_text(SPEC.format(data=tmp_path / "bad.csv", low=0, invariants=""))
+    result = cli("run", path, "--output-dir", tmp_path / "out")  # checked row by row before the reservation
+    assert result.code == 2 and "must hold numbers" in result.stderr and "Nothing was reserved" in result.stderr
+    assert not (tmp_path / "out" / "_internal" / "acs-income-2019").exists()  # nothing reserved: no run record
+    # data streamed (too large to be checked row by row first): the count refuses it after the reservation
+    monkeypatch.setattr("dprelease.lifecycle.refusals.WHOLE_CHECK_BYTES", 0)
     result = cli("run", path, "--output-dir", tmp_path / "out")
     assert result.code == 2 and "must hold numbers" in result.stderr, result
     assert not (tmp_path / "out" / "acs-income-2019").exists()

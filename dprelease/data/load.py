@@ -92,7 +92,7 @@ def columns_to_read(spec: Spec) -> tuple[list[str], list[str]]:
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
     identifier = [spec.unit_id] if spec.unit_id else []
-    summed = _undeclared_summed(spec)
+    summed = undeclared_summed(spec)
     period = [spec.dataset.partition_column] if spec.dataset.partition_column else []
     names = list(dict.fromkeys([c.name for c in declared] + identifier + summed + period))
     text = [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed + period
@@ -133,7 +133,7 @@ def encode_batch(spec: Spec, table: pa.Table | pa.RecordBatch, *, where: str, fi
     """
     columns = needed_columns(spec)
     declared = [c for c in columns if not isinstance(c, (BinnedColumn, RollupColumn))]
-    summed = _undeclared_summed(spec)
+    summed = undeclared_summed(spec)
     period = [spec.dataset.partition_column] if spec.dataset.partition_column else []
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
@@ -142,20 +142,18 @@ def encode_batch(spec: Spec, table: pa.Table | pa.RecordBatch, *, where: str, fi
     local_counts: dict[str, np.ndarray] = {}
     keep = np.ones(n, dtype=bool)
     if period:  # only this period's rows (a public, row-wise filter), before anything else
-        values = table.column(period[0]).combine_chunks() if n else pa.array([], pa.string())
-        keep &= np.asarray(pc.fill_null(pc.equal(values, spec.dataset.partition_value), False)
-                           .to_numpy(zero_copy_only=False), dtype=bool)
-    in_period = keep.copy()
+        keep &= in_period(spec, table)
+    period_rows = keep.copy()
     for column in declared:
         arr = table.column(column.name).combine_chunks() if n else pa.array([], pa.string())
         try:
-            code, bad = _encode_column(spec, column, arr)
+            code, bad = encode_column(spec, column, arr)
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"{where}: column {column.name} (type {arr.type}) cannot be read "
                             f"as {'whole numbers' if isinstance(column, RangeColumn) else 'text'}: "
                             f"{first_line(exc)}") from None
         if bad is not None and period:
-            bad = bad & in_period  # other periods' rows are not this release's data
+            bad = bad & period_rows  # other periods' rows are not this release's data
         if bad is not None and bad.any():
             if column.on_out_of_domain == "drop":
                 keep &= ~bad
@@ -164,7 +162,7 @@ def encode_batch(spec: Spec, table: pa.Table | pa.RecordBatch, *, where: str, fi
         codes[column.name] = code
         for t in spec.local_tables:  # every answer in its own domain counts, whatever the other columns hold
             if t.column == column.name:
-                valid = code[in_period] if bad is None else code[in_period & ~bad]
+                valid = code[period_rows] if bad is None else code[period_rows & ~bad]
                 local_counts[t.name] = np.bincount(valid, minlength=column.size).astype(np.int64)
     for column in columns:
         if isinstance(column, BinnedColumn):
@@ -182,7 +180,7 @@ def encode_batch(spec: Spec, table: pa.Table | pa.RecordBatch, *, where: str, fi
         over = before - int(keep.sum())
     values = {name: _numbers(spec, where, name, table.column(name)) for name in summed}
     for column in declared:  # a declared range column's values are its codes, read and checked above
-        if isinstance(column, RangeColumn) and column.name in _summed(spec):
+        if isinstance(column, RangeColumn) and column.name in summed_columns(spec):
             values[column.name] = _range_values(spec, where, column, codes[column.name], keep)
     if not keep.all():
         codes = {k: v[keep] for k, v in codes.items()}
@@ -191,16 +189,27 @@ def encode_batch(spec: Spec, table: pa.Table | pa.RecordBatch, *, where: str, fi
                    local_counts=local_counts)
 
 
-def _summed(spec: Spec) -> list[str]:
+def in_period(spec: Spec, table: pa.Table) -> np.ndarray:
+    """The rows of the release's period (``dataset.partition_column`` equal to its value; a
+    missing value is no period's); every row when the dataset is not partitioned."""
+    n = table.num_rows
+    if not spec.dataset.partition_column:
+        return np.ones(n, dtype=bool)
+    values = table.column(spec.dataset.partition_column).combine_chunks() if n else pa.array([], pa.string())
+    return np.asarray(pc.fill_null(pc.equal(values, spec.dataset.partition_value), False)
+                      .to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def summed_columns(spec: Spec) -> list[str]:
     """The columns a table sums or averages, in spec order."""
     return list(dict.fromkeys(t.measure.column for t in spec.tables
                               if isinstance(t.measure, (SumMeasure, MeanMeasure))))
 
 
-def _undeclared_summed(spec: Spec) -> list[str]:
+def undeclared_summed(spec: Spec) -> list[str]:
     """The summed columns not declared under ``columns:`` (read as numbers by :func:`_numbers`)."""
     declared = {c.name for c in spec.columns}
-    return [name for name in _summed(spec) if name not in declared]
+    return [name for name in summed_columns(spec) if name not in declared]
 
 
 def _range_values(spec: Spec, where: str, column: RangeColumn, code: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -221,11 +230,15 @@ def _range_values(spec: Spec, where: str, column: RangeColumn, code: np.ndarray,
     return out
 
 
+def sums_allow_missing(spec: Spec, name: str) -> bool:
+    """Whether every table summing or averaging column ``name`` says what its missing values are."""
+    return all(t.measure.missing_as_zero if isinstance(t.measure, SumMeasure) else t.measure.missing != "error"
+               for t in spec.tables if isinstance(t.measure, (SumMeasure, MeanMeasure)) and t.measure.column == name)
+
+
 def _missing_allowed(spec: Spec, where: str, name: str, missing: np.ndarray) -> None:
     """Refuse missing values of a summed column unless every table summing it says what they are."""
-    allowed = [t.measure.missing_as_zero if isinstance(t.measure, SumMeasure) else t.measure.missing != "error"
-               for t in spec.tables if isinstance(t.measure, (SumMeasure, MeanMeasure)) and t.measure.column == name]
-    if missing.any() and not all(allowed):
+    if missing.any() and not sums_allow_missing(spec, name):
         raise DataError(f"{where}: column {name} has {int(missing.sum())} missing value(s); "
                         f"add missing: zero (count them as 0) to the measure of every table that sums {name}, or "
                         "missing: skip (leave those rows out) to a mean's")
@@ -277,15 +290,15 @@ def bound_contributions(spec: Spec, ids: pa.ChunkedArray, keep: np.ndarray, *, r
     return bounded
 
 
-def _encode_column(spec: Spec, column: Column, arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+def encode_column(spec: Spec, column: Column, arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """Codes (int64) and a mask of values that have no code (None: every value has one)."""
-    is_null = _null_mask(arr)
+    is_null = null_mask(arr)
     match column:
         case CategoricalColumn(values=values):
             code = _categorical_codes(arr, values, code_dtype(column.size))
             bad = code < 0  # undeclared, or missing (handled below)
         case RangeColumn(low=low, high=high):
-            value, unparsable = _integers(arr)
+            value, unparsable = whole_numbers(arr)
             dtype = code_dtype(column.size)
             if low == 0 and value.dtype.kind == "i" and value.dtype.itemsize <= dtype.itemsize:
                 code = value  # already the code: no copy
@@ -319,7 +332,7 @@ def _encode_column(spec: Spec, column: Column, arr: pa.Array) -> tuple[np.ndarra
     return code, bad
 
 
-def _null_mask(arr: pa.Array) -> np.ndarray | None:
+def null_mask(arr: pa.Array) -> np.ndarray | None:
     if arr.null_count == 0:
         return None
     return np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
@@ -367,7 +380,7 @@ def _categorical_codes(arr: pa.Array, values: tuple[str, ...], dtype: np.dtype) 
 _WHOLE = r"^[+-]?[0-9]{1,18}(\.0*)?$"  # "15400" or "15400.0"; not "1e1", "5_0", " 7" or "3.5"
 
 
-def _integers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+def whole_numbers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """Integer values (nulls as 0) and a mask of non-null values that are not whole numbers."""
     if pa.types.is_integer(arr.type):
         ints = arr.fill_null(0) if arr.null_count else arr
@@ -375,7 +388,7 @@ def _integers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     if pa.types.is_floating(arr.type):
         floats = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=float)
         whole = np.isfinite(floats) & (floats == np.floor(floats)) & (np.abs(floats) < 2**53)
-        is_null = _null_mask(arr)
+        is_null = null_mask(arr)
         unparsable = ~whole if is_null is None else (~whole & ~is_null)
         return np.where(whole, floats, 0).astype(np.int64), (unparsable if unparsable.any() else None)
     if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
@@ -388,7 +401,7 @@ def _integers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     valid = pc.fill_null(pc.match_substring_regex(arr, _WHOLE), False)
     digits = pc.replace_substring_regex(arr, r"\.0*$", "")
     ints = pc.cast(pc.if_else(valid, digits, pa.scalar(None, arr.type)), pa.int64())
-    is_null = _null_mask(arr)
+    is_null = null_mask(arr)
     bad = ~np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)
     unparsable = bad if is_null is None else (bad & ~is_null)
     return np.asarray(ints.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), unparsable

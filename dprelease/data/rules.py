@@ -25,13 +25,24 @@ from dprelease.spec import Condition, Spec, Table
 
 
 def check_rules(spec: Spec) -> None:
-    """Raise :class:`DataError` if any row of the release's data breaks a declared rule: a row
-    that satisfies every ``if`` condition but not every ``then`` condition (or, for a rule that
-    holds both ways, the reverse too). Rows of other partitions are not the release's and are
-    not checked; rows dropped as out of domain (``on_out_of_domain: drop``) are not counted and
-    not checked."""
+    """Raise :class:`DataError` if any row of the release's data breaks a declared rule (see
+    :func:`broken_rules`)."""
+    problems = broken_rules(spec)
+    if problems:
+        raise DataError(f"{spec.source}: the data ({spec.dataset.resolved_path}) breaks the spec's declared rules: "
+                        + "; ".join(problems) + ". Structural zeros rely on them: fix the data, or correct or remove "
+                        "the rule. Nothing was reserved or spent.")
+
+
+def broken_rules(spec: Spec) -> list[str]:
+    """Each declared rule that rows of the release's data break, with how many rows (never their
+    values): a row breaks a rule if it satisfies every ``if`` condition but not every ``then``
+    condition (or, for a rule that holds both ways, the reverse too). Rows of other partitions
+    are not the release's and are not checked; rows dropped as out of domain
+    (``on_out_of_domain: drop``) are not counted and not checked. A value the encoder refuses
+    raises its :class:`DataError` (:func:`dprelease.data.check.check_data` finds those first)."""
     if not spec.rules:
-        return
+        return []
     reading = _rule_reader(spec)
     src = source(reading)
     names, text = columns_to_read(reading)
@@ -42,21 +53,29 @@ def check_rules(spec: Spec) -> None:
             for i, rule in enumerate(spec.rules):
                 for premises, conclusions in rule.implications():
                     broken[i] += _breaking(reading, premises, conclusions, data)
-    problems = [f"rule {rule.name!r} ({_shown(rule.if_)} ⇒ {_shown(rule.then)}"
-                f"{', both ways' if rule.both_ways else ''}) is broken by {n:,} row{'s' if n != 1 else ''}"
-                for rule, n in zip(spec.rules, broken) if n]
-    if problems:
-        raise DataError(f"{spec.source}: the data ({spec.dataset.resolved_path}) breaks the spec's declared rules: "
-                        + "; ".join(problems) + ". Structural zeros rely on them: fix the data, or correct or remove "
-                        "the rule. Nothing was reserved or spent.")
+    return [f"rule {rule.name!r} ({_shown(rule.if_)} ⇒ {_shown(rule.then)}"
+            f"{', both ways' if rule.both_ways else ''}) is broken by {n:,} row{'s' if n != 1 else ''}"
+            for rule, n in zip(spec.rules, broken) if n]
+
+
+def with_rule_columns(spec: Spec) -> Spec:
+    """The spec with one more (never measured) table over the rules' columns, so that the
+    columns a run reads include every column its rules check."""
+    if not spec.rules:
+        return spec
+    return replace(spec, tables=spec.tables + (_probe(spec),))
+
+
+def _probe(spec: Spec) -> Table:
+    columns = tuple(dict.fromkeys(c.column for rule in spec.rules for c in rule.if_ + rule.then))
+    return Table(name="rules", group_by=columns, where=(), budget=spec.budget)
 
 
 def _rule_reader(spec: Spec) -> Spec:
     """The spec reduced to what reading the rules' columns needs: one table over them, no
     measures, no invariants, no local tables, no contribution bound (every row is checked)."""
-    columns = tuple(dict.fromkeys(c.column for rule in spec.rules for c in rule.if_ + rule.then))
-    probe = Table(name="rules", group_by=columns, where=(), budget=spec.budget)
-    return replace(spec, tables=(probe,), local_tables=(), invariants=(), unit="row", unit_id=None, max_rows=1)
+    return replace(spec, tables=(_probe(spec),), local_tables=(), invariants=(), unit="row", unit_id=None,
+                   max_rows=1)
 
 
 def _breaking(spec: Spec, premises: tuple[Condition, ...], conclusions: tuple[Condition, ...], data) -> int:  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -94,20 +94,26 @@ class Source:
                 out.append(piece)
         return out
 
-    def batches(self, piece: Piece, names: list[str], text_columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def batches(self, piece: Piece, names: list[str], text_columns: list[str], *,
+                read: Callable[[int], None] | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(file row of the batch's first row, batch) for the needed columns of one piece; a
-        Hive key is a column of text."""
+        Hive key is a column of text. ``read`` (for a progress bar) is told, after each block,
+        about how many of the file's bytes were read so far (a CSV block is about
+        :data:`CSV_BLOCK_BYTES` of text; a Parquet file's bytes go in proportion to its rows)."""
         keys = dict(piece.keys)
         try:
             reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys))
             row = piece.first_row
-            for block in reader:  # a CSV block may hold more than BATCH_ROWS rows
+            for blocks, block in enumerate(reader, 1):  # a CSV block may hold more than BATCH_ROWS rows
                 for start in range(0, block.num_rows, BATCH_ROWS):
                     batch = block.slice(start, BATCH_ROWS)
                     if keys:
                         batch = _with_keys(batch, [n for n in names if n in keys], keys)
                     yield row, batch
                     row += batch.num_rows
+                if read is not None:
+                    read(_parquet_bytes(piece, row - piece.first_row) if self.format == "parquet"
+                         else min(blocks * CSV_BLOCK_BYTES, os.stat(piece.path).st_size))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError,
                 ValueError) as exc:
             raise DataError(f"{piece.path}: cannot read as {self.format}: {first_line(exc)}") from None
@@ -125,7 +131,7 @@ class Source:
                 file = pq.ParquetFile(piece.path, read_dictionary=text, pre_buffer=False)
             groups = list(piece.row_groups) if piece.row_groups is not None else None
             return file.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=names, use_threads=True)
-        header = _csv_header(Path(piece.path), self.delimiter)
+        header = csv_header(piece.path, self.delimiter)
         require(piece.path, header + keys, names)
         return pa_csv.open_csv(
             piece.path, read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
@@ -133,6 +139,13 @@ class Source:
             convert_options=pa_csv.ConvertOptions(
                 include_columns=names, column_types={n: pa.string() for n in names},
                 null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=False))
+
+
+def _parquet_bytes(piece: Piece, rows: int) -> int:
+    """A Parquet piece's bytes, in proportion to the rows read of it (for progress only)."""
+    meta = pq.ParquetFile(piece.path).metadata
+    total = meta.num_rows if piece.row_groups is None else sum(meta.row_group(g).num_rows for g in piece.row_groups)
+    return os.stat(piece.path).st_size * rows // max(total, 1)
 
 
 def _hive_key(part: str) -> tuple[str, str | None]:
@@ -148,7 +161,8 @@ def _with_keys(batch: pa.RecordBatch, names: list[str], keys: dict[str, str | No
     return pa.RecordBatch.from_arrays(columns, names=[*batch.schema.names, *names])
 
 
-def _csv_header(path: Path, delimiter: str) -> list[str]:
+def csv_header(path: str | Path, delimiter: str) -> list[str]:
+    """A CSV file's column names (its first line)."""
     reader = pa_csv.open_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
                              read_options=pa_csv.ReadOptions(block_size=1 << 16))
     return list(reader.schema.names)

@@ -5,7 +5,9 @@ Prefect flow both call it, each with its own :class:`Voice` (printing, or loggin
 
 1. :mod:`~dprelease.lifecycle.prepare` — load the spec, plan against the ledger, refuse
    (already released: 4; over budget: 3; not approved: 5; no data file, unwritable output
-   directory, unreachable Prefect server: 2), fingerprint the data;
+   directory, data that does not fit the spec (checked before the reservation and before Prefect
+   is readied: :func:`~dprelease.lifecycle.refusals.refuse_bad_data`), unreachable Prefect
+   server: 2), fingerprint the data;
 2. :mod:`~dprelease.lifecycle.reserve` — one ledger transaction (a lost race is 3 or 4);
 3. :mod:`~dprelease.lifecycle.execute` — count, measure, post-process and publish, run by the
    orchestrator (the Prefect flow), the ledger commit made before the final rename;

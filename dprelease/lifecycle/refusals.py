@@ -1,10 +1,12 @@
 """Every refusal of a run that needs no noise: each raises a user error, and nothing is
 reserved or spent (already released: 4; over budget: 3; not approved: 5; a missing data file,
-an unwritable output directory, an unreachable Prefect server (checked when the orchestrator
-is readied, after the spec's own refusals): 2).
+an unwritable output directory, data that does not fit the spec, an unreachable Prefect
+server (checked when the orchestrator is readied, after the spec's own refusals and the data's):
+2).
 
 Planning refusals read the spec, the plan and the ledger; the data checks look at the data's
-path and, for a spec with declared rules, its rows. No check here draws noise.
+path, then at its header and (for data read whole) every row, and at the spec's declared rules
+(:func:`refuse_bad_data`). No check here draws noise.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from dprelease.ledger import Approval, Ledger, LedgerLocation
 from dprelease.lifecycle.voice import Say
 from dprelease.plan import Plan
 from dprelease.spec import ROOT, Spec
+
+WHOLE_CHECK_BYTES = 256 << 20  # data up to this size is checked row by row before a run reserves anything
 
 
 def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_checked: bool = False,
@@ -59,9 +63,32 @@ def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_c
         refuse_bad_inputs(spec)
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
+    refuse_bad_data(spec)  # before the orchestrator is readied: a refused run never waits for Prefect
     if ready is not None:
         ready()
-    check_rules(spec)  # the data against the spec's declared rules (structural zeros rely on them); no rules: no pass
+
+
+def refuse_bad_data(spec: Spec) -> None:
+    """The data against the spec, before anything is reserved: every row of data a run reads
+    whole (the local engine, up to :data:`WHOLE_CHECK_BYTES`, or any size under a contribution
+    bound), else (Dask, larger streamed data) each file's header or schema, with
+    :func:`dprelease.data.check.check_data`; then the spec's declared rules (structural zeros
+    rely on them; no rules: no pass). A problem is a :class:`DataError` (exit 2) naming the
+    column, the problem, how many rows have it and the fix; nothing is reserved or spent. The
+    message may quote a value: it reaches the operator's terminal only."""
+    from dprelease.data.check import check_data, data_bytes
+    from dprelease.lifecycle.progress import scan_progress
+
+    size = data_bytes(spec)
+    full = spec.engine.kind != "dask" and (size <= WHOLE_CHECK_BYTES or spec.unit_id is not None)
+    with scan_progress(size if full else 0, f"checking {spec.dataset.resolved_path.name}") as read:
+        found = check_data(spec, full=full, read=read)
+    if not found.ok:
+        how = "" if full else " (its header only: `dprelease check SPEC` reads every row)"
+        raise DataError(f"{spec.source}: the data does not fit the spec{how}:\n  " + "\n  ".join(found.lines())
+                        + f"\n`dprelease check {spec.source}` lists every column. Nothing was reserved or spent.")
+    check_rules(spec)
+
 
 
 def refuse_links(spec: Spec, output_dir: Path) -> None:
