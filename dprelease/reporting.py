@@ -22,6 +22,7 @@ from dprelease.errors import UserError
 from dprelease.ledger import DatasetState
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.manifest import ReleaseBudgets, part_budget, release_budgets, table_budget
+from dprelease.plan.margins import published_choice
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, TruncatedGeometric
 from dprelease.plan.tradeoff import FACTORS, MODE_NOTE, Curve, curve, mean_curve, noise_at
 
@@ -157,15 +158,26 @@ def tradeoff_curves(manifest: dict[str, Any]) -> list[Curve]:
 def _published_curve(manifest: dict[str, Any], t: dict[str, Any]) -> Curve:
     budget = table_budget(manifest, t)
     name, level, mechanism = t["name"], t.get("level"), t.get("mechanism", "")
-    if mechanism == "permute_and_flip":
-        return Curve(name, level, mechanism, budget, CONFIDENCE_95, (), MODE_NOTE)
+    if mechanism == "permute_and_flip":  # a mode's count gap, a quantile's rank error (plan.margins)
+        try:
+            choice = published_choice(t, budget)
+            return curve(name, level, choice, budget, CONFIDENCE_95)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            return Curve(name, level, mechanism, budget, CONFIDENCE_95, (), MODE_NOTE)
     measure = t.get("measure")
     g = int(measure.get("granularity", 1)) if isinstance(measure, dict) else 1
     try:
-        if t.get("parts"):  # a mean: its sum part's margins, as its row shows
-            part = t["parts"][0]
+        if t.get("parts"):  # a mean: its margin at a cell of MEAN_AT rows (plan.margins), from both parts
+            part, counted = t["parts"][0], t["parts"][1]
             noise, at = _published_noise(part, g), part_budget(budget, part)
-            found = mean_curve(name, level, noise, at, budget, CONFIDENCE_95)
+            if "margin" not in t:  # a manifest written before margin records: its sum part's margins
+                found = mean_curve(name, level, noise, at, budget, CONFIDENCE_95)
+            else:
+                count = _published_noise(counted, 1)
+                found = mean_curve(name, level, noise, at, budget, CONFIDENCE_95,
+                                   count=(count, part_budget(budget, counted)), half_width=t["margin"]["half_width"])
+                same = noise_at(count, part_budget(budget, counted)) == count and noise_at(noise, at) == noise
+                return found if same else Curve(name, level, mechanism, budget, CONFIDENCE_95, (), NOT_REPRODUCIBLE)
         else:
             noise, at = _published_noise(t, g), budget
             found = curve(name, level, noise, at, CONFIDENCE_95)
