@@ -209,10 +209,13 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
 
 
 def _moe_cell(t: dict[str, Any]) -> str:
-    """The ±MoE column: a count's or sum's (or a mean part's) noise margin; a mode's count gap or a
-    quantile's rank error (:meth:`dprelease.plan.margins.Margin.short`), from the manifest's record."""
+    """The ±MoE column: a count's or sum's (or a mean part's) noise margin, a mean's sum part's with
+    the mean's own (at n = 1,000 rows) beside it; a mode's count gap or a quantile's rank error
+    (:meth:`dprelease.plan.margins.Margin.short`), from the manifest's record."""
     if "margin" in t and t["margin"]["kind"] in ("mode", "quantile"):
         return Margin.from_record(t["margin"]).short()
+    if "margin" in t and t.get("part") == "sum":  # the noisy sum's, in the sum's units; the mean's own beside it
+        return f"{t['moe']} (the sum; the mean: {Margin.from_record(t['margin']).short()})"
     return str(t["moe"])
 
 

@@ -279,6 +279,8 @@ def test_plan_manifest_report_tradeoff_and_target_agree(spec, cli):
         chosen = curves[t.name].chosen.moe
         assert chosen == (math.ceil(margin.at_count(MEAN_AT)) if margin.kind == "mean" else margin.value), t.key
     assert "rank ±" in report and "gap ≤ " in report
+    mean_margin_shown = margin_of(plan.tables[1], spec.confidence).short()  # the mean's, beside its sum part's
+    assert f"| {plan.tables[1].parts[0].moe} (the sum; the mean: {mean_margin_shown}) |" in report
     needs = dict(epsilon_for_target(plan, spec.confidence, 10))
     assert needs["income_mean_by_puma_sex"] is None and needs["race_mode_by_puma"] is None
     assert needs["puma_by_sex"] is not None
