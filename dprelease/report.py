@@ -219,19 +219,26 @@ def _moe_cell(t: dict[str, Any]) -> str:
     return str(t["moe"])
 
 
+def margin_figures(manifest: dict[str, Any]) -> list[tuple[str, Margin, str]]:
+    """Per measurement whose manifest entry states its ``margin`` (at the release's confidence, in
+    its measure's own units: :mod:`dprelease.plan.margins`): its row name (``table`` or ``table @
+    level``), the :class:`~dprelease.plan.margins.Margin` and its unit words — for the reports'
+    figures (a count's or sum's ``value``, a mean's ``at_count(n)``, a mode's gap, a quantile's
+    rank error)."""
+    return [(t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}",
+             Margin.from_record(t["margin"]), t["margin"].get("unit", "")) for t in manifest["tables"] if "margin" in t]
+
+
 def _margins_section(manifest: dict[str, Any]) -> list[str]:
     """Each measurement's margin of error in its own units at the release's confidence, as the plan
     made it (:mod:`dprelease.plan.margins`; the manifest's ``margin`` records). Manifests written
     before them have none: the section is left out."""
-    entries = [t for t in manifest["tables"] if "margin" in t]
-    if not entries:
+    figures = margin_figures(manifest)
+    if not figures:
         return []
     confidence = _pct(Fraction(manifest["confidence"]))
-    lines = ["", f"## Margins of error at {confidence}, in each measure's own units", ""]
-    for t in entries:
-        base = t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}"
-        lines.append(f"- `{base}` ({t['margin']['kind']}): {t['margin']['text']}.")
-    return lines
+    return ["", f"## Margins of error at {confidence}, in each measure's own units", "",
+            *[f"- `{name}` ({margin.kind}): {margin.text(unit)}." for name, margin, unit in figures]]
 
 
 def _lifetime_row(budgets: ReleaseBudgets) -> tuple[Budget, ...]:

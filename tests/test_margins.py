@@ -37,7 +37,7 @@ from dprelease.plan.margins import (
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, Mean, MeanPart, PermuteAndFlip
 from dprelease.plan.tradeoff import MEAN_AT, plan_curves
 from dprelease.postprocess import mean_values
-from dprelease.report import budget_report_md
+from dprelease.report import budget_report_md, margin_figures
 from dprelease.spec import MeanMeasure, load_spec
 from tests.conftest import ROOT
 
@@ -278,6 +278,8 @@ def test_plan_manifest_report_tradeoff_and_target_agree(spec, cli):
         assert entry["margin"]["text"] in report
         chosen = curves[t.name].chosen.moe
         assert chosen == (math.ceil(margin.at_count(MEAN_AT)) if margin.kind == "mean" else margin.value), t.key
+    assert [(name, m, unit) for name, m, unit in margin_figures(published)] == [
+        (t.key, margin_of(t, spec.confidence), table_units(spec)[t.name]) for t in plan.tables]  # the HTML's figures
     assert "rank ±" in report and "gap ≤ " in report
     mean_margin_shown = margin_of(plan.tables[1], spec.confidence).short()  # the mean's, beside its sum part's
     assert f"| {plan.tables[1].parts[0].moe} (the sum; the mean: {mean_margin_shown}) |" in report

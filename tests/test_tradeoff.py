@@ -164,6 +164,7 @@ def test_the_report_curve_is_computed_from_the_manifest_alone(specs):
             if entry["mechanism"] != "permute_and_flip" and "parts" not in entry:
                 assert c.chosen.moe == entry["moe95"], (name, c.key)
         assert curves == list(plan_curves(plan, C95)), name
+        assert reporting.tradeoff_curves(published, plan.confidence) == list(plan_curves(plan)), name  # the spec's
     altered = manifest(specs["demo"], plan_release(specs["demo"], None), "run-1", "2026-11-26T00:00:00+00:00")
     altered["tables"][0]["scale"] = "3"  # not the noise its ε = 1/4 gives
     altered["tables"][1]["moe95"] = 11  # not its noise's margin
