@@ -95,7 +95,7 @@ def report_md(spec: Spec, rows: list[Row], trials: int, command: str) -> str:
     lines = [f"# Accuracy evaluation — {spec.release} ({NOT_PRIVATE})", "",
              f"{trials} simulated releases of `{spec.dataset.path}` (spec `{spec.source.name}`), each post-processed "
              "with clamp (max(0, x) per cell) and with consistent (census-style) post-processing, compared with the "
-             "exact counts. Errors are absolute, in persons.", "",
+             "exact counts. Errors are absolute, in persons (a sum's in its column's units).", "",
              f"Neighbouring datasets: {spec.neighbouring}; every count's sensitivity is {spec.sensitivity} "
              "(a sum's follows its bounds)."
              + (f" Invariants (published exactly, NOT protected by DP): totals at {', '.join(spec.invariant_levels)}."
@@ -114,6 +114,7 @@ def report_md(spec: Spec, rows: list[Row], trials: int, command: str) -> str:
     left_out = [t.name for t in spec.tables if (t.name, t.measured()[0][0], "clamp") not in by]
     left_out += [t.name for t in spec.local_tables]
     if left_out:
-        lines += ["", f"Not evaluated (modes, means and local tables are not counts in persons): {', '.join(left_out)}."]
+        lines += ["", f"Not evaluated in this table (modes, means and local tables are not counts; every central table's margin "
+                  f"is checked below): {', '.join(left_out)}."]
     lines += ["", f"_{NOT_PRIVATE}._", ""]
     return "\n".join(lines)

@@ -36,6 +36,7 @@ from dprelease.accounting import (
 from dprelease.errors import InternalError, UserError
 from dprelease.ledger import Approval, Evaluation
 from dprelease.plan import Plan, TablePlan
+from dprelease.plan.margins import margin_of, unit_words
 from dprelease.plan.measurements import PermuteAndFlip
 from dprelease.publish import invariant_path, table_path
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
@@ -153,6 +154,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
+             "margin": margin_of(t, plan.confidence).record(unit_words(by_name[t.name].measure)),
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
              **({"parts": [{"part": part, "epsilon": amount_text(p.budget), "mechanism": p.mechanism,

@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from dprelease.accounting import ApproxDP, Budget, budget_from_record, budget_of
 from dprelease.errors import UserError
+from dprelease.plan.margins import Margin
 from dprelease.publish import invariant_path, table_path, value_column
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, Table
 from dprelease.spec.canonical import spec_from_canonical
@@ -74,7 +75,10 @@ class TableFacts:
     (``margin_of_error_95`` at 95%), in the published unit (persons, or the summed column's
     unit); None for a mode or quantile, which publishes a category, not a number, and for a
     mean: a mean's error depends on its cell's count, and its parts' margins (``parts``: the
-    noisy sum of value − centre and the noisy count) are not in the mean's unit."""
+    noisy sum of value − centre and the noisy count) are not in the mean's unit. ``margin`` is
+    the measurement's margin in its measure's own units (:class:`dprelease.plan.margins.Margin`:
+    a mean's by its cells' count, a mode's count gap, a quantile's rank error; None in manifests
+    from before it was stated); :meth:`Release.margins` gives it per published cell."""
 
     name: str
     level: str | None
@@ -95,6 +99,7 @@ class TableFacts:
     measurements_file: str
     parts: tuple[Part, ...]  # a mean's sum and count; () otherwise
     entry: Mapping[str, Any] = field(repr=False)  # the manifest's record, as published (read-only)
+    margin: Margin | None = None
 
 
 def read_release(path: str | Path) -> Release:
@@ -261,6 +266,19 @@ class Release:
                                                           empty_is_missing=True)
         return frame
 
+    def margins(self, name: str, level: str | None = None) -> pd.DataFrame:
+        """Table ``name`` as :meth:`table` gives it, with ``margin_of_error`` per cell at the
+        release's confidence in the measure's own units (:attr:`TableFacts.margin`): a mean's at
+        the cell's published noisy count (a plug-in for its row count; NaN where it gives no
+        bound), every other measure's the same for all cells. Post-processing of published figures."""
+        frame, margin = self.table(name, level), self.facts(name, level).margin
+        if margin is None:
+            raise KeyError(f"{self.release} was published before margins were stated per measure")
+        frame["margin_of_error"] = ([margin.at_count(n) for n in frame["count"]] if margin.kind == "mean"
+                                    else margin.value)
+        frame["margin_of_error"] = frame["margin_of_error"].astype("float64")
+        return frame
+
     def tables(self) -> dict[str, pd.DataFrame | dict[str, pd.DataFrame]]:
         """Every table: a DataFrame, or for a geographic table a dict of one per level."""
         out: dict[str, pd.DataFrame | dict[str, pd.DataFrame]] = {}
@@ -387,7 +405,8 @@ def _facts(entry: dict[str, Any], kind: str) -> TableFacts:
         margin_of_error_95=None if category else entry.get("moe95", entry["moe"]),
         cells=entry["cells"], structural_cells=entry.get("structural_cells", 0),
         group_by=tuple(entry.get("group_by", ())), post_process=entry["post_process"], file=entry["file"],
-        measurements_file=entry["measurements"], parts=parts, entry=MappingProxyType(entry))
+        measurements_file=entry["measurements"], parts=parts, entry=MappingProxyType(entry),
+        margin=Margin.from_record(entry["margin"]) if "margin" in entry else None)
 
 
 def _budget(record: dict[str, str] | None, kind: str, amount: str, delta: str | None) -> Budget:

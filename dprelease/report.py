@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from dprelease.accounting import ZCDP, ApproxDP, Budget, amount_text, delta_of, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import CapChange
 from dprelease.manifest import ReleaseBudgets, part_budget, read_budget, release_budgets, table_budget
+from dprelease.plan.margins import Margin
 
 
 def _both(text: str) -> str:
@@ -99,7 +100,8 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
             mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
             lines.append(f"| {name} | {_amount(spent)} |{' ' + _delta(spent) + ' |' if approx else ''} "
                          f"{share} | {mechanism} | {t['sensitivity']} | "
-                         f"{_both(t['scale'])} | {_cells(t)} | {t['moe']} | {t['post_process']} |")
+                         f"{_both(t['scale'])} | {_cells(t)} | {_moe_cell(t)} | {t['post_process']} |")
+    lines += _margins_section(manifest)
     lines += _structural_section(manifest)
     lines += [
         "",
@@ -183,14 +185,14 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         *[f"- `{t['name']}` publishes, per cell, the most common category of `{t['measure']['mode']}`, chosen by the "
           "exponential mechanism (permute-and-flip, McKenna and Sheldon 2020) with the cell's category counts as "
           f"utilities (sensitivity {t['sensitivity']}; exponent ε·u/({'' if _monotone(manifest, t) else '2'}Δu)). "
-          "It has no margin of error: the chosen category is the true mode with high probability when the mode "
-          "leads the runner-up by several times Δu/ε."
+          "Its margin is a count gap (above): the chosen category is the true mode with high probability when the "
+          "mode leads the runner-up by several times Δu/ε."
           for t in {t['name']: t for t in manifest["tables"]
                     if isinstance(t.get("measure"), dict) and "mode" in t["measure"]}.values()],
         *[f"- `{t['name']}` publishes, per cell, the category of `{t['measure']['quantile']}` closest to its "
           f"{t['measure']['q']}-quantile (declared order), chosen by the exponential mechanism (permute-and-flip) "
           f"with utility −|b·#below − a·n| for q = a/b (sensitivity {t['sensitivity']}; exponent ε·u/(2Δu): not "
-          "monotone). It has no margin of error."
+          "monotone). Its margin is a rank error in rows (above)."
           for t in {t['name']: t for t in manifest["tables"]
                     if isinstance(t.get("measure"), dict) and "quantile" in t["measure"]}.values()],
         *(["- The raw noisy counts are kept in `measurements/`, so post-processing can be redone at no cost."]
@@ -204,6 +206,39 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "",
     ]
     return "\n".join(lines)
+
+
+def _moe_cell(t: dict[str, Any]) -> str:
+    """The ±MoE column: a count's or sum's (or a mean part's) noise margin, a mean's sum part's with
+    the mean's own (at n = 1,000 rows) beside it; a mode's count gap or a quantile's rank error
+    (:meth:`dprelease.plan.margins.Margin.short`), from the manifest's record."""
+    if "margin" in t and t["margin"]["kind"] in ("mode", "quantile"):
+        return Margin.from_record(t["margin"]).short()
+    if "margin" in t and t.get("part") == "sum":  # the noisy sum's, in the sum's units; the mean's own beside it
+        return f"{t['moe']} (the sum; the mean: {Margin.from_record(t['margin']).short()})"
+    return str(t["moe"])
+
+
+def margin_figures(manifest: dict[str, Any]) -> list[tuple[str, Margin, str]]:
+    """Per measurement whose manifest entry states its ``margin`` (at the release's confidence, in
+    its measure's own units: :mod:`dprelease.plan.margins`): its row name (``table`` or ``table @
+    level``), the :class:`~dprelease.plan.margins.Margin` and its unit words — for the reports'
+    figures (a count's or sum's ``value``, a mean's ``at_count(n)``, a mode's gap, a quantile's
+    rank error)."""
+    return [(t["name"] if t.get("level") is None else f"{t['name']} @ {t['level']}",
+             Margin.from_record(t["margin"]), t["margin"].get("unit", "")) for t in manifest["tables"] if "margin" in t]
+
+
+def _margins_section(manifest: dict[str, Any]) -> list[str]:
+    """Each measurement's margin of error in its own units at the release's confidence, as the plan
+    made it (:mod:`dprelease.plan.margins`; the manifest's ``margin`` records). Manifests written
+    before them have none: the section is left out."""
+    figures = margin_figures(manifest)
+    if not figures:
+        return []
+    confidence = _pct(Fraction(manifest["confidence"]))
+    return ["", f"## Margins of error at {confidence}, in each measure's own units", "",
+            *[f"- `{name}` ({margin.kind}): {margin.text(unit)}." for name, margin, unit in figures]]
 
 
 def _lifetime_row(budgets: ReleaseBudgets) -> tuple[Budget, ...]:

@@ -22,6 +22,7 @@ from dprelease.errors import UserError
 from dprelease.ledger import DatasetState
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.manifest import ReleaseBudgets, part_budget, release_budgets, table_budget
+from dprelease.plan.margins import published_choice
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, TruncatedGeometric
 from dprelease.plan.tradeoff import FACTORS, MODE_NOTE, Curve, curve, mean_curve, noise_at
 
@@ -144,35 +145,62 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
 # ---------------------------------------------------------------- the trade-off, from the manifest
 
 
-def tradeoff_curves(manifest: dict[str, Any]) -> list[Curve]:
-    """Per published measurement, its expected 95% margin of error had its ε (ρ; under (ε, δ) its
-    ε at its δ) been the published one × :data:`~dprelease.plan.tradeoff.FACTORS`: from the
-    manifest's mechanism, sensitivity, scale and granularity alone (the report works from a
-    published release, not its spec), with the noise the planner would build at each budget
-    (:func:`~dprelease.plan.tradeoff.noise_at`). A curve is shown only where the manifest's own
-    figures come back at the published budget (its noise, and its ``moe95``)."""
-    return [_published_curve(manifest, t) for t in manifest["tables"]]
+def tradeoff_curves(manifest: dict[str, Any], confidence: Fraction | None = None) -> list[Curve]:
+    """Per published measurement, its expected margin of error at ``confidence`` (default 95%; the
+    spec's is ``Fraction(manifest["confidence"])``) had its ε (ρ; under (ε, δ) its ε at its δ) been
+    the published one × :data:`~dprelease.plan.tradeoff.FACTORS`: from the manifest's mechanism,
+    sensitivity, scale and granularity alone (the report works from a published release, not its
+    spec), with the noise the planner would build at each budget
+    (:func:`~dprelease.plan.tradeoff.noise_at`), in each measure's own units
+    (:mod:`dprelease.plan.margins`: a mean's at n = 1,000 rows, a mode's count gap, a quantile's
+    rank error). A curve is shown only where the manifest's own figures come back at the
+    published budget (its noise, and for a count or sum its ``moe``/``moe95``)."""
+    at = CONFIDENCE_95 if confidence is None else confidence
+    return [_published_curve(manifest, t, at) for t in manifest["tables"]]
 
 
-def _published_curve(manifest: dict[str, Any], t: dict[str, Any]) -> Curve:
+def _published_curve(manifest: dict[str, Any], t: dict[str, Any], confidence: Fraction) -> Curve:
     budget = table_budget(manifest, t)
     name, level, mechanism = t["name"], t.get("level"), t.get("mechanism", "")
-    if mechanism == "permute_and_flip":
-        return Curve(name, level, mechanism, budget, CONFIDENCE_95, (), MODE_NOTE)
+    if mechanism == "permute_and_flip":  # a mode's count gap, a quantile's rank error (plan.margins)
+        try:
+            choice = published_choice(t, budget)
+            return curve(name, level, choice, budget, confidence)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            return Curve(name, level, mechanism, budget, confidence, (), MODE_NOTE)
     measure = t.get("measure")
     g = int(measure.get("granularity", 1)) if isinstance(measure, dict) else 1
     try:
-        if t.get("parts"):  # a mean: its sum part's margins, as its row shows
-            part = t["parts"][0]
+        if t.get("parts"):  # a mean: its margin at a cell of MEAN_AT rows (plan.margins), from both parts
+            part, counted = t["parts"][0], t["parts"][1]
             noise, at = _published_noise(part, g), part_budget(budget, part)
-            found = mean_curve(name, level, noise, at, budget, CONFIDENCE_95)
+            if "margin" not in t:  # a manifest written before margin records: its sum part's margins
+                found = mean_curve(name, level, noise, at, budget, confidence)
+                stated = _stated_moe(manifest, part, confidence)
+            else:
+                count = _published_noise(counted, 1)
+                found = mean_curve(name, level, noise, at, budget, confidence,
+                                   count=(count, part_budget(budget, counted)), half_width=t["margin"]["half_width"])
+                same = noise_at(count, part_budget(budget, counted)) == count and noise_at(noise, at) == noise
+                return found if same else Curve(name, level, mechanism, budget, confidence, (), NOT_REPRODUCIBLE)
         else:
             noise, at = _published_noise(t, g), budget
-            found = curve(name, level, noise, at, CONFIDENCE_95)
-        same = noise_at(noise, at) == noise and found.chosen is not None and found.chosen.moe == t.get("moe95")
+            found = curve(name, level, noise, at, confidence)
+            stated = _stated_moe(manifest, t, confidence)
+        same = noise_at(noise, at) == noise and found.chosen is not None and stated in (None, found.chosen.moe)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         same = False
-    return found if same else Curve(name, level, mechanism, budget, CONFIDENCE_95, (), NOT_REPRODUCIBLE)
+    return found if same else Curve(name, level, mechanism, budget, confidence, (), NOT_REPRODUCIBLE)
+
+
+def _stated_moe(manifest: dict[str, Any], entry: dict[str, Any], confidence: Fraction) -> int | None:
+    """The margin the manifest states for ``entry`` at ``confidence``: its ``moe`` at the release's
+    confidence, its ``moe95`` at 95%; at any other, None (nothing stated to check against)."""
+    if confidence == CONFIDENCE_95:
+        return int(entry.get("moe95", entry["moe"]))
+    if confidence == Fraction(manifest["confidence"]):
+        return int(entry["moe"])
+    return None
 
 
 def _published_noise(entry: dict[str, Any], granularity: int) -> DiscreteLaplace | DiscreteGaussian:

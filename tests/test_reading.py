@@ -454,3 +454,27 @@ def test_pandas_is_imported_on_first_use_only():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "has no attribute 'no_such_thing'" in proc.stdout, proc.stderr
     assert dprelease.read_release is read_release
+
+
+def test_margins_in_each_measures_own_units_per_published_cell(measures):
+    """TableFacts.margin is the plan's (plan.margins.margin_of, at the release's confidence), and
+    Release.margins gives it per cell: a mean's at the cell's published noisy count."""
+    from dprelease.plan.margins import margin_of
+
+    spec_path, directory = measures
+    release = read_release(directory)
+    spec = load_spec(spec_path)
+    plan = plan_release(spec, None)
+    for facts, planned in zip(release.measurements, plan.tables, strict=True):
+        assert facts.margin == margin_of(planned, spec.confidence), facts.name
+    mean = release.margins("mean_income_by_sex_age")
+    margin = release.facts("mean_income_by_sex_age").margin
+    assert margin.kind == "mean"
+    for count, shown in zip(mean["count"], mean["margin_of_error"]):
+        at = margin.at_count(count)
+        assert (np.isnan(shown) if at is None else shown == at), (count, shown)
+    assert mean["margin_of_error"].notna().any()
+    modes = release.margins("modal_race_by_sex")["margin_of_error"]
+    assert modes.nunique() == 1 and modes.iloc[0] == release.facts("modal_race_by_sex").margin.value > 0
+    sums = release.margins("income_by_sex")["margin_of_error"]
+    assert (sums == release.facts("income_by_sex").margin_of_error).all()

@@ -22,8 +22,9 @@ from dprelease.errors import OverBudgetError, UserError
 from dprelease.manifest import manifest
 from dprelease.plan import plan_release
 from dprelease.plan.allocation import allocate, closed_form, round_significant
+from dprelease.plan.margins import margin_of
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace
-from dprelease.plan.tradeoff import FACTORS, MEAN_NOTE, MODE_NOTE, plan_curves, scaled
+from dprelease.plan.tradeoff import FACTORS, MEAN_AT, MEAN_NOTE, MODE_NOTE, QUANTILE_NOTE, plan_curves, scaled
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
 from tests.test_operations import demo_spec
@@ -93,12 +94,23 @@ def test_the_curve_at_the_spec_budget_is_the_plans_margin(specs):
             assert [c.key for c in curves] == [t.key for t in plan.tables]
             for c, t in zip(curves, plan.tables):
                 assert c.budget == t.budget
-                if t.mechanism == "permute_and_flip":
-                    assert c.points == () and c.note == MODE_NOTE, (name, t.key)
-                    continue
                 assert c.chosen is not None and c.chosen.budget == t.budget, (name, t.key)
-                assert c.chosen.moe == getattr(t, margin), (name, t.key, c.chosen.moe)
+                assert c.chosen.moe == _own_margin(t, confidence, margin), (name, t.key, c.chosen.moe)
                 assert (c.note == MEAN_NOTE) == bool(t.parts)
+                if t.mechanism == "permute_and_flip":  # a mode's count gap, a quantile's rank error
+                    assert c.note in (MODE_NOTE, QUANTILE_NOTE) and c.chosen.moe > 0, (name, t.key)
+
+
+def _own_margin(t, confidence, margin="moe95"):
+    """What the trade-off's point shows for ``t``: its noise margin (counts and sums, the plan's
+    ``moe``/``moe95``), a mean's margin at a cell of MEAN_AT rows (rounded up), a mode's gap or a
+    quantile's rank error (:func:`dprelease.plan.margins.margin_of`)."""
+    own = margin_of(t, confidence)
+    if own.kind == "mean":
+        return math.ceil(own.at_count(MEAN_AT))
+    if own.kind in ("mode", "quantile"):
+        return own.value
+    return getattr(t, margin)
 
 
 def test_every_point_is_what_the_planner_builds_at_that_budget(specs):
@@ -115,9 +127,9 @@ def test_every_point_is_what_the_planner_builds_at_that_budget(specs):
                 refused += 1
                 continue
             for c, t in zip(curves, replanned):
-                if c.points:
-                    assert c.points[i].budget == t.budget
-                    assert c.points[i].moe == t.moe95, (name, t.key, factor)
+                assert c.points
+                assert c.points[i].budget == t.budget
+                assert c.points[i].moe == _own_margin(t, C95), (name, t.key, factor)
     assert refused == 1  # the approx mean at ε/8: its sum part's (ε, δ) leaves no room for Gaussian noise
 
 
@@ -147,12 +159,12 @@ def test_the_report_curve_is_computed_from_the_manifest_alone(specs):
         plan = plan_release(spec, None)
         published = manifest(spec, plan, "run-1", "2026-11-26T00:00:00+00:00")
         curves = reporting.tradeoff_curves(published)
-        for c, entry in zip(curves, published["tables"]):
-            if entry["mechanism"] == "permute_and_flip":
-                assert c.points == () and c.note == MODE_NOTE
-                continue
-            assert c.chosen is not None and c.chosen.moe == entry["moe95"], (name, c.key)
+        for c, entry, t in zip(curves, published["tables"], plan.tables):
+            assert c.chosen is not None and c.chosen.moe == _own_margin(t, C95), (name, c.key)
+            if entry["mechanism"] != "permute_and_flip" and "parts" not in entry:
+                assert c.chosen.moe == entry["moe95"], (name, c.key)
         assert curves == list(plan_curves(plan, C95)), name
+        assert reporting.tradeoff_curves(published, plan.confidence) == list(plan_curves(plan)), name  # the spec's
     altered = manifest(specs["demo"], plan_release(specs["demo"], None), "run-1", "2026-11-26T00:00:00+00:00")
     altered["tables"][0]["scale"] = "3"  # not the noise its ε = 1/4 gives
     altered["tables"][1]["moe95"] = 11  # not its noise's margin
@@ -298,8 +310,8 @@ def test_the_proposal_pasted_into_the_spec_fits_and_beats_the_specs_split(specs,
     assert error(replanned) == pytest.approx(a.error, rel=1e-12)
     assert error(plan) == pytest.approx(a.spec_error, rel=1e-12)
     assert a.error < a.spec_error and a.error < a.equal_error
-    assert [s.moe for s in a.shares] == [t.moe if t.mechanism != "permute_and_flip" else None
-                                         for t in replanned.tables]
+    assert [s.moe for s in a.shares] == [_own_margin(t, replanned.confidence, "moe") for t in replanned.tables]
+    assert [s.moe for s in a.shares if s.role != "kept"] == [t.moe for t in replanned.tables if t.key in split]
 
 
 def test_an_optimal_spec_is_left_as_it_is(tmp_path):

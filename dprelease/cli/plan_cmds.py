@@ -132,9 +132,10 @@ def plan(
         _print_target(spec, the_plan, targets, as_json)
         return
     from dprelease.cli.render import plan_json, print_plan
+    from dprelease.plan.margins import table_units
 
     if as_json:
-        shown = plan_json(the_plan, location, exists, ledger_id)
+        shown = plan_json(the_plan, location, exists, ledger_id, table_units(spec))
         shown["warnings"] = warnings
         if tradeoff:
             from dprelease.cli.tradeoff_view import tradeoff_json
@@ -144,7 +145,7 @@ def plan(
         print(json.dumps(shown, indent=2))
     else:
         print_plan(out, the_plan, str(spec_path), spec.dataset.partition_note,
-                   ledger_line(location, exists, ledger_id=ledger_id))
+                   ledger_line(location, exists, ledger_id=ledger_id), table_units(spec))
         if tradeoff:
             from dprelease.cli.tradeoff_view import tradeoff_lines
             from dprelease.plan.tradeoff import plan_curves
@@ -243,20 +244,32 @@ def _print_allocation(the_plan, weights: dict[str, Fraction], targets: dict[str,
 
 
 def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    """--target-moe N: per count or sum, the ε for ±N; a mean, mode or quantile gets none, with its
+    margin now in its own units (:func:`dprelease.plan.margins.untargeted_note`)."""
     from dprelease.cli.render import both, pct
     from dprelease.plan import epsilon_for_target
+    from dprelease.plan.margins import margin_of, table_units, untargeted_note
 
     needs = epsilon_for_target(the_plan, spec.confidence, target)
-    total = sum((e for _, e in needs), Fraction(0))
+    total = sum((e for _, e in needs if e is not None), Fraction(0))
+    units = table_units(spec)
     if as_json:
         print(json.dumps({"target_moe": target, "confidence": fraction_text(spec.confidence),
                           "total_epsilon": fraction_text(total),
-                          "tables": [{"name": n, "epsilon": fraction_text(e),
-                                      "current_epsilon": amount_text(t.budget), "current_moe": t.moe}
+                          "tables": [{"name": n, "epsilon": None if e is None else fraction_text(e),
+                                      "current_epsilon": amount_text(t.budget), "current_moe": t.moe,
+                                      "margin": margin_of(t, spec.confidence).record(units.get(t.name, "")),
+                                      **({"note": untargeted_note(t, spec.confidence, units.get(t.name, ""))}
+                                         if e is None else {})}
                                      for (n, e), t in zip(needs, the_plan.tables)]}, indent=2))
         return
     out.print(f"ε per table for a margin of error of ±{target} at {pct(spec.confidence)} "
               "(rounded up to 3 significant digits, so the target is met):", markup=False)
     for (name, need), t in zip(needs, the_plan.tables):
-        out.print(f"  {name}: ε = {both(need)} (now {amount_text(t.budget, decimal=True)}, ±{t.moe})", markup=False)
-    out.print(f"  total: ε = {both(total)} (release budget {amount_text(spec.budget, decimal=True)})", markup=False)
+        if need is None:
+            out.print(f"  {name}: {untargeted_note(t, spec.confidence, units.get(t.name, ''))}", markup=False)
+        else:
+            out.print(f"  {name}: ε = {both(need)} (now {amount_text(t.budget, decimal=True)}, ±{t.moe})", markup=False)
+    out.print(f"  total: ε = {both(total)} (release budget {amount_text(spec.budget, decimal=True)})"
+              + (" — the tables above without an ε keep theirs" if any(e is None for _, e in needs) else ""),
+              markup=False)

@@ -26,6 +26,7 @@ from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.manifest import budget_record
 from dprelease.plan import Plan, TablePlan
+from dprelease.plan.margins import margin_of
 from dprelease.plan.measurements import Mean, MeanPart
 
 
@@ -52,7 +53,8 @@ def _text(x: Fraction | None) -> str | None:
     return None if x is None else fraction_text(x)
 
 
-def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_id: str | None = None) -> dict[str, Any]:
+def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_id: str | None = None,
+              units: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "exact_publications": exact_publications(plan.invariants),  # NOT differentially private
         "release": plan.release,
@@ -109,6 +111,7 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
              "structural": {"summary": list(t.structural_summary), "cells": [list(c) for c in t.structural_labels]}
              if t.structural else None,
              "moe95": t.moe95, "moe": t.moe, "delta": None if t.delta is None else fraction_text(t.delta),
+             "margin": margin_of(t, plan.confidence).record((units or {}).get(t.name, "")),
              "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None,
              **({"parts": [{"part": label, "epsilon": amount_text(p.budget), "sensitivity": p.shown_sensitivity,
                             "scale": fraction_text(p.shown_scale), "moe": p.moe, "moe95": p.moe95}
@@ -118,6 +121,17 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
     }
 
 
+def print_margins(console: Console, plan: Plan, units: dict[str, str]) -> None:
+    """The margins not counted in a cell's noise — a mean's (by its cells' count), a mode's count
+    gap, a quantile's rank error — in words, at the plan's confidence (:mod:`dprelease.plan.margins`)."""
+    shown = [(t, margin_of(t, plan.confidence)) for t in plan.tables]
+    shown = [(t, m) for t, m in shown if m.kind != "cell"]
+    if shown:
+        console.print(f"Margins in each measure's own units at {pct(plan.confidence)}:", markup=False, highlight=False)
+    for t, m in shown:
+        console.print(f"  {t.key} ({m.kind}): {m.text(units.get(t.name, ''))}", markup=False, highlight=False)
+
+
 def exact_publications(levels: tuple[str, ...]) -> list[str]:
     """Each exact (not differentially private) publication, in words a reviewer cannot miss."""
     return [("the number of persons in the whole dataset (root): its exact count" if level == "root" else
@@ -125,7 +139,7 @@ def exact_publications(levels: tuple[str, ...]) -> list[str]:
 
 
 def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str | None = None,
-               ledger_where: str | None = None) -> None:
+               ledger_where: str | None = None, units: dict[str, str] | None = None) -> None:
     if plan.invariants:  # first: what this release publishes outside differential privacy
         console.print("EXACT PUBLICATIONS — NOT protected by differential privacy (the confidential counts "
                       "themselves, no noise):", markup=False, highlight=False)
@@ -157,7 +171,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
         table.add_row(key, amount_text(m.budget, decimal=True), *([fraction_text(m.delta or 0)] if plan.approx else []), mechanism,
                       str(m.shown_sensitivity), both(m.shown_scale),
                       f"{t.measured_cells:,} + {len(t.structural):,} structural" if t.structural else f"{t.cells:,}",
-                      "—" if m.mechanism == "permute_and_flip" else str(m.moe))
+                      margin_of(m, plan.confidence).short() if isinstance(m, TablePlan) else str(m.moe))
     if plan.tables:
         console.print(table)
     else:
@@ -169,6 +183,7 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
                       "bounds, empty where the noisy count is below 1.", markup=False, highlight=False)
     console.print(f"MoE: per cell, P(|noise| > MoE) ≤ {pct(1 - plan.confidence)}, from the exact "
                   "noise distribution (before clamping).", markup=False, highlight=False)
+    print_margins(console, plan, units or {})
     print_structural(console, plan)
     over = subtract(plan.total, plan.release_budget)  # a line for its ε (ρ), and under approx one for its δ
     mark = "fits" if over.amount <= 0 else f"OVER by {amount_text(over, decimal=True)}"

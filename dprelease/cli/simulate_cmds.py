@@ -104,7 +104,9 @@ def evaluate(
     command = " ".join(["dprelease evaluate", str(spec_path), "--trials", str(trials)])
     with _trial_progress(f"{spec.release}: simulated releases", trials) as on_trial:
         rows = run_evaluation(spec, trials, on_trial=on_trial)
-    text = report_md(spec, rows, trials, command)
+    from dprelease.coverage import coverage_md, margin_coverage
+
+    text = report_md(spec, rows, trials, command) + "\n" + coverage_md(spec, margin_coverage(spec, trials), trials)
     print(text)
     if output is not None:
         _write_private(output, text)

@@ -56,7 +56,7 @@ from dprelease.errors import InternalError, OverBudgetError, UserError
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, Mean, PermuteAndFlip, TablePlan
 from dprelease.plan.planner import Plan
-from dprelease.plan.tradeoff import noise_at
+from dprelease.plan.tradeoff import noise_at, table_curve
 
 DIGITS = 3  # significant digits of a proposed budget
 Role = Literal["formula", "target", "kept"]
@@ -311,11 +311,11 @@ def _share(t: TablePlan, role: Role, budget: Budget, why: str, weight: Fraction,
 
 
 def _spec_margin(t: TablePlan, confidence: Fraction) -> int | None:
-    """A kept measurement's margin at ``confidence`` (its row's: a mean's sum part's); None for a mode."""
-    if isinstance(t.noise, PermuteAndFlip):
-        return None
-    noise = t.noise.sum.noise if isinstance(t.noise, Mean) else t.noise
-    return noise.margin(confidence)
+    """A kept measurement's margin at ``confidence`` in its own units, as ``plan --tradeoff`` shows it
+    at its spec's budget (:func:`~dprelease.plan.tradeoff.table_curve`: a mean's at a cell of
+    ``MEAN_AT`` rows, a mode's count gap, a quantile's rank error)."""
+    chosen = table_curve(t, confidence, (Fraction(1),)).chosen
+    return None if chosen is None else chosen.moe
 
 
 def _error(split: list[TablePlan], budgets: Mapping[str, Budget], weights: Mapping[str, Fraction]) -> float:

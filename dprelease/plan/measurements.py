@@ -166,11 +166,15 @@ class PermuteAndFlip:
     exp(−(u* − u)/temperature), temperature Δu/ε when the utility is ``monotone`` (every
     utility moves the same way between neighbours: a mode's counts under add/remove) and 2Δu/ε
     otherwise. ε-DP per cell; a person's rows spread over cells add up to ε. It outputs a
-    category, not a count: no margin of error."""
+    category, not a count: no noise margin (:meth:`margin` is 0); its accuracy is the utility
+    gap of :func:`dprelease.plan.margins.choice_gap` over its ``candidates`` (the size of the
+    declared domain it chooses from; 0: not stated), a mode's (``q`` None) or a quantile's."""
 
     utility_sensitivity: int
     epsilon: Fraction  # the ε it runs at
     monotone: bool
+    candidates: int = 0  # how many categories it chooses from (the declared domain's size)
+    q: Fraction | None = None  # a quantile's q = a/b (its utility is in units of 1/b row); None for a mode
     kind: ClassVar[str] = "permute_and_flip"
     granularity: ClassVar[int] = 1
 
@@ -259,10 +263,13 @@ class Mean:
     :attr:`budget` (ε, ρ, or ε and δ add up); the ledger is charged :attr:`charge`, the parts'
     charges composed. A mean computed from the pair (c + sum/count, clamped, empty where the
     noisy count is below 1) is post-processing. Parts whose budgets (or charges) are of
-    different kinds are refused (TypeError): they do not compose."""
+    different kinds are refused (TypeError): they do not compose. ``half_width`` is
+    max(|L − c|, |U − c|) in value units (what a cell's mean can differ from c; 0: not stated),
+    which bounds its margin of error (:func:`dprelease.plan.margins.mean_bound`)."""
 
     sum: MeanPart
     count: MeanPart
+    half_width: int = 0  # max(|L − c|, |U − c|), value units
     kind: ClassVar[str] = "mean"
 
     def __post_init__(self) -> None:

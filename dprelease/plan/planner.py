@@ -58,7 +58,6 @@ from dprelease.ledger import (
     RunRecord,
     check_lifetime_matches,
 )
-from dprelease.mechanisms.discrete_laplace import epsilon_for_margin
 from dprelease.mechanisms.gaussian import sigma2_for, zcdp_rho
 from dprelease.plan.local import LocalPlan, local_plans, refuse_local_over_central
 from dprelease.plan.measurements import (
@@ -260,7 +259,8 @@ def _plan_mean(spec: Spec, t: Table, budget: Budget, cells: int, level: str | No
     mean = Mean(_mean_part(_plan_one(spec, replace(t, measure=t.measure.centred_sum), for_sum, cells, level, terms,
                                      relation)),
                 _mean_part(_plan_one(spec, replace(t, measure=None), subtract(budget, for_sum), cells, level, terms,
-                                     relation)))
+                                     relation)),
+                half_width=max(t.measure.centre - t.measure.low, t.measure.high - t.measure.centre))
     return TablePlan(name=t.name, budget=mean.budget, noise=mean, cells=cells, moe=mean.sum.moe,
                      moe95=mean.sum.moe95, level=level, charge=mean.charge)
 
@@ -427,26 +427,15 @@ def _plan_mode(spec: Spec, table: Table, budget: Budget, cells: int, level: str 
     the cell's category counts (or quantile utilities), Δu = :func:`utility_sensitivity` (the
     contribution bound K for a mode). Monotone (temperature Δu/ε) for a mode under add/remove
     one row, where every count moves the same way; 2Δu/ε otherwise (quantile utilities are
-    never monotone). No margin of error (moe = 0): the output is a category, not a count. In a
-    zcdp release it runs at the largest ε with ε²/2 ≤ its ρ."""
+    never monotone). No noise margin (moe = 0): the output is a category, not a count; its
+    margin is a count gap or a rank error (:mod:`dprelease.plan.margins`, over its ``candidates``,
+    the column's declared categories). In a zcdp release it runs at the largest ε with ε²/2 ≤ its ρ."""
     if not isinstance(table.measure, ModeMeasure):
         raise InternalError(f"table {table.name}: planned as a mode without one")
-    monotone = table.measure.q is None and not relation.change
-    du = utility_sensitivity(table.measure.q, relation)
-    made, pure_epsilon = _pure_noise(spec, table.name, budget, lambda run_at: PermuteAndFlip(du, run_at, monotone))
+    q, candidates = table.measure.q, spec.dims_cells((table.measure.column,))
+    monotone = q is None and not relation.change
+    du = utility_sensitivity(q, relation)
+    made, pure_epsilon = _pure_noise(spec, table.name, budget,
+                                     lambda run_at: PermuteAndFlip(du, run_at, monotone, candidates, q))
     return TablePlan(name=table.name, budget=budget, noise=made, cells=cells, moe=0, moe95=0, level=level,
                      pure_epsilon=pure_epsilon, charge=_pure_charge(budget, made.epsilon, terms))
-
-
-def epsilon_for_target(plan: Plan, confidence: Fraction, target_moe: int) -> list[tuple[str, Fraction]]:
-    """Per measurement of ``plan``, the ε (rounded up) whose margin at ``confidence`` is ≤
-    ``target_moe``, with that measurement's own sensitivity and granularity (sums, bounded
-    relations, contribution bounds). Only for discrete Laplace measurements: raises UserError
-    for the others (a mode has no margin; zcdp budgets are ρ)."""
-    out = []
-    for t in plan.tables:
-        if not isinstance(t.noise, DiscreteLaplace) or t.pure_epsilon is not None:  # a truncated geometric is one
-            raise UserError(f"--target-moe works with discrete Laplace measurements; {t.key} uses {t.mechanism}")
-        units = max(target_moe // t.granularity, 0)  # a margin in value units, on the granularity's grid
-        out.append((t.key, epsilon_for_margin(units, confidence, Fraction(t.sensitivity, t.granularity))))
-    return out

@@ -10,15 +10,18 @@ so the point at the spec's own budget is the plan's margin, exactly.
 
 The grid is the spec's budget times :data:`FACTORS` (exact fractions): ε under pure DP, ρ under
 zCDP, and under (ε, δ)-DP the ε at the measurement's own δ (its δ stays what the spec gave it).
-A mode or quantile outputs a category, not a count: it has no margin of error, and no curve.
-A mean's curve is its sum part's margin (what its plan row shows); the mean divides that sum by
-a noisy count, so its own error also depends on how many rows a cell holds, which only the data
-knows.
+A mode's curve is its count gap in rows, a quantile's its rank error in rows
+(:func:`~dprelease.plan.margins.choice_margin`, permute-and-flip at each budget's ε). A mean's
+curve is its margin in the column's units at a cell of :data:`MEAN_AT` rows
+(:func:`~dprelease.plan.margins.mean_margin`, both parts at each budget's share), since its
+error also depends on how many rows a cell holds, which only the data knows; without its count
+part (a manifest read by an older caller) it is the sum part's margin, as before.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Callable
 
@@ -34,12 +37,17 @@ from dprelease.plan.measurements import (
     TablePlan,
     TruncatedGeometric,
 )
+from dprelease.plan.margins import SHOWN_COUNTS, Margin, choice_margin, mean_margin
 from dprelease.plan.planner import Plan, pure_epsilons
 
 FACTORS: tuple[Fraction, ...] = tuple(Fraction(2) ** k for k in range(-3, 4))  # 1/8, 1/4, …, 8
-MODE_NOTE = "a mode or quantile: its output is a category, not a count, so it has no margin of error"
-MEAN_NOTE = ("the margin of its sum part (as its plan row shows); the mean divides that sum by a noisy count, so "
-             "its own error also depends on the cell's count, which only the data knows")
+MEAN_AT = SHOWN_COUNTS[1]  # a mean's curve: its margin at a cell of this many rows
+MODE_NOTE = "a mode: the count gap in rows to the true mode's count (exponential-mechanism bound)"
+QUANTILE_NOTE = "a quantile: the rank error in rows (exponential-mechanism bound)"
+MEAN_NOTE = (f"a mean: its margin in the column's units at a cell of n = {MEAN_AT:,} rows (conservative bound "
+             "X/(n − B)); it shrinks like 1/n")
+SUM_PART_NOTE = ("the margin of its sum part (as its plan row shows); the mean divides that sum by a noisy count, "
+                 "so its own error also depends on the cell's count, which only the data knows")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,37 +138,70 @@ def _first_pure(budget: Budget, make: Callable[[Fraction], DiscreteLaplace]) -> 
 
 def curve(name: str, level: str | None, noise: OneNoise, budget: Budget, confidence: Fraction,
           factors: tuple[Fraction, ...] = FACTORS, note: str | None = None) -> Curve:
-    """The curve of a measurement with ``noise`` planned at ``budget`` (its spec's): a mode's has
-    no points (:data:`MODE_NOTE`)."""
-    if isinstance(noise, PermuteAndFlip):
-        return Curve(name, level, noise.kind, budget, confidence, (), MODE_NOTE)
+    """The curve of a measurement with ``noise`` planned at ``budget`` (its spec's): a count's or
+    sum's noise margin, a mode's count gap or a quantile's rank error (:data:`MODE_NOTE`)."""
     points = []
     for factor in factors:
         at = scaled(budget, factor)
         try:
-            moe: int | None = noise_at(noise, at).margin(confidence)
+            moe: int | None = (choice_margin(choice_at(noise, at), confidence) if isinstance(noise, PermuteAndFlip)
+                               else noise_at(noise, at).margin(confidence))
         except ValueError:
             moe = None
         points.append(Point(factor, at, moe))
+    if isinstance(noise, PermuteAndFlip) and note is None:
+        note = MODE_NOTE if noise.q is None else QUANTILE_NOTE
     return Curve(name, level, noise.kind, budget, confidence, tuple(points), note)
+
+
+def choice_at(noise: PermuteAndFlip, budget: Budget) -> PermuteAndFlip:
+    """Permute-and-flip as the planner builds it at ``budget``: the first ε of
+    :func:`~dprelease.plan.planner.pure_epsilons` whose temperature the exact sampler takes
+    (ValueError where none)."""
+    for epsilon in pure_epsilons(budget):
+        try:
+            return replace(noise, epsilon=epsilon)
+        except ValueError:
+            continue
+    raise ValueError(f"no ε of {budget!r} gives a temperature the exact sampler takes")
 
 
 def table_curve(t: TablePlan, confidence: Fraction, factors: tuple[Fraction, ...] = FACTORS) -> Curve:
     """The curve of one planned measurement; a mean's is its sum part's (:data:`MEAN_NOTE`), over
     the mean's budget (the sum part gets its share of each)."""
     if isinstance(t.noise, Mean):
-        return mean_curve(t.name, t.level, t.noise.sum.noise, t.noise.sum.budget, t.budget, confidence, factors)
+        return mean_curve(t.name, t.level, t.noise.sum.noise, t.noise.sum.budget, t.budget, confidence, factors,
+                          count=(t.noise.count.noise, t.noise.count.budget), half_width=t.noise.half_width)
     return curve(t.name, t.level, t.noise, t.budget, confidence, factors)
 
 
 def mean_curve(name: str, level: str | None, sum_noise: OneNoise, sum_budget: Budget, budget: Budget,
-               confidence: Fraction, factors: tuple[Fraction, ...] = FACTORS) -> Curve:
-    """A mean's curve over its own ``budget``: its sum part's margins (:data:`MEAN_NOTE`). The
-    planner gives the sum a fixed share of the mean's ε (ρ; under approx of ε and δ), so the sum
-    part's budget at factor f is ``sum_budget`` scaled by f."""
-    inner = curve(name, level, sum_noise, sum_budget, confidence, factors)
-    points = tuple(Point(p.factor, scaled(budget, p.factor), p.moe) for p in inner.points)
-    return Curve(name, level, Mean.kind, budget, confidence, points, MEAN_NOTE)
+               confidence: Fraction, factors: tuple[Fraction, ...] = FACTORS,
+               count: tuple[OneNoise, Budget] | None = None, half_width: int = 0) -> Curve:
+    """A mean's curve over its own ``budget``. The planner gives the sum a fixed share of the
+    mean's ε (ρ; under approx of ε and δ), so each part's budget at factor f is its own scaled by
+    f. With its ``count`` part (noise and budget) and ``half_width``: its margin at a cell of
+    :data:`MEAN_AT` rows (:data:`MEAN_NOTE`, rounded up); without: its sum part's margins
+    (:data:`SUM_PART_NOTE`)."""
+    if count is None:
+        inner = curve(name, level, sum_noise, sum_budget, confidence, factors)
+        points = tuple(Point(p.factor, scaled(budget, p.factor), p.moe) for p in inner.points)
+        return Curve(name, level, Mean.kind, budget, confidence, points, SUM_PART_NOTE)
+    found = []
+    for factor in factors:
+        try:
+            at: int | None = _at_count(mean_margin(noise_at(sum_noise, scaled(sum_budget, factor)),
+                                                   noise_at(count[0], scaled(count[1], factor)), half_width, confidence))
+        except ValueError:
+            at = None
+        found.append(Point(factor, scaled(budget, factor), at))
+    return Curve(name, level, Mean.kind, budget, confidence, tuple(found), MEAN_NOTE)
+
+
+def _at_count(margin: Margin) -> int | None:
+    """A mean's margin at a cell of :data:`MEAN_AT` rows, rounded up (None: no bound there)."""
+    at = margin.at_count(MEAN_AT)
+    return None if at is None else math.ceil(at)
 
 
 def plan_curves(plan: Plan, confidence: Fraction | None = None,
