@@ -5,10 +5,16 @@ nothing data-dependent. Example of the layout::
 
     # Budget report — acs-demo-2019
     Dataset nist-acs-national-2019 · run 3f2a… · 2026-11-22T03:00:00+00:00 · dprelease 0.1.0
+    ## Warnings                      (only when there are any: plan/review.py)
+    - table puma_by_sex spends ε = 3/2 (over 1): check it is intended
     ## Guarantee
     Pure ε-differential privacy; neighbouring datasets: add or remove one row (…); total ε = 1 …
     ## Spend per table
-    | table | ε | share | mechanism | sensitivity | noise scale | cells | ±MoE 95% | post-processing |
+    | table | ε | share | mechanism | sensitivity Δ₁ | Laplace scale b = Δ₁/ε | cells | ±MoE 95% | post-processing |
+
+The spend table's budget and noise columns are those of the release's privacy definition (ρ,
+Δ₂² and σ² for discrete Gaussian noise; a δ column under (ε, δ)), its margins at the spec's
+confidence; :func:`spend_table` gives it to the HTML page too.
     ## Lifetime budget of nist-acs-national-2019
     | cap | spent before | this release | spent after | remaining |
     ## Reading the tables

@@ -1,9 +1,12 @@
 """``dprelease report RELEASE_DIR``: a reviewable budget report of a published release.
 
 Reads only what the release published (``manifest.json``, ``budget_report.md``) and, when one
-is reachable, the ledger's record of the dataset (for the burn-down across releases and the
-unfinished reservations). Formats: ``html`` (one self-contained file: the plots are PNGs
-inlined as data URIs, so it opens offline), ``md`` and ``json``. Nothing here touches data.
+is reachable, the ledger's record of the dataset (for the burn-down of committed releases and
+the reservations not committed). Formats: ``html`` (:mod:`dprelease.reporting_html`: one
+semantic, self-contained page, its figures PNGs inlined as data URIs, no script), ``md`` and
+``json``. Here: the JSON report, the burn-down, the warnings
+(:func:`dprelease.plan.review.review_warnings` of the manifest's facts) and the trade-off
+recomputed from the manifest at the spec's confidence. Nothing here touches data.
 """
 
 from __future__ import annotations

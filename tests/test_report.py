@@ -23,7 +23,8 @@ from tests.test_run import run
 
 # The test's probe, put into a copy of the report: a content security policy that blocks any fetch
 # but data: images (and reports it), every error and console.error recorded, then on load each
-# image's decoding and the spend table's rendered text, written into the DOM for --dump-dom.
+# image's decoding (naturalWidth > 0 and every pixel drawn) and the spend table's rendered text,
+# written into the DOM for --dump-dom.
 PROBE = """<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; \
 style-src 'unsafe-inline'; script-src 'unsafe-inline'">
 <script>
@@ -33,12 +34,21 @@ document.addEventListener('securitypolicyviolation', function (e) { problems.pus
 var consoleError = console.error;
 console.error = function () { problems.push('console: ' + Array.prototype.join.call(arguments, ' '));
                               consoleError.apply(console, arguments); };
+function decoded(i) {  // loaded, sized, and every pixel drawn: the figures are opaque PNGs, and a truncated
+  if (!i.complete || i.naturalWidth === 0) return false;  // one leaves the rows it lacks transparent
+  var c = document.createElement('canvas'); c.width = i.naturalWidth; c.height = i.naturalHeight;
+  var g = c.getContext('2d'); g.drawImage(i, 0, 0);
+  var d = g.getImageData(0, 0, c.width, c.height).data;
+  for (var k = 3; k < d.length; k += 4) { if (d[k] < 255) return false; }
+  return true;
+}
 window.addEventListener('load', function () {
   var images = Array.from(document.querySelectorAll('img'));
-  var ok = images.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  var states = images.map(decoded);
+  var ok = states.filter(Boolean).length;
   var text = function (c) { return c.innerText.trim(); };
   var found = {figures: 'figures: ' + ok + ' loaded, ' + (images.length - ok) + ' failed', problems: problems,
-               images: images.map(function (i) { return [i.id, i.complete && i.naturalWidth > 0]; }),
+               images: images.map(function (i, n) { return [i.id, states[n]]; }),
                headers: Array.from(document.querySelectorAll('table#spend thead th')).map(text),
                spend: Array.from(document.querySelectorAll('table#spend tbody tr')).map(function (r) {
                  return Array.from(r.children).map(text); })};
