@@ -126,11 +126,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
               f"{'already recorded' if t['already_recorded'] else t['charged_per_respondent']} |"
               for t in manifest["local_tables"]],
             "",
-            *[f"Answers of {t['name']}: {t['provenance']['how']}"
-              + (f" — {t['provenance']['statement']}" if t['provenance'].get('statement') else "")
-              + f" (registered by {t['provenance']['registered_by']}, {t['provenance']['registered_at'][:19]} UTC)."
-              + (f" **{t['memo_not_honoured']}.**" if t.get("memo_not_honoured") else "")
-              for t in manifest["local_tables"] if t.get("provenance")],
+            *provenance_lines(manifest),
             "",
             f"Each respondent's ε over the recorded local collections: {spent['before']} → {spent['after']}.",
             "",
@@ -147,6 +143,15 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         lines.append("")
     lines += ["## Reading the tables", "", *reading_lines(manifest), ""]
     return "\n".join(lines)
+
+
+def provenance_lines(manifest: dict[str, Any]) -> list[str]:
+    """Where each local table's answers came from (those registered with a provenance)."""
+    return [f"Answers of {t['name']}: {t['provenance']['how']}"
+            + (f" — {t['provenance']['statement']}" if t["provenance"].get("statement") else "")
+            + f" (registered by {t['provenance']['registered_by']}, {t['provenance']['registered_at'][:19]} UTC)."
+            + (f" **{t['memo_not_honoured']}.**" if t.get("memo_not_honoured") else "")
+            for t in manifest["local_tables"] if t.get("provenance")]
 
 
 def reading_lines(manifest: dict[str, Any]) -> list[str]:

@@ -33,6 +33,7 @@ from dprelease.report import (
     _lifetime_row,
     _record_lines,
     _structural_section,
+    provenance_lines,
     reading_lines,
     spend_table,
 )
@@ -112,7 +113,7 @@ def page(manifest: dict[str, Any], state: DatasetState | None) -> str:
         table(f"Budget, noise and expected margin of error (±MoE {confidence}) of each measurement",
               headers, rows, aligned, ident="spend") if rows else "<p>No central tables.</p>",
         bullets(_structural_section(manifest)), ident="spend-per-table"))
-    parts.append(_lifetime(manifest, budgets))
+    parts.append(_lifetime(manifest, budgets, state))
     parts.append(_local(manifest))
     parts.append(_figures(manifest, state, confidence))
     parts.append(_history(manifest, state))
@@ -129,15 +130,23 @@ def _implied(manifest: dict[str, Any]) -> str:
             f"{esc(_delta(implied))} (Canonne, Kamath and Steinke 2020, Corollary 13; ε rounded up).</p>")
 
 
-def _lifetime(manifest: dict[str, Any], budgets: Any) -> str:
+def _lifetime(manifest: dict[str, Any], budgets: Any, state: DatasetState | None) -> str:
+    """The lifetime figures of the release, and the cap's recorded decisions when the ledger has
+    more than the first."""
     row = _lifetime_row(budgets)
     rows = [[budgets.cap.symbol, *(_amount(b) for b in row)]]
     if all(isinstance(b, ApproxDP) for b in row):
         rows.append(["δ", *(_delta(b) for b in row)])
+    caps = list(state.caps) if state is not None else []
+    decisions = table(
+        "The lifetime cap's recorded decisions", ["set at", "by", "cap", "reason"],
+        [[c.set_at[:19], c.set_by, f"{c.budget.symbol} = {fraction_text(c.budget.amount)}"
+          + (f", δ = {fraction_text(c.budget.delta)}" if isinstance(c.budget, ApproxDP) else ""), c.reason]
+         for c in caps], ident="caps") if len(caps) > 1 else ""
     return section(f"Lifetime budget of {manifest['dataset']} ({budgets.cap.symbol})", table(
         f"The dataset's lifetime budget before and after this release ({budgets.cap.symbol})",
         ["", "cap", "spent before", "this release", "spent after", "remaining"], rows, [False] + [True] * 5,
-        ident="lifetime"), ident="lifetime-budget")
+        ident="lifetime"), decisions, ident="lifetime-budget")
 
 
 def _local(manifest: dict[str, Any]) -> str:
@@ -156,8 +165,10 @@ def _local(manifest: dict[str, Any]) -> str:
         table("Local tables and each respondent's ε", ["table", "column", "protocol", "ε per respondent",
                                                         "truth kept with", "collection", "charged now"],
               rows, [False, False, False, True, True, False, True], ident="local"),
+        *[f"<p>{inline(line)}</p>" for line in provenance_lines(manifest)],
         f"<p>Each respondent's ε over the recorded local collections: {esc(str(spent['before']))} → "
         f"{esc(str(spent['after']))}.</p>", ident="local-collections")
+
 
 
 def _figures(manifest: dict[str, Any], state: DatasetState | None, confidence: str) -> str:

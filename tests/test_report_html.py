@@ -261,3 +261,30 @@ def test_the_burn_down_is_of_committed_releases_and_the_rest_is_apart(tmp_path):
     assert "no (voided)" in rest and "yes (until settled)" in rest
     alone = reporting.report_html(m, None)
     assert "The ledger is not reachable" in alone and "<table id='not-committed'>" not in alone
+
+
+def test_local_collections_and_cap_decisions_have_tables_of_their_own(tmp_path):
+    """A manifest's local tables (as `run` writes them) and the ledger's cap decisions."""
+    state, _ = ledger_with_history(tmp_path)
+    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=False)
+    ledger.set_budget(DATASET, PureDP(Fraction(5)), reason="board <decision> 7", by="ana")
+    state = ledger.state(DATASET)
+    ledger.close()
+    _, m = demo_manifest(tmp_path)
+    m["local_tables"] = [{"name": "smokers", "column": "SMOKES", "protocol": "coin_flip", "categories": 2,
+                          "epsilon_local": "ln 3", "epsilon_local_bound": "1099/1000", "keep_probability": 0.75,
+                          "collection": "wave-1", "memoised": True, "charged_per_respondent": "1099/1000",
+                          "already_recorded": False,
+                          "provenance": {"how": "registered", "statement": "asked by phone", "memo_of": None,
+                                         "registered_by": "bo", "registered_at": "2026-11-01T00:00:00+00:00"}}]
+    m["local_epsilon_per_respondent"] = {"before": "0", "after": "1099/1000"}
+    text = reporting.report_html(m, state)
+    page = Page(text)
+    assert "Local collections (answers randomized by the respondents)" in page.texts["h2"]
+    assert "Local tables and each respondent's ε" in page.texts["caption"]
+    assert "The lifetime cap's recorded decisions" in page.texts["caption"]
+    assert "board &lt;decision&gt; 7" in text and "ε = 5" in text
+    assert "Answers of smokers: registered — asked by phone (registered by bo, 2026-11-01T00:00:00 UTC)." in text
+    assert "wave-1 (memoised)" in text
+    assert "ln 3 (≤ 1099/1000)" in text
+    assert "local collections: each respondent's ε is now 1.099 (not capped)" in page.texts["li"]
