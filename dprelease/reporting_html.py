@@ -10,9 +10,10 @@ it; the budget and noise columns are those of the release's privacy definition
 (:func:`dprelease.reporting.warnings`); the burn-down lists committed releases, and the
 reservations not committed have their own table. Nothing here touches data.
 
-Layout: title and record · Warnings · Guarantee · Spend per table · Structural zeros · Lifetime
-budget · Local collections · Figures (allocation, burn-down, margins, trade-off with its table) ·
-Burn-down of committed releases · Reservations not committed · Reading the tables.
+Layout: title and record · Warnings · Invariants (when any) · Guarantee · Spend per table ·
+Structural zeros · Lifetime budget · Local collections · Figures (allocation, burn-down,
+margins, trade-off with its table) · Burn-down of committed releases · Reservations not
+committed · Reading the tables.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dprelease.report import (
     _amount,
     _delta,
     _guarantee,
+    _invariants_warning,
     _lifetime_row,
     _record_lines,
     _structural_section,
@@ -70,8 +72,8 @@ def table(caption: str, headers: list[str], rows: list[list[str]], numeric: list
         + "".join(f"<td class='n'>{esc(c)}</td>" if right else f"<td>{inline(c)}</td>"
                   for c, right in zip(row[1:], numeric[1:])) + "</tr>"
         for row in rows)
-    return (f"<table{f' id={chr(39)}{esc(ident)}{chr(39)}' if ident else ''}><caption>{esc(caption)}</caption>"
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    attrs = f" id='{esc(ident)}'" if ident else ""
+    return f"<table{attrs}><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def section(title: str, *body: str, ident: str = "", cls: str = "") -> str:
@@ -105,6 +107,7 @@ def page(manifest: dict[str, Any], state: DatasetState | None) -> str:
         "</header><main>",
         section("Warnings", ("<ul>" + "".join(f"<li>{inline(w)}</li>" for w in warned) + "</ul>") if warned
                 else "<p>None.</p>", ident="warnings", cls="warn" if warned else ""),
+        _invariants(manifest),
         section("Guarantee", f"<p>{inline(_guarantee(manifest, budgets))}</p>", _implied(manifest), ident="guarantee"),
     ]
     headers, aligned, rows = spend_table(manifest)
@@ -120,6 +123,15 @@ def page(manifest: dict[str, Any], state: DatasetState | None) -> str:
     parts.append(section("Reading the tables", bullets(reading_lines(manifest)), ident="reading"))
     parts.append("</main></body></html>")
     return "\n".join(p for p in parts if p)
+
+
+def _invariants(manifest: dict[str, Any]) -> str:
+    """The invariants' explanation, before the guarantee: they are published outside DP."""
+    lines = _invariants_warning(manifest)
+    if not lines:
+        return ""
+    return section(lines[0].removeprefix("## "), *[f"<p>{inline(line.removeprefix('> '))}</p>"
+                                                   for line in lines[1:] if line], ident="invariants", cls="warn")
 
 
 def _implied(manifest: dict[str, Any]) -> str:

@@ -288,3 +288,12 @@ def test_local_collections_and_cap_decisions_have_tables_of_their_own(tmp_path):
     assert "wave-1 (memoised)" in text
     assert "ln 3 (≤ 1099/1000)" in text
     assert "local collections: each respondent's ε is now 1.099 (not capped)" in page.texts["li"]
+
+
+def test_invariants_are_explained_before_the_guarantee(tmp_path):
+    _, m = demo_manifest(tmp_path)
+    m["invariants"] = {"declared": ["STATE"], "totals": [{"level": "STATE", "file": "invariants/STATE.csv"}]}
+    page = Page(reporting.report_html(m, None))
+    assert page.texts["h2"][:3] == ["Warnings", "⚠ Invariants: NOT protected by differential privacy", "Guarantee"]
+    assert any(w.startswith("invariants: the number of persons per place at STATE is published EXACTLY")
+               for w in page.texts["li"])
