@@ -11,13 +11,13 @@ nothing data-dependent. Example of the layout::
     Pure ε-differential privacy; neighbouring datasets: add or remove one row (…); total ε = 1 …
     ## Spend per table
     | table | ε | share | mechanism | sensitivity Δ₁ | Laplace scale b = Δ₁/ε | cells | ±MoE 95% | post-processing |
+    ## Lifetime budget of nist-acs-national-2019
+    | cap | spent before | this release | spent after | remaining |
+    ## Reading the tables
 
 The spend table's budget and noise columns are those of the release's privacy definition (ρ,
 Δ₂² and σ² for discrete Gaussian noise; a δ column under (ε, δ)), its margins at the spec's
 confidence; :func:`spend_table` gives it to the HTML page too.
-    ## Lifetime budget of nist-acs-national-2019
-    | cap | spent before | this release | spent after | remaining |
-    ## Reading the tables
 """
 
 from __future__ import annotations
