@@ -14,7 +14,7 @@ written before typed records from its format-1 keys.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Mapping
 
@@ -38,6 +38,7 @@ from dprelease.ledger import Approval, Evaluation
 from dprelease.plan import Plan, TablePlan
 from dprelease.plan.margins import margin_of, unit_words
 from dprelease.plan.measurements import PermuteAndFlip
+from dprelease.plan.review import plan_facts, review_warnings
 from dprelease.publish import invariant_path, table_path
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
@@ -82,6 +83,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
         "software": {"name": "dprelease", "version": __version__},
         "spec_fingerprint": plan.fingerprint,
         **(facts.manifest_part() if facts is not None else {}),
+        "warnings": review_warnings(replace(plan_facts(plan, spec.dataset.partition_note), evaluations=tuple(
+            (e.evaluated_at, e.evaluated_by) for e in (facts.evaluations if facts is not None else ())))),
         **({"release_template": spec.release_template, "run_date": spec.run_date.isoformat()}  # type: ignore[union-attr]
            if spec.release_template else {}),
         "spec": "spec.json",

@@ -5,13 +5,19 @@ nothing data-dependent. Example of the layout::
 
     # Budget report — acs-demo-2019
     Dataset nist-acs-national-2019 · run 3f2a… · 2026-11-22T03:00:00+00:00 · dprelease 0.1.0
+    ## Warnings                      (only when there are any: plan/review.py)
+    - table puma_by_sex spends ε = 3/2 (over 1): check it is intended
     ## Guarantee
     Pure ε-differential privacy; neighbouring datasets: add or remove one row (…); total ε = 1 …
     ## Spend per table
-    | table | ε | share | mechanism | sensitivity | noise scale | cells | ±MoE 95% | post-processing |
+    | table | ε | share | mechanism | sensitivity Δ₁ | Laplace scale b = Δ₁/ε | cells | ±MoE 95% | post-processing |
     ## Lifetime budget of nist-acs-national-2019
     | cap | spent before | this release | spent after | remaining |
     ## Reading the tables
+
+The spend table's budget and noise columns are those of the release's privacy definition (ρ,
+Δ₂² and σ² for discrete Gaussian noise; a δ column under (ε, δ)), its margins at the spec's
+confidence; :func:`spend_table` gives it to the HTML page too.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dprelease.accounting import ZCDP, ApproxDP, Budget, amount_text, delta_of, 
 from dprelease.ledger import CapChange
 from dprelease.manifest import ReleaseBudgets, part_budget, read_budget, release_budgets, table_budget
 from dprelease.plan.margins import Margin
+from dprelease.plan.review import ReviewFacts, measurement_name, review_warnings
 
 
 def _both(text: str) -> str:
@@ -64,10 +71,10 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     """The report's markdown. Every budget figure is read typed (:func:`dprelease.manifest.release_budgets`,
     ``table_budget``, ``part_budget``) and shown with the unit of its type."""
     budgets = release_budgets(manifest)
-    sym, life_sym = budgets.total.symbol, budgets.cap.symbol
-    confidence = _pct(Fraction(manifest["confidence"]))
-    approx = isinstance(budgets.ledger_charge, ApproxDP)  # charged (ε, δ): δ columns and rows
+    life_sym = budgets.cap.symbol
     implied = read_budget(manifest["implied_approximate_dp"]) if "implied_approximate_dp" in manifest else None
+    headers, aligned, rows = spend_table(manifest)
+    warned = review_warnings(manifest_facts(manifest))
     lines = [
         f"# Budget report — {manifest['release']}",
         "",
@@ -77,6 +84,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         f"Spec fingerprint `{manifest['spec_fingerprint']}`",
         "",
         *_record_lines(manifest),
+        *(["## Warnings", "", *[f"- {w}" for w in warned], ""] if warned else []),
         *([f"**Period:** {manifest['partition']['assumption']}.", ""] if "partition" in manifest else []),
         "## Guarantee",
         "",
@@ -86,21 +94,10 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "",
         "## Spend per table",
         "",
-        f"| table | {sym} |{' δ |' if approx else ''} share | mechanism | sensitivity (Δ₂² Gaussian) | "
-        f"noise scale (σ² Gaussian) | cells | ±MoE {confidence} | post-processing |",
-        f"|---|---:|{'---:|' if approx else ''}---:|---|---:|---:|---:|---:|---|",
+        "| " + " | ".join(headers) + " |",
+        "|" + "".join("---:|" if right else "---|" for right in aligned),
+        *["| " + " | ".join(row) + " |" for row in rows],
     ]
-    for entry in manifest["tables"]:
-        base = entry["name"] if entry.get("level") is None else f"{entry['name']} @ {entry['level']}"
-        budget = table_budget(manifest, entry)
-        rows = ([(f"{base} · mean: {p['part']}", {**entry, **p}, part_budget(budget, p)) for p in entry["parts"]]
-                if "parts" in entry else [(base, entry, budget)])
-        for name, t, spent in rows:
-            share = _pct(spent.amount / budgets.total.amount)
-            mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
-            lines.append(f"| {name} | {_amount(spent)} |{' ' + _delta(spent) + ' |' if approx else ''} "
-                         f"{share} | {mechanism} | {t['sensitivity']} | "
-                         f"{_both(t['scale'])} | {_cells(t)} | {_moe_cell(t)} | {t['post_process']} |")
     lines += _margins_section(manifest)
     lines += _structural_section(manifest)
     lines += [
@@ -131,11 +128,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
               f"{'already recorded' if t['already_recorded'] else t['charged_per_respondent']} |"
               for t in manifest["local_tables"]],
             "",
-            *[f"Answers of {t['name']}: {t['provenance']['how']}"
-              + (f" — {t['provenance']['statement']}" if t['provenance'].get('statement') else "")
-              + f" (registered by {t['provenance']['registered_by']}, {t['provenance']['registered_at'][:19]} UTC)."
-              + (f" **{t['memo_not_honoured']}.**" if t.get("memo_not_honoured") else "")
-              for t in manifest["local_tables"] if t.get("provenance")],
+            *provenance_lines(manifest),
             "",
             f"Each respondent's ε over the recorded local collections: {spent['before']} → {spent['after']}.",
             "",
@@ -150,9 +143,22 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
                   + (f", δ = {fraction_text(c.budget.delta)}" if isinstance(c.budget, ApproxDP) else "")
                   + f" — {c.reason}" for c in caps]
         lines.append("")
-    lines += [
-        "## Reading the tables",
-        "",
+    lines += ["## Reading the tables", "", *reading_lines(manifest), ""]
+    return "\n".join(lines)
+
+
+def provenance_lines(manifest: dict[str, Any]) -> list[str]:
+    """Where each local table's answers came from (those registered with a provenance)."""
+    return [f"Answers of {t['name']}: {t['provenance']['how']}"
+            + (f" — {t['provenance']['statement']}" if t["provenance"].get("statement") else "")
+            + f" (registered by {t['provenance']['registered_by']}, {t['provenance']['registered_at'][:19]} UTC)."
+            + (f" **{t['memo_not_honoured']}.**" if t.get("memo_not_honoured") else "")
+            for t in manifest["local_tables"] if t.get("provenance")]
+
+
+def reading_lines(manifest: dict[str, Any]) -> list[str]:
+    """The notes on how to read the tables, one markdown bullet (``- …``) each."""
+    return [
         *([f"- ±MoE: for each cell, the noise exceeds the margin of error with probability at most "
            f"{_pct(1 - Fraction(manifest['confidence']))}, computed from the exact noise distribution (discrete "
            "Laplace or discrete Gaussian) (before post-processing)."] if manifest["tables"] else []),
@@ -203,9 +209,62 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
          f"{manifest['privacy']['contribution_bound']['max_rows']} rows, chosen at random; rows beyond were dropped, "
          "and every sensitivity is that many times larger."
          if "contribution_bound" in manifest["privacy"] else "- Counts are unweighted person counts (one per row).")]),
-        "",
     ]
-    return "\n".join(lines)
+
+
+def spend_table(manifest: dict[str, Any]) -> tuple[list[str], list[bool], list[list[str]]]:
+    """The spend-per-table table (headers, which columns are right-aligned, rows of text), one row
+    per measurement (a mean's two parts on rows of their own), with the columns of the release's
+    privacy definition: its budget's unit (ε, or ρ; ε and δ under (ε, δ)) and the sensitivity
+    and noise scale of its noise (:func:`noise_labels`); the margins at the spec's confidence."""
+    budgets = release_budgets(manifest)
+    approx = isinstance(budgets.ledger_charge, ApproxDP)  # charged (ε, δ): a δ column
+    sensitivity, scale = noise_labels(manifest)
+    headers = ["table", budgets.total.symbol, *(["δ"] if approx else []), "share", "mechanism", sensitivity, scale,
+               "cells", f"±MoE {_pct(Fraction(manifest['confidence']))}", "post-processing"]
+    aligned = [False, True, *([True] if approx else []), True, False, True, True, True, True, False]
+    rows = []
+    for entry in manifest["tables"]:
+        base = measurement_name(entry["name"], entry.get("level"))
+        budget = table_budget(manifest, entry)
+        parts = ([(f"{base} · mean: {p['part']}", {**entry, **p}, part_budget(budget, p)) for p in entry["parts"]]
+                 if "parts" in entry else [(base, entry, budget)])
+        for name, t, spent in parts:
+            mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
+            rows.append([name, _amount(spent), *([_delta(spent)] if approx else []),
+                         _pct(spent.amount / budgets.total.amount), mechanism, str(t["sensitivity"]),
+                         _both(t["scale"]), _cells(t), _moe_cell(t), t["post_process"]])
+    return headers, aligned, rows
+
+
+def noise_labels(manifest: dict[str, Any]) -> tuple[str, str]:
+    """The headers of the sensitivity and noise-scale columns, in the terms of the release's noise:
+    Δ₁ and the Laplace scale b = Δ₁/ε for the discrete Laplace family (and the exponential
+    mechanism's Δu and scale), Δ₂² and the variance σ² for the discrete Gaussian; both, each
+    named, when a release has both."""
+    kinds = {p["mechanism"] for t in manifest["tables"] for p in t.get("parts") or [t]}
+    gaussian = "discrete_gaussian" in kinds
+    if gaussian and len(kinds) == 1:
+        return "sensitivity Δ₂²", "noise variance σ²"
+    if not gaussian:
+        return "sensitivity Δ₁", "Laplace scale b = Δ₁/ε"
+    return "sensitivity (Δ₁ Laplace, Δ₂² Gaussian)", "noise scale (b Laplace, σ² Gaussian)"
+
+
+def manifest_facts(manifest: dict[str, Any]) -> ReviewFacts:
+    """What the warnings (:func:`dprelease.plan.review.review_warnings`) need of a published
+    release: its manifest's typed budgets and declarations, the same facts its plan gave."""
+    budgets = release_budgets(manifest)
+    local = manifest.get("local_epsilon_per_respondent")
+    return ReviewFacts(
+        tables=tuple((measurement_name(t["name"], t.get("level")), table_budget(manifest, t))
+                     for t in manifest["tables"]),
+        cap=budgets.cap, remaining_after=budgets.remaining,
+        invariant_levels=tuple(e["level"] for e in manifest["invariants"]["totals"]) if "invariants" in manifest
+        else (),
+        partition_note=manifest["partition"]["assumption"] if "partition" in manifest else None,
+        evaluations=tuple((e["evaluated_at"], e["evaluated_by"]) for e in manifest.get("evaluated_in_the_open", [])),
+        local_after=None if local is None else Fraction(local["after"]))
 
 
 def _moe_cell(t: dict[str, Any]) -> str:

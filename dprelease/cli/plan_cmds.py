@@ -104,6 +104,7 @@ def plan(
     import dataclasses
 
     from dprelease.plan import plan_release
+    from dprelease.plan.review import plan_facts, review_warnings
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -122,7 +123,8 @@ def plan(
 
         refuse_unpinned_new_ledger(spec, location)
     the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
-    warnings = large_delta_warnings(spec) + repeated_table_warnings(spec.release, [t.name for t in spec.tables], state)
+    warnings = (large_delta_warnings(spec) + repeated_table_warnings(spec.release, [t.name for t in spec.tables], state)
+                + review_warnings(plan_facts(the_plan, spec.dataset.partition_note), state))
     for warning in warnings:
         say(f"warning: {spec_path}: {warning}")
     if allocate:

@@ -1,0 +1,158 @@
+"""The HTML budget report's figures: PNGs drawn with matplotlib's Agg backend (no display, no
+script to view them), each with a text alternative that states its figures.
+
+A pure function of the manifest and the ledger's record of the dataset (the burn-down); every
+margin is at the spec's confidence (``manifest["confidence"]``). Nothing here touches data.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dprelease.accounting import decimal_text, percent_text
+from dprelease.ledger import DatasetState
+from dprelease.manifest import release_budgets, table_budget
+from dprelease.plan.review import measurement_name
+from dprelease.plan.tradeoff import Curve
+from dprelease.reporting import TRADEOFF_MARK, burn_down, other_runs, tradeoff_curves
+
+ALLOCATION, BURN_DOWN, MARGIN = "#3b6ea5", "#a53b3b", "#5a9e5a"  # bar and line colours
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str  # the image's id: fig-KEY
+    title: str  # its heading
+    alt: str  # its text alternative: what it shows, with its figures
+    png: str  # base64
+
+
+def _png(fig) -> str:  # type: ignore[no-untyped-def]
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def figures(manifest: dict[str, Any], state: DatasetState | None) -> list[Figure]:
+    """The budget per table, the dataset's burn-down of committed releases, each table's margin of
+    error at the spec's confidence and the trade-off (:func:`dprelease.reporting.tradeoff_curves`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    budgets = release_budgets(manifest)
+    symbol, confidence = budgets.total.symbol, percent_text(Fraction(manifest["confidence"]))
+    names = [measurement_name(t["name"], t.get("level")) for t in manifest["tables"]]
+    amounts = [table_budget(manifest, t).amount for t in manifest["tables"]]
+    margins = [(n, t["moe"]) for n, t in zip(names, manifest["tables"]) if t.get("moe")]
+    points = burn_down(manifest, state)
+    curves = tradeoff_curves(manifest, Fraction(manifest["confidence"]))
+    return [
+        Figure("allocation", f"{symbol} allocation per table",
+               f"Bar chart of {symbol} per table: " + "; ".join(f"{n} {decimal_text(a)}" for n, a in zip(names, amounts))
+               + f". Release total {decimal_text(budgets.total.amount)} of {decimal_text(budgets.release.amount)}.",
+               _allocation_png(names, amounts, symbol, budgets.total.amount, budgets.release.amount)),
+        Figure("burndown", f"Lifetime budget burn-down of {manifest['dataset']} (committed releases)",
+               f"Step chart of the {budgets.cap.symbol} spent by committed releases: "
+               + "; ".join(f"{p.release} {decimal_text(p.spent_after)}" for p in points)
+               + f"; lifetime cap {decimal_text(budgets.cap.amount)}.",
+               _burn_down_png(manifest, state)),
+        Figure("moe", f"Expected margin of error per table (±MoE {confidence})",
+               (f"Bar chart of each table's expected margin of error per cell at {confidence}: "
+                + "; ".join(f"{n} ±{m}" for n, m in margins) + ".") if margins else
+               "No table of this release has a margin of error.",
+               _margin_png(margins, confidence)),
+        Figure("tradeoff", f"Privacy–accuracy trade-off: the ±MoE {confidence} over {symbol}",
+               f"Line chart of each table's margin of error at {confidence} over its {symbol} × 1/8 to 8, the "
+               "published budget starred; the same figures are in the table below.",
+               _tradeoff_png(curves, symbol, confidence)),
+    ]
+
+
+def _allocation_png(names: list[str], amounts: list[Fraction], symbol: str, total: Fraction,
+                    release: Fraction) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
+    ax.barh(names, [float(a) for a in amounts], color=ALLOCATION)  # float: display only
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{symbol} per table (release total {decimal_text(total)} of {decimal_text(release)})")
+    return _png(fig)
+
+
+def _burn_down_png(manifest: dict[str, Any], state: DatasetState | None) -> str:
+    """The committed releases' cumulative spend; the ledger's whole spend (with the reservations
+    not committed that still count) as a dotted line when it is more."""
+    import matplotlib.pyplot as plt
+
+    budgets = release_budgets(manifest)
+    points = burn_down(manifest, state)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    xs = list(range(len(points)))
+    ax.step(xs, [float(p.spent_after) for p in points], where="post", color=BURN_DOWN, marker="o",
+            label="spent by committed releases")
+    pending = sum((r.charge for r in other_runs(state) if r.counts_as_spent), Fraction(0))
+    if pending:
+        ax.axhline(float(points[-1].spent_after + pending), color=BURN_DOWN, linestyle=":",
+                   label="counted as spent, with reservations not committed")
+    ax.axhline(float(budgets.cap.amount), color="black", linestyle="--", label="lifetime cap")  # display
+    ax.set_ylim(bottom=0)
+    ax.set_xticks(xs, [p.release for p in points], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(budgets.cap.symbol)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _margin_png(margins: list[tuple[str, int]], confidence: str) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(margins), 1) + 1.2))
+    if margins:
+        ax.barh([n for n, _ in margins], [m for _, m in margins], color=MARGIN)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"expected margin of error per cell at {confidence} (persons, or value units for sums)")
+    else:
+        ax.text(0.5, 0.5, "no table with a margin of error", ha="center", va="center")
+        ax.set_axis_off()
+    return _png(fig)
+
+
+def _tradeoff_png(curves: list[Curve], symbol: str, confidence: str) -> str:
+    """One line per measurement: its margin over the grid (log-scaled budget, symlog margin, since
+    a margin can be 0), the published budget a star."""
+    import matplotlib.pyplot as plt
+
+    shown = [c for c in curves if any(p.moe is not None for p in c.points)]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if not shown:
+        ax.text(0.5, 0.5, "no table with a margin of error", ha="center", va="center")
+        ax.set_axis_off()
+        return _png(fig)
+    for i, c in enumerate(shown):
+        xs = [float(p.budget.amount) for p in c.points if p.moe is not None]  # display only
+        ys = [p.moe for p in c.points if p.moe is not None]
+        ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, color=plt.get_cmap("tab10")(i % 10), label=c.key)
+        if c.chosen is not None and c.chosen.moe is not None:
+            ax.plot([float(c.chosen.budget.amount)], [c.chosen.moe], marker="*", markersize=15, linestyle="none",
+                    markerfacecolor=TRADEOFF_MARK, markeredgecolor="black", zorder=3)
+    ax.plot([], [], marker="*", markersize=12, linestyle="none", markerfacecolor=TRADEOFF_MARK,
+            markeredgecolor="black", label=f"published {symbol}")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # 0.25, not 2⁻²
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylim(0, 1.4 * max(p.moe for c in shown for p in c.points if p.moe is not None) + 1)
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
+    ax.set_xlabel(f"{symbol} of the table (the published one × 1/8 … 8)")
+    ax.set_ylabel(f"± margin of error per cell, {confidence}")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    return _png(fig)
