@@ -39,7 +39,7 @@ from dprelease.plan import Plan, TablePlan
 from dprelease.plan.margins import margin_of, unit_words
 from dprelease.plan.measurements import PermuteAndFlip
 from dprelease.plan.review import plan_facts, review_warnings
-from dprelease.publish import invariant_path, table_path
+from dprelease.publish import column_meanings, invariant_path, table_path
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
 MANIFEST_FORMAT = 1
@@ -158,6 +158,8 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
              **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
              "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
              "margin": margin_of(t, plan.confidence).record(unit_words(by_name[t.name].measure)),
+             "columns": column_meanings(spec, by_name[t.name], _dims(by_name[t.name], t.level), t.structural_mask(),
+                                        margin_of(t, plan.confidence) if spec.margin_columns else None),
              **({"upper": t.upper} if t.upper is not None else {}),
              **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
              **({"parts": [{"part": part, "epsilon": amount_text(p.budget), "mechanism": p.mechanism,
@@ -319,3 +321,8 @@ def part_budget(table: Budget, part: Mapping[str, Any]) -> Budget:
     """The budget of a mean's part (its sum or its count), of its table's kind: parts state only
     the format-1 ``epsilon`` (and ``delta``)."""
     return read_budget(part, table.kind)
+
+
+def _dims(table: Table, level: str | None) -> tuple[str, ...]:
+    """The dimensions of ``table``'s measurement at ``level`` (its file's category columns)."""
+    return next(dims for at, dims, _ in table.measured() if at == level)

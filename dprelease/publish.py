@@ -22,6 +22,7 @@ import pyarrow as pa
 from dprelease.accounting import amount_text, fraction_text
 from dprelease.plan import TablePlan
 from dprelease.plan.local import LocalPlan
+from dprelease.plan.margins import Margin
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, Table
 
 
@@ -74,10 +75,72 @@ def value_column(table: Table) -> str:
     return "count" if table.measure is None else "sum"
 
 
+MARGIN_COLUMNS = {"cell": "moe", "mean": "moe", "mode": "moe_count_gap", "quantile": "moe_rank"}
+
+
+def margin_values(margin: Margin, values: np.ndarray, structural: np.ndarray | None) -> pa.Array:
+    """Per published cell, its margin of error at the spec's confidence in the estimate's own units
+    (:mod:`dprelease.plan.margins`): a count's or sum's noise margin; a mean's bound at the cell's
+    published count (empty where the count gives no bound); a mode's count gap or a quantile's rank
+    error. A function of the plan and of published values alone. Structural cells: 0 (known)."""
+    cells = values.shape[-1]
+    if margin.kind == "mean":
+        shown = [margin.at_count(n) for n in np.asarray(values[1], dtype=np.float64)]
+        means = np.array([np.nan if m is None else round(m, 2) for m in shown], dtype=np.float64)
+        if structural is not None:
+            means[structural] = 0
+        return pa.array(means, pa.float64(), from_pandas=True)  # NaN → empty
+    if margin.value is None:
+        return pa.nulls(cells, pa.int64())
+    whole = np.full(cells, margin.value, dtype=np.int64)
+    if structural is not None:
+        whole[structural] = 0
+    return pa.array(whole, pa.int64())
+
+
+def column_meanings(spec: Spec, table: Table, dims: tuple[str, ...], structural: np.ndarray | None,
+                    margin: Margin | None) -> list[dict[str, str]]:
+    """The columns of a published table file, in order, and what each means (the manifest's
+    ``columns``): what :func:`write_table` writes with the same arguments."""
+    out = [{"name": d, "meaning": f"category of {d}" + (" (geographic level)" if i == 0 and d in spec.geography
+                                                           else "")} for i, d in enumerate(dims)]
+    confidence = f"{float(spec.confidence):.0%}"
+    if isinstance(table.measure, ModeMeasure):
+        out.append({"name": value_column(table), "meaning": f"the category of {table.measure.column} chosen by the "
+                    f"exponential mechanism ({table.measure.kind}); empty in a structural cell"})
+    elif isinstance(table.measure, MeanMeasure):
+        out += [{"name": "mean", "meaning": f"noisy mean of {table.measure.column} (its noisy sum over its noisy "
+                 "count, clamped to the declared bounds); empty where the noisy count is below 1"},
+                {"name": "count", "meaning": "noisy count of the rows the mean is over (at least 0)"}]
+    else:
+        what = "persons" if table.measure is None else f"{table.measure.column}"
+        out.append({"name": value_column(table), "meaning": f"noisy {'count of' if table.measure is None else 'sum of'} "
+                    f"{what}, post-processed ({table.post_process})"})
+    if margin is not None:
+        meaning = {"cell": f"± margin of error at {confidence} of the noise added to this cell (before "
+                           "post-processing), in the estimate's units",
+                   "mean": f"± margin of error at {confidence} of the mean, in {table.measure.column if table.measure else ''} "
+                           "units, at this cell's published count (a conservative bound); empty where the count "
+                           "gives none",
+                   "mode": f"at {confidence}, the published category's count is within this many rows of the true "
+                           "mode's",
+                   "quantile": f"at {confidence}, the published category's rank is within this many rows of the "
+                               "quantile's"}[margin.kind]
+        out.append({"name": MARGIN_COLUMNS[margin.kind], "meaning": meaning})
+    if structural is not None and structural.any() and table.structural_zeros != "omit":
+        out.append({"name": "structural", "meaning": "true where the spec makes the cell impossible: an exact zero, "
+                    "not an estimate"})
+    return out
+
+
 def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | None, values: np.ndarray,
-                directory: Path, structural: np.ndarray | None = None) -> Path:
+                directory: Path, structural: np.ndarray | None = None, margin: Margin | None = None) -> Path:
     """The level's geography column (if any), the group_by columns with their labels, then ``count``
     (or ``sum``, or ``mode``: the chosen category's label; or ``mean`` and ``count``).
+
+    ``margin`` (the plan's :class:`~dprelease.plan.margins.Margin`, with ``accuracy:
+    margin_columns: true``): a column of each cell's margin of error beside the estimate
+    (:func:`margin_values`; named as in :data:`MARGIN_COLUMNS`).
 
     ``structural`` (the plan's structural cells, a function of the spec): with ``structural_zeros:
     publish`` (the default) they are published as exact zeros (an empty mode or mean) and a last
@@ -98,6 +161,8 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
         columns["count"] = pa.array(values[1].astype(np.int64), pa.int64())
     else:
         columns[value_column(table)] = pa.array(values, pa.int64())
+    if margin is not None:
+        columns[MARGIN_COLUMNS[margin.kind]] = margin_values(margin, values, structural)
     arrow = pa.table(columns)
     if structural is not None and structural.any():
         if table.structural_zeros == "omit":

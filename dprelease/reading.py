@@ -41,7 +41,7 @@ import pyarrow as pa
 from dprelease.accounting import ApproxDP, Budget, budget_from_record, budget_of
 from dprelease.errors import UserError
 from dprelease.plan.margins import Margin
-from dprelease.publish import invariant_path, table_path, value_column
+from dprelease.publish import MARGIN_COLUMNS, invariant_path, table_path, value_column
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, Table
 from dprelease.spec.canonical import spec_from_canonical
 
@@ -256,6 +256,9 @@ class Release:
         values = _value_columns(table)
         base = self.path if version is None else self._version(version)
         path = base / table_path(table, level)
+        margin = MARGIN_COLUMNS[facts.margin.kind] if facts.margin is not None else None
+        if margin is not None and margin in self._columns(name, level):  # accuracy: margin_columns
+            values[margin] = pa.float64() if facts.margin.kind == "mean" else pa.int64()
         frame = self._read_csv(path, dims, values, optional=("structural",))
         expected = facts.cells - (facts.structural_cells if table.structural_zeros == "omit" else 0)
         if len(frame) != expected:
@@ -327,6 +330,11 @@ class Release:
                 raise KeyError(f"{name} is not a geographic table: read it without a level")
             raise KeyError(f"{name} is published per level: name one of {', '.join(map(str, levels))}")
         return level
+
+    def _columns(self, name: str, level: str | None) -> list[str]:
+        """The columns the manifest lists for the measurement (none in manifests before it listed them)."""
+        entry = next((t for t in self.manifest["tables"] if t["name"] == name and t.get("level") == level), {})
+        return [c["name"] for c in entry.get("columns", [])]
 
     def _version(self, version: str) -> Path:
         if version not in self.postprocessed:

@@ -21,6 +21,7 @@ from dprelease.manifest import RunFacts, manifest
 from dprelease.measure import check_structural, measure_counts, measure_mean, measure_mode
 from dprelease.mechanisms.local import Estimate, estimate_local
 from dprelease.plan import Plan
+from dprelease.plan.margins import margin_of
 from dprelease.plan.measurements import Mean
 from dprelease.postprocess import Invariants, postprocess_release, structural_masks
 from dprelease.publish import (
@@ -185,7 +186,8 @@ class ReleaseRun:
                 table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
                 key = (table.name, level)
                 write_table(self.spec, table, dims, level, self.published_values[key], staging,
-                            table_plan.structural_mask())
+                            table_plan.structural_mask(),
+                            margin_of(table_plan, self.spec.confidence) if self.spec.margin_columns else None)
                 checkpoint("staging")  # the first table staged, the rest not yet
                 write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
         for level, totals in self.invariants.items():

@@ -76,10 +76,11 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     staging = versions / f".{number}-{label}.staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    margins = _margin_columns(manifest)
     for table in spec.tables:
         for level, dims, _ in table.measured():
             write_table(spec, table, dims, level, published[(table.name, level)], staging,
-                        structural[(table.name, level)])
+                        structural[(table.name, level)], margins.get((table.name, level)))
     write_json(staging / "postprocess.json", {
         "release": spec.release, "method": method or "as specified per table", "created_at": utc_now(),
         "from": "measurements/ (the release's raw noisy values)", "budget_spent": "0",
@@ -87,6 +88,16 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     sync_tree(staging)
     os.rename(staging, final)
     return final
+
+
+def _margin_columns(manifest: dict) -> dict:  # type: ignore[type-arg]
+    """The margins the release published beside its estimates (``accuracy: margin_columns``), by
+    measurement, from the manifest's records: the new version publishes them too."""
+    from dprelease.plan.margins import Margin
+    from dprelease.publish import MARGIN_COLUMNS
+
+    return {(t["name"], t.get("level")): Margin.from_record(t["margin"]) for t in manifest["tables"]
+            if "margin" in t and any(c["name"] in MARGIN_COLUMNS.values() for c in t.get("columns", []))}
 
 
 def _structural(release_dir: Path, spec, manifest: dict) -> dict[tuple[str, str | None], np.ndarray | None]:  # type: ignore[no-untyped-def,type-arg]

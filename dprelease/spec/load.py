@@ -35,6 +35,7 @@ from dprelease.spec.sections.dataset import (
 from dprelease.spec.sections.privacy import (
     check_budget_units,
     confidence,
+    margin_columns,
     definition,
     delta_beside,
     guarantee,
@@ -127,7 +128,7 @@ def _build(r: Reader, run_date: datetime) -> Spec | None:
                 max_rows=promise.max_rows,
                 budget=typed_budget,
                 columns=tuple(columns), tables=tuple(central),
-                ledger=ledger_path, geography=levels, confidence=accuracy, max_cells=max_cells,
+                ledger=ledger_path, geography=levels, confidence=accuracy, margin_columns=margin_columns(r), max_cells=max_cells,
                 description=r.get(("description",), str), invariants=totals,
                 local_tables=tuple(local), release_template=release_template,
                 run_date=run_date if release_template else None, engine=engine_, rules=tuple(rules),

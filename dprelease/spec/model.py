@@ -263,6 +263,7 @@ class Spec:
     ledger: str | None = None  # as written
     geography: tuple[str, ...] = ()  # levels, coarse to fine; the root is implicit
     confidence: Fraction = DEFAULT_CONFIDENCE
+    margin_columns: bool = False  # accuracy.margin_columns: a margin column beside each published estimate
     max_cells: int = DEFAULT_MAX_CELLS
     description: str | None = None
     invariants: tuple[str, ...] = ()  # levels whose place totals are published exactly (not DP)

@@ -105,6 +105,11 @@ def confidence(r: Reader) -> Fraction:
     return value
 
 
+def margin_columns(r: Reader) -> bool:
+    """``accuracy.margin_columns``: publish a margin-of-error column beside each estimate."""
+    return bool(r.get(("accuracy", "margin_columns"), bool, False))
+
+
 def person_id(r: Reader) -> object:
     """``privacy.unit.id`` as written (None for unit: row): read to bound contributions, never published."""
     unit = r.get(("privacy", "unit"), dict)

@@ -1,0 +1,116 @@
+"""Published tables a statistician can use (issue 20, item 6): with ``accuracy: {margin_columns:
+true}`` each estimate is published with its margin of error beside it, ACS style, at the spec's
+confidence and in the estimate's own units (a mean's at its cell's published count); the
+manifest lists every table's columns and what they mean; re-post-processing keeps the column;
+off by default."""
+
+from __future__ import annotations
+
+import csv
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from dprelease.plan.margins import Margin
+from tests.conftest import ROOT, write_spec
+
+SPEC = f"""\
+release: margins-beside
+ledger: ./ledger.sqlite
+dataset:
+  name: nist-acs-margin-columns
+  path: {ROOT / "data" / "nist_acs" / "national2019.csv"}
+  format: csv
+  na_values: ["N"]
+  lifetime_budget: {{epsilon: 4}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+accuracy: {{confidence: 0.90{{extra}}}}
+columns:
+  PUMA: {{domain_file: {ROOT / "configs" / "domains" / "puma.txt"}}}
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+  AGEP: {{range: [0, 99]}}
+  PINCP: {{range: [-20000, 2000000], missing: "N/A (under 15)"}}
+  RAC1P: {{domain: [1, 2, 3, 4, 5, 6, 7, 8, 9]}}
+tables:
+  - {{name: puma_by_sex, group_by: [PUMA, SEX], epsilon: 0.25}}
+  - name: income_mean_by_puma_sex
+    group_by: [PUMA, SEX]
+    measure: {{mean: PINCP, bounds: [0, 200000], granularity: 1000, missing: skip}}
+    epsilon: 0.25
+  - {{name: median_age_by_sex, group_by: [SEX], measure: {{quantile: AGEP, q: 0.5}}, epsilon: 0.25}}
+  - {{name: race_mode_by_puma, group_by: [PUMA], measure: {{mode: RAC1P}}, epsilon: 0.25}}
+"""
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """The release with margin columns, and one without (the default)."""
+    from dprelease.cli import app
+    from typer.testing import CliRunner
+
+    out = {}
+    for name, extra in (("with", ", margin_columns: true"), ("without", "")):
+        here = tmp_path_factory.mktemp(name)
+        spec = write_spec(here, SPEC.replace("{extra}", extra))
+        result = CliRunner().invoke(app, ["run", str(spec), "--orchestrator", "inline", "--ledger", str(here / "l.sqlite"), "--output-dir",
+                                          str(here / "out")], catch_exceptions=False)
+        assert result.exit_code == 0, result.stderr
+        out[name] = here / "out" / "margins-beside"
+    return out
+
+
+def _rows(release: Path, table: str) -> list[dict[str, str]]:
+    return list(csv.DictReader((release / "tables" / f"{table}.csv").open()))
+
+
+def test_each_estimate_has_its_margin_beside_it_in_its_own_units(published):
+    release = published["with"]
+    manifest = json.loads((release / "manifest.json").read_text())
+    margins = {t["name"]: Margin.from_record(t["margin"]) for t in manifest["tables"]}
+    assert all(m.confidence == Fraction(9, 10) for m in margins.values())
+    counts = _rows(release, "puma_by_sex")
+    assert list(counts[0]) == ["PUMA", "SEX", "count", "moe"]
+    assert {int(r["moe"]) for r in counts} == {margins["puma_by_sex"].value}
+    means = _rows(release, "income_mean_by_puma_sex")
+    assert list(means[0]) == ["PUMA", "SEX", "mean", "count", "moe"]
+    for row in means:  # a mean's margin at its cell's published count
+        expected = margins["income_mean_by_puma_sex"].at_count(float(row["count"]))
+        assert (row["moe"] == "") if expected is None else float(row["moe"]) == pytest.approx(expected, abs=0.01)
+    assert any(row["moe"] for row in means) and len({row["moe"] for row in means}) > 2  # it varies with the count
+    quantile = _rows(release, "median_age_by_sex")
+    assert {int(r["moe_rank"]) for r in quantile} == {margins["median_age_by_sex"].value}
+    mode = _rows(release, "race_mode_by_puma")
+    assert {int(r["moe_count_gap"]) for r in mode} == {margins["race_mode_by_puma"].value}
+
+
+def test_the_manifest_lists_every_column_and_its_meaning(published):
+    for name, release in published.items():
+        manifest = json.loads((release / "manifest.json").read_text())
+        for entry in manifest["tables"]:
+            header = list(_rows(release, entry["name"])[0])
+            assert [c["name"] for c in entry["columns"]] == header, (name, entry["name"])
+            assert all(c["meaning"] for c in entry["columns"])
+    with_margins = json.loads((published["with"] / "manifest.json").read_text())
+    moe = next(c for c in with_margins["tables"][0]["columns"] if c["name"] == "moe")
+    assert "90%" in moe["meaning"]
+
+
+def test_off_by_default(published):
+    assert list(_rows(published["without"], "puma_by_sex")[0]) == ["PUMA", "SEX", "count"]
+
+
+def test_re_post_processing_keeps_the_margin_column(published, cli):
+    result = cli("postprocess", published["with"], "--method", "clamp")
+    assert result.code == 0, result.stderr
+    final = Path(result.stdout.split("new tables in ")[1].split(" (")[0])
+    assert list(_rows(final, "puma_by_sex")[0]) == ["PUMA", "SEX", "count", "moe"]
+
+
+def test_read_release_reads_the_margin_column(published):
+    from dprelease import read_release
+
+    frame = read_release(published["with"]).table("puma_by_sex")
+    assert "moe" in frame.columns and (frame["moe"] > 0).all()
