@@ -73,6 +73,7 @@ class ReleaseRun:
     check_data_again: bool = False  # local tables: the answers read must be the ones the ledger recorded
     record: RunFacts | None = None  # what the manifest states about the run: ledger, approval, evaluations
     on_progress: Callable[[str, int, int], None] | None = None  # (what is done, step, steps): the terminal's bar
+    on_bytes: Callable[[int], None] | None = None  # the data's bytes read so far, while it is counted: the bar
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGE_TIMINGS, 0.0))
     noise_drawn: bool = False
@@ -116,7 +117,7 @@ class ReleaseRun:
                                 "collections; run the release again")
             self.data_digest = digest
         self._timed("fingerprint", start)
-        self.counts = count_exact(self.spec, timings=self.timings)  # timings: load (read + encode), histogram
+        self.counts = count_exact(self.spec, timings=self.timings, read=self.on_bytes)  # timings: load, histogram
         self.invariants = self.counts.invariants  # published exactly, as the spec declares
         self.local_counts = self.counts.local_counts  # answers randomized by the respondents, as collected
 

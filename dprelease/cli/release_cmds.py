@@ -93,7 +93,8 @@ def run(
                 if api is None:
                     say("starting a temporary Prefect server for this run (`dprelease server start` keeps one for "
                         "the day)")
-                    api = stack.enter_context(server.temporary())
+                    with _spinner("starting a temporary Prefect server"):
+                        api = stack.enter_context(server.temporary())
                 else:
                     server.check_api(api)
                     if orchestrator == "auto" or runner:
@@ -114,9 +115,23 @@ def run(
 
 def _orchestrate(run) -> None:  # type: ignore[no-untyped-def]
     """The Prefect flow of a reserved run: Prefect is imported only now."""
-    from dprelease.orchestrate import run_release
+    with _spinner("importing Prefect"):
+        from dprelease.orchestrate import run_release
 
     run_release(run)
+
+
+@contextlib.contextmanager
+def _spinner(what: str):  # type: ignore[no-untyped-def]
+    """A spinner with the elapsed time on an interactive terminal's stderr while ``what`` goes on
+    (Prefect starting or being imported: seconds with nothing else to show); nothing elsewhere."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(f"{what} ..."):
+        yield
 
 
 def _error(text: str) -> None:

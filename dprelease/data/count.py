@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -75,13 +76,15 @@ def count_encoded(spec: Spec, data: Encoded) -> ExactCounts:
                        data.rows_dropped, data.rows_over_bound)
 
 
-def count_piece(spec: Spec, piece: Piece, timings: dict[str, float] | None = None) -> ExactCounts:
-    """The counts of one piece of the data, read batch by batch (here or on a Dask worker)."""
+def count_piece(spec: Spec, piece: Piece, timings: dict[str, float] | None = None,
+                read: Callable[[int], None] | None = None) -> ExactCounts:
+    """The counts of one piece of the data, read batch by batch (here or on a Dask worker);
+    ``read`` is told the piece's bytes read so far (a progress bar)."""
     src = source(spec)
     names, text = columns_to_read(spec)
     total = None
     clock = time.perf_counter()
-    for first_row, batch in src.batches(piece, names, text):
+    for first_row, batch in src.batches(piece, names, text, read=read):
         data = encode_batch(spec, batch, where=piece.path, first_row=first_row)
         counted = time.perf_counter()
         counts = count_encoded(spec, data)
@@ -104,10 +107,12 @@ def zero_counts(spec: Spec) -> ExactCounts:
     return count_encoded(spec, encode_batch(spec, empty, where="(no rows)", bound=True))
 
 
-def count_exact(spec: Spec, *, timings: dict[str, float] | None = None) -> ExactCounts:
+def count_exact(spec: Spec, *, timings: dict[str, float] | None = None,
+                read: Callable[[int], None] | None = None) -> ExactCounts:
     """The exact counts of the whole dataset, by the spec's engine: streamed batch by batch on
     this machine, or piece by piece on a Dask cluster. With a contribution bound the data is
-    read whole (a person's rows must be seen together; see :func:`dprelease.data.load.encode`)."""
+    read whole (a person's rows must be seen together; see :func:`dprelease.data.load.encode`).
+    ``read`` (streamed data only): told the bytes read so far across the files, for a progress bar."""
     problem = engine_problem(spec)
     if problem:
         raise UserError(problem)
@@ -126,8 +131,10 @@ def count_exact(spec: Spec, *, timings: dict[str, float] | None = None) -> Exact
             timings["load"] = timings.get("load", 0.0) + time.perf_counter() - start
     else:
         counts = zero_counts(spec)
+        done = 0
         for piece in source(spec).files():
-            counts.add(count_piece(spec, piece, timings))
+            counts.add(count_piece(spec, piece, timings, None if read is None else lambda n, base=done: read(base + n)))
+            done += _size(piece)
     _check_sums_fit(spec, counts)
     return counts
 
@@ -225,3 +232,10 @@ def _check_sums_fit(spec: Spec, counts: ExactCounts) -> None:
             if units * max(counts.rows_read, 1) >= 2**63:
                 raise DataError(f"a sum of {m.column} could exceed 2^63 units of the granularity {m.granularity}: "
                                 "raise the granularity or narrow the bounds")
+
+
+def _size(piece: Piece) -> int:
+    try:
+        return Path(piece.path).stat().st_size
+    except (OSError, TypeError):
+        return 0

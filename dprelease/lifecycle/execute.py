@@ -11,14 +11,17 @@ from __future__ import annotations
 import signal
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from dprelease.faults import checkpoint
+from dprelease.lifecycle.progress import SHOWN_FROM_BYTES
 from dprelease.ledger import Ledger, LedgerLocation
 from dprelease.ledger.lease import Heartbeat
 from dprelease.lifecycle.settle import settle_failure
 from dprelease.lifecycle.voice import Voice
 from dprelease.release import ReleaseRun
+from dprelease.spec import Spec
 
 @dataclass(frozen=True)
 class Orchestrator:
@@ -65,7 +68,21 @@ def _terminal_progress(run: ReleaseRun):  # type: ignore[no-untyped-def]
     task = bar.add_task(f"{run.spec.release}: loading", total=3 + len(run.spec.tables))
     bar.start()
     run.on_progress = lambda what, step, steps: bar.update(task, completed=step, description=f"{run.spec.release}: {what}")
+    size = data_bytes(run.spec)
+    if size >= SHOWN_FROM_BYTES:  # a large file: how much of it is counted so far
+        run.on_bytes = lambda done: bar.update(task, description=f"{run.spec.release}: counting the data, "
+                                                                 f"{min(done, size) >> 20:,} of {size >> 20:,} MiB")
     return bar
+
+
+def data_bytes(spec: Spec) -> int:
+    """The bytes of the spec's data files (0 where unknown, e.g. on a cluster's storage)."""
+    from dprelease.data.load import source
+
+    try:
+        return sum(Path(piece.path).stat().st_size for piece in source(spec).files())
+    except Exception:  # noqa: BLE001 - only a progress bar's size: without it, no byte count is shown
+        return 0
 
 
 def _with_ledger(location: LedgerLocation, act: Callable[[Ledger], None]) -> None:
