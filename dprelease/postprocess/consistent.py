@@ -51,7 +51,9 @@ from dprelease.postprocess.estimation import (
     unstructural_detail,
 )
 from dprelease.postprocess.fitting import fit_children, patterns, project_columns
+from dprelease.postprocess import gls
 from dprelease.postprocess.invariants import Invariants
+from dprelease.postprocess.topdown import consistent_tables, forced_zeros, junction_order
 from dprelease.postprocess.rounding import marginal_cells, round_children, round_place
 from dprelease.spec import ROOT, Spec, Table
 
@@ -76,8 +78,13 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
     """
     dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
     sizes = [spec.column(c).size for c in dims]
-    marginals = {t.name: marginal_matrix(sizes, [dims.index(c) for c in t.group_by]) for t in tables}
     levels = group_levels(spec, tables[0])
+    scopes = [tuple(dims.index(c) for c in t.group_by) for t in tables]
+    order = junction_order(scopes, tuple(sizes))
+    if order is not None:
+        return _from_marginals(tables, levels, scopes, tuple(sizes), order, noisy, variances, invariants,
+                               structural or {})
+    marginals = {t.name: marginal_matrix(sizes, [dims.index(c) for c in t.group_by]) for t in tables}
     keep = unstructural_detail(tables, marginals, structural or {}, levels[0].name)
     if keep is not None:  # structural cells are known zeros: the detail cells behind them are no variables
         if not keep.any():
@@ -104,6 +111,36 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[tuple[str, str
         for t in tables:
             out[(t.name, level.name)] = np.asarray(marginals[t.name] @ detail.T).T.astype(np.int64).reshape(-1)
     return out
+
+
+def _from_marginals(tables: list[Table], levels: list, scopes: list[tuple[int, ...]],  # type: ignore[type-arg]
+                    sizes: tuple[int, ...], order: list[tuple[int, int | None]],
+                    noisy: dict[tuple[str, str | None], np.ndarray], variances: dict[tuple[str, str | None], float],
+                    invariants: Invariants | None, structural: dict[tuple[str, str | None], np.ndarray | None]
+                    ) -> dict[tuple[str, str | None], np.ndarray]:
+    """A group whose tables form a junction tree: :mod:`.topdown`, from the tables' own cells."""
+    index = {level.name: i for i, level in enumerate(levels)}
+    tree = gls.Tree(tuple(level.units for level in levels), tuple(level.parent for level in levels))
+    measurements = []
+    for t, scope in zip(tables, scopes):
+        for name, _, _ in t.measured():
+            i = index[name]
+            measurements.append(gls.Measurement(scope, i, noisy[(t.name, name)].reshape(tree.units[i], -1),
+                                                variances[(t.name, name)]))
+    fixed: dict[int, np.ndarray] = {}
+    for name, i in index.items():
+        exact = None if invariants is None else invariants.get(name or ROOT)
+        if exact is not None:
+            fixed[i] = np.asarray(exact, dtype=np.int64).reshape(-1)
+            measurements.append(gls.Measurement((), i, fixed[i].reshape(-1, 1).astype(np.float64), 0.0))
+    masks = []
+    for t, scope in zip(tables, scopes):
+        cells = math.prod(sizes[d] for d in scope)
+        mask = structural.get((t.name, levels[0].name))
+        masks.append(np.zeros(cells, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(-1)[:cells])
+    published = consistent_tables(tree, sizes, scopes, measurements, forced_zeros(scopes, sizes, masks), order, fixed)
+    return {(t.name, name): published[k][index[name]].reshape(-1)
+            for k, t in enumerate(tables) for name, _, _ in t.measured()}
 
 
 def _top_down(variance: np.ndarray, parents_detail: np.ndarray, parent: np.ndarray,
