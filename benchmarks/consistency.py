@@ -206,6 +206,8 @@ def main() -> None:
     if args.what in ("scale", "all"):
         from consistency_scale import run_scale
         run_scale(args.timeout, args.memory_limit, [c for c in args.cases.split(",") if c])
+    if args.what == "docs" and not (args.readme or args.accuracy_doc):
+        args.readme = args.accuracy_doc = True
     if args.readme or args.accuracy_doc:
         from consistency_report import write_documents
         write_documents(readme=args.readme, accuracy_doc=args.accuracy_doc)
