@@ -46,9 +46,10 @@ def project_simplex(z: np.ndarray, total: np.ndarray, weights: np.ndarray | None
     zs, ws, bs = np.take_along_axis(z, order, 0), w[order], np.take_along_axis(b, order, 0)
     # with the first j children (in breakpoint order) positive: λ_j = (total − Σz)/Σw
     lam = (total[None, :] - np.cumsum(zs, axis=0)) / np.cumsum(ws, axis=0)
-    upper = np.vstack([bs[1:], np.full((1, z.shape[1]), np.inf)])
-    valid = (lam > bs) & (lam <= upper)
-    j = np.argmax(valid, axis=0)  # the one consistent active set (first, against float ties)
+    # the active set: the most children j whose own breakpoint lies below λ_j (the first always
+    # does when total > 0); robust to ties, where neighbouring j give the same x
+    positive = lam > bs
+    j = k - 1 - np.argmax(positive[::-1], axis=0)
     chosen = lam[j, np.arange(z.shape[1])]
     x = np.maximum(0.0, z + chosen[None, :] * w[:, None])
     x[:, total == 0] = 0.0

@@ -107,3 +107,10 @@ def test_topdown_iv_children_sum_to_parent_at_every_level_and_nothing_is_negativ
 def test_topdown_iv_only_child_is_its_parent():
     out = topdown_iv([np.array([[7.0, 3.0]]), np.array([[9.0, -2.0]])], [4.0, 1.0], [None, np.array([0])])
     assert out[1].tolist() == out[0].tolist()
+
+
+def test_projection_with_tied_breakpoints_still_sums_to_the_total():
+    # found in a benchmark run: three equal estimates and one lower, equal variances; the active
+    # sets of 3 and 4 children give the same λ, which floats put on either side of the tie
+    x = project_simplex(np.array([[1.0], [-1.0], [1.0], [1.0]]), np.array([6.0]), np.full(4, 22.05630288539704))
+    assert x[:, 0] == pytest.approx([2.0, 0.0, 2.0, 2.0])
