@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 PYTHON = HERE / ".venvs" / "mbi" / "bin" / "python"
 
 
-def run_pgm(trials: int, seed: int, iters: int = 2000, dataset: str = "nist2018") -> dict:
+def run_pgm(trials: int, seed: int, iters: int = 5000, dataset: str = "nist2018") -> dict:
     if not PYTHON.exists():
         raise SystemExit(f"{PYTHON} not found: bash benchmarks/anchors/setup.sh mbi")
     version = subprocess.run([str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('mbi'))"],
