@@ -9,6 +9,7 @@ evaluate`, and the history of the method).
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 from consistency import METHODS, accuracy_lines, goals_met
@@ -97,6 +98,7 @@ def write_readme(accuracy: dict, scale: dict | None, pgm: dict | None) -> None:
 
 def plot(accuracy: dict, path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -112,6 +114,8 @@ def plot(accuracy: dict, path: Path) -> None:
             for method, style in zip(METHODS, ("s:", "o-", "^--")):
                 ax.plot(levels, [by[(t, lv, method)] for lv in levels], style, label=LABELS[method])
             ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
             ax.set_title(f"{name}: {t}", fontsize=9)
             ax.set_ylabel("cell MAE (persons)")
             ax.grid(True, which="both", alpha=0.3)
@@ -153,7 +157,15 @@ def accuracy_doc(accuracy: dict) -> str:
     lines += ["- The totals of the two tables agree exactly under consistent post-processing (it publishes "
               "marginals of one estimate per place), hence its equal totals columns; the baseline post-processes "
               "each table alone, so its two tables' totals differ.", "", DOC_END]
-    return "\n".join(lines)
+    return "\n".join(_wrap(line) for line in lines)
+
+
+def _wrap(line: str, width: int = 100) -> str:
+    """A prose line (or bullet) wrapped to ``width``; tables, code and images as they are."""
+    if len(line) <= width or line.startswith(("|", "```", "!", "<!--", "#")):
+        return line
+    indent = "  " if line.startswith("- ") else ""
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
 
 
 def write_accuracy_doc(accuracy: dict) -> None:
