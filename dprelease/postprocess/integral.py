@@ -6,12 +6,12 @@ make a group consistent, moving each value by less than one (where the fit's sum
 * One sum per segment (:func:`round_segments`): floors, then the missing units to the largest
   remainders (the L1-nearest integers with that sum).
 * Row and column sums (:func:`round_two_way`): choose, for each value with a fractional part,
-  floor or ceiling so that every row and column sum is met, minimising Σ|integer − fit|. The
-  constraint matrix is that of a bipartite graph (rows × columns), totally unimodular, so the
-  linear programme's vertices are integral: HiGHS's dual simplex returns one (Cox 1987's
-  controlled rounding of two-way tables, solved as a transportation problem). Where the fit's
-  sums are off by more than ``SUM_TOLERANCE`` (Dykstra stopped early), values may move by more
-  than one unit, still by the least total.
+  floor or ceiling so that every row and column sum is met (Cox 1987's controlled rounding of
+  two-way tables): a maximum flow through the bipartite graph rows → values → columns, which
+  exists whenever the fit's sums are exact (the fractions themselves are a fractional flow) and
+  is whole; values nearer their ceiling are offered first (``THRESHOLDS``). Where the fit's sums
+  are off (Dykstra stopped early), a linear programme finds the integers with the exact sums
+  nearest to the fit in Σ|·| (its constraint matrix is a network's, so its vertices are whole).
 
 Imports numpy and scipy; sees published noisy values only.
 """
@@ -21,11 +21,13 @@ from __future__ import annotations
 import numpy as np
 import scipy.optimize
 import scipy.sparse
+import scipy.sparse.csgraph
 
 from dprelease.errors import InternalError
 
 FRACTION_TOLERANCE = 1e-9  # a fractional part below this (or above 1 − this) is a whole number
 INTEGRAL_TOLERANCE = 1e-6  # a vertex's coordinates are whole to within this
+THRESHOLDS = (0.5, 0.25, 0.0)  # rounding up: values with at least this fraction first, then lower
 
 
 def round_segments(values: np.ndarray, segment: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -79,26 +81,33 @@ def round_two_way(values: np.ndarray, rows: np.ndarray, row_targets: np.ndarray,
 
 def _choose(free: np.ndarray, frac: np.ndarray, rows: np.ndarray, cols: np.ndarray, need_rows: np.ndarray,
             need_cols: np.ndarray) -> np.ndarray | None:
-    """0/1 per free value (1: round up) meeting the rows' and columns' missing units at least
-    cost (1 − 2·frac per unit up); None when no such choice exists."""
+    """0/1 per free value (1: round up) giving every row and column its missing units; None when
+    no such choice exists. A maximum flow through rows → values → columns (scipy's Dinic, whole
+    numbers) over the values whose fraction is at least a threshold, lowered through
+    ``THRESHOLDS`` until the flow carries every missing unit: values nearer their ceiling go up
+    first (each value moves by under one either way)."""
     if (need_rows < 0).any() or (need_cols < 0).any() or free.size == 0:
         return None
-    n = free.size
-    a = scipy.sparse.vstack([
-        scipy.sparse.csr_matrix((np.ones(n), (rows[free], np.arange(n))), shape=(need_rows.size, n)),
-        scipy.sparse.csr_matrix((np.ones(n), (cols[free], np.arange(n))), shape=(need_cols.size, n)),
-    ]).tocsr()
-    b = np.r_[need_rows, need_cols].astype(np.float64)
-    keep = np.asarray(a.getnnz(axis=1)).ravel() > 0
-    if (b[~keep] != 0).any():
+    total = int(need_rows.sum())
+    if total != int(need_cols.sum()):
         return None
-    result = scipy.optimize.linprog(1 - 2 * frac[free], A_eq=a[keep], b_eq=b[keep], bounds=(0, 1), method="highs-ds")
-    if result.status != 0:
-        return None
-    chosen = np.round(result.x)
-    if np.abs(result.x - chosen).max() > INTEGRAL_TOLERANCE:  # a basic solution of a unimodular system is whole
-        raise InternalError("controlled rounding: the transportation problem returned a fractional vertex")
-    return chosen.astype(np.int64)
+    n_rows, n_cols = need_rows.size, need_cols.size
+    source, sink = n_rows + n_cols, n_rows + n_cols + 1
+    for threshold in THRESHOLDS:
+        use = free[frac[free] >= threshold] if threshold > 0 else free
+        graph = scipy.sparse.csr_matrix(
+            (np.r_[need_rows, np.ones(use.size, dtype=np.int64), need_cols].astype(np.int32),
+             (np.r_[np.full(n_rows, source), rows[use], n_rows + np.arange(n_cols)],
+              np.r_[np.arange(n_rows), n_rows + cols[use], np.full(n_cols, sink)])),
+            shape=(n_rows + n_cols + 2, n_rows + n_cols + 2))
+        result = scipy.sparse.csgraph.maximum_flow(graph, source, sink, method="dinic")
+        if result.flow_value == total:
+            flow = result.flow.tocsr()
+            up = np.asarray(flow[rows[use], n_rows + cols[use]]).ravel() > 0
+            chosen = np.zeros(free.size, dtype=np.int64)
+            chosen[np.searchsorted(free, use[up])] = 1
+            return chosen
+    return None
 
 
 def _nearest(x: np.ndarray, rows: np.ndarray, row_targets: np.ndarray, cols: np.ndarray,

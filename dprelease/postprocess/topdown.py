@@ -32,31 +32,8 @@ import numpy as np
 from dprelease.postprocess import gls
 from dprelease.postprocess.integral import round_segments, round_two_way
 from dprelease.postprocess.nonnegative import project_segments, project_two_way
+from dprelease.spec.junction import Scope
 
-Scope = tuple[int, ...]  # a table's dimensions (indices into the group's), in the table's order
-
-
-def junction_order(scopes: list[Scope], sizes: tuple[int, ...]) -> list[tuple[int, int | None]] | None:
-    """An order of the tables in which each table's dimensions shared with the tables before it
-    (its separator) lie inside one earlier table: [(table, that earlier table or None)], or None
-    when the tables form no junction tree (e.g. A×B, B×C, C×A). Larger tables come first."""
-    remaining = list(range(len(scopes)))
-    peeled: list[tuple[int, int]] = []
-    while len(remaining) > 1:
-        for t in sorted(remaining, key=lambda i: (math.prod(sizes[d] for d in scopes[i]), -i)):
-            others = [o for o in remaining if o != t]
-            shared = set(scopes[t]) & set().union(*(set(scopes[o]) for o in others))
-            host = next((o for o in others if shared <= set(scopes[o])), None)
-            if host is not None:
-                peeled.append((t, host))
-                remaining.remove(t)
-                break
-        else:
-            return None
-    order: list[tuple[int, int | None]] = [(remaining[0], None)]
-    for t, host in reversed(peeled):
-        order.append((t, host))
-    return order
 
 
 def separator(order: list[tuple[int, int | None]], scopes: list[Scope], k: int) -> Scope:
