@@ -206,7 +206,7 @@ def measure(case: str, timeout: float, memory_gb: float) -> dict:
         result["peak_rss_mb"] = int((out / "rss.txt").read_text()) / 1024
     if proc.returncode != 0 or not (out / "child.json").exists():
         last = ([ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"])[0]
-        limit = re.search(r"combines .* into ([\d,]+) detailed cells per place, over the limit of ([\d,]+)", last)
+        limit = re.search(r"([\d,]+) (?:detailed )?cells per place, over the limit of ([\d,]+)", last)
         if limit:  # the spec's own check refuses the group before any post-processing
             return {**result, "status": f"refused by the spec: group over its limit of {limit[2]} detail cells "
                                         "per place", "error": last}
