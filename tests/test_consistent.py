@@ -19,7 +19,7 @@ from dprelease.evaluate import exact_measurements
 from dprelease.mechanisms import discrete_laplace
 from dprelease.postprocess import postprocess_release
 from dprelease.postprocess.integral import round_two_way
-from dprelease.postprocess.nonnegative import project_segments, project_two_way
+from dprelease.postprocess.nonnegative import SUM_TOLERANCE, project_segments, project_two_way
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
 from tests.test_run import run
@@ -103,7 +103,7 @@ def _with_whole_sums(values: np.ndarray, rows: np.ndarray, cols: np.ndarray):  #
     a, b = np.round(values.sum(axis=1)), np.round(values.sum(axis=0))
     b[np.argmax(b)] += a.sum() - b.sum()
     fitted = project_two_way(values.ravel(), rows, a, cols, b).reshape(values.shape)
-    assert np.allclose(fitted.sum(axis=1), a, atol=1e-5) and np.allclose(fitted.sum(axis=0), b)
+    assert np.allclose(fitted.sum(axis=1), a, rtol=0, atol=SUM_TOLERANCE) and np.allclose(fitted.sum(axis=0), b)
     return fitted, a, b
 
 

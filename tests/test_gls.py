@@ -15,7 +15,7 @@ import scipy.optimize
 
 from dprelease.postprocess import gls
 from dprelease.postprocess.integral import round_two_way
-from dprelease.postprocess.nonnegative import project_two_way
+from dprelease.postprocess.nonnegative import SUM_TOLERANCE, project_two_way
 from dprelease.postprocess.topdown import consistent_tables, forced_zeros
 from dprelease.spec.junction import cliques, fitting_scopes, junction_order
 
@@ -114,7 +114,7 @@ def test_the_non_negative_fit_is_the_nearest_point_with_both_sums():
         col_sums[:] = np.bincount(rng.integers(0, c, size=int(row_sums.sum())), minlength=c)
         rows, cols = np.repeat(np.arange(r), c), np.tile(np.arange(c), r)
         ours = project_two_way(target.ravel(), rows, row_sums, cols, col_sums)
-        assert ours.min() >= 0 and np.allclose(np.bincount(rows, ours), row_sums, atol=1e-5)
+        assert ours.min() >= 0 and np.allclose(np.bincount(rows, ours), row_sums, rtol=0, atol=SUM_TOLERANCE)
         assert np.allclose(np.bincount(cols, ours, minlength=c), col_sums)
         a = np.zeros((r + c, r * c))
         a[rows, np.arange(r * c)] = 1

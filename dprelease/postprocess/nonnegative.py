@@ -50,16 +50,29 @@ def project_segments(values: np.ndarray, segment: np.ndarray, targets: np.ndarra
 
 
 def project_two_way(values: np.ndarray, rows: np.ndarray, row_targets: np.ndarray, cols: np.ndarray,
-                    col_targets: np.ndarray) -> np.ndarray:
+                    col_targets: np.ndarray, blocks: np.ndarray | None = None) -> np.ndarray:
     """The nearest non-negative ``values`` whose sums per ``rows`` segment and per ``cols``
     segment are the targets (the two must have the same total within each block they share).
+    ``blocks``: each value's block (a set of rows and columns no other block touches), if known.
 
-    Starts with the affine projection (``_affine``); where that leaves no negative value, it is
-    the answer. Otherwise Dykstra's algorithm, rows then columns."""
+    Starts with the affine projection (``_affine``): in a block where it leaves no negative value
+    it is the answer. The other blocks, alone, go to Dykstra's algorithm, rows then columns."""
     x = _affine(values.astype(np.float64), rows, row_targets, cols, col_targets)
     if x.size == 0 or x.min() >= 0:
         return x
-    x = np.asarray(values, dtype=np.float64)
+    if blocks is not None:  # only the blocks with a negative value need more
+        redo = np.isin(blocks, np.unique(blocks[x < 0]))
+        used_rows, sub_rows = np.unique(rows[redo], return_inverse=True)
+        used_cols, sub_cols = np.unique(cols[redo], return_inverse=True)
+        x[redo] = _dykstra(np.asarray(values, dtype=np.float64)[redo], sub_rows, row_targets[used_rows],
+                           sub_cols, col_targets[used_cols])
+        return x
+    return _dykstra(np.asarray(values, dtype=np.float64), rows, row_targets, cols, col_targets)
+
+
+def _dykstra(x: np.ndarray, rows: np.ndarray, row_targets: np.ndarray, cols: np.ndarray,
+             col_targets: np.ndarray) -> np.ndarray:
+    """Dykstra's alternating projections between the row and the column simplices, from ``x``."""
     p = np.zeros_like(x)
     q = np.zeros_like(x)
     for _ in range(MAX_SWEEPS):

@@ -145,6 +145,7 @@ def _fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_
     assert parent_values is not None
     cols = parent[place] * free.size + np.tile(np.arange(free.size), places)
     col_targets = parent_values[:, free].astype(np.float64).ravel()
-    fitted = project_two_way(values, rows, row_targets, cols, col_targets)
+    blocks = parent[place] * n_sep + np.tile(to_sep[free], places)  # a parent's cells inside one separator cell
+    fitted = project_two_way(values, rows, row_targets, cols, col_targets, blocks)
     out[:, free] = round_two_way(fitted, rows, row_targets, cols, col_targets).reshape(places, free.size)
     return out
