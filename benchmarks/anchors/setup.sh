@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The anchors' separate virtual environments (never project dependencies), under
 # benchmarks/.venvs (git-ignored). Idempotent; takes a few minutes the first time.
-#   bash benchmarks/anchors/setup.sh [opendp|tumult|all]
+#   bash benchmarks/anchors/setup.sh [opendp|tumult|mbi|all]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venvs="$here/.venvs"
@@ -22,4 +22,7 @@ if [ "$what" = opendp ] || [ "$what" = all ]; then
 fi
 if [ "$what" = tumult ] || [ "$what" = all ]; then
   make_venv tumult "tmlt.analytics" "pyarrow"
+fi
+if [ "$what" = mbi ] || [ "$what" = all ]; then
+  make_venv mbi "mbi==2.0.0"  # Private-PGM (pulls jax): benchmarks/consistency.py pgm
 fi

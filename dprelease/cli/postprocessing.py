@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from dprelease.errors import UserError
 from dprelease.reporting import read_release_json
 from dprelease.postprocess import Invariants, check_invariants, postprocess_release
-from dprelease.postprocess.estimation import noise_variance
+from dprelease.postprocess.hierarchy import noise_variance
 from dprelease.publish import read_invariant, sync_tree, utc_now, write_json, write_table
 from dprelease.spec import fingerprint
 from dprelease.spec.canonical import spec_from_canonical

@@ -4,10 +4,12 @@ checked by :mod:`.local`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 from dprelease.spec import defaults
+from dprelease.spec.junction import fitting_scopes
 from dprelease.spec.model import (
     ROOT,
     Column,
@@ -25,7 +27,7 @@ from dprelease.spec.sections.privacy import Definition, typed
 from dprelease.spec.sections.reader import Reader
 from dprelease.spec.yamlsource import Path_
 
-MAX_DETAIL_CELLS = 20_000  # per place, for a consistency group's joint estimate (dense normal equations)
+MAX_DETAIL_CELLS = 20_000  # per place, for a hidden table of a group whose tables form no junction tree
 
 Measure = SumMeasure | ModeMeasure | MeanMeasure | None
 
@@ -244,12 +246,17 @@ def _groups(r: Reader, tables: list[Table], columns: dict[str, Column]) -> None:
                 r.fail(("tables", i, "group_by"), f"tables of consistency group {group!r} must all group by "
                        "geography, or none")
         dims = list(dict.fromkeys(c for _, t in members for c in t.group_by))
-        detail = 1
-        for c in dims:
-            detail *= columns[c].size
-        if detail > MAX_DETAIL_CELLS:
-            r.fail(("tables", members[0][0], "consistency"), f"group {group!r} combines {', '.join(dims)} into "
-                   f"{detail:,} detailed cells per place, over the limit of {MAX_DETAIL_CELLS:,}; split the group")
+        sizes = tuple(columns[c].size for c in dims)
+        scopes = [tuple(dims.index(c) for c in t.group_by) for _, t in members]
+        every, _ = fitting_scopes(scopes, sizes)  # tables beyond the group's own: hidden cliques to estimate
+        for clique in every[len(scopes):]:
+            cells = math.prod(sizes[d] for d in clique)
+            if cells > MAX_DETAIL_CELLS:
+                r.fail(("tables", members[0][0], "consistency"), f"group {group!r}'s tables "
+                       f"({'; '.join(' × '.join(t.group_by) for _, t in members)}) do not form a junction tree "
+                       f"(each table meeting the tables before it inside one of them): their consistency needs a "
+                       f"hidden table over {' × '.join(dims[d] for d in clique)}, {cells:,} cells per place, over "
+                       f"the limit of {MAX_DETAIL_CELLS:,}; split the group, or drop a table that closes the cycle")
 
 
 def _group_by(r: Reader, at: Path_, x: TableInputs) -> list[str] | None:

@@ -1,0 +1,212 @@
+"""Estimation: the generalised least-squares estimate of a consistency group's published cells
+from every measurement that informs them, in time and memory linear in the published cells.
+
+The model. The group's tables are marginals over subsets ``S`` of the group's dimensions ``D``
+(sizes ``n_i``) of one unseen detail per place, ``x_p``; a parent's detail is the sum of its
+children's. Each table ``t`` measured at a level gives, per place, ``y = M_S x_p + z`` with
+``z`` independent noise of variance ``v`` in every cell (the plan's exact variance for the
+table and level). The estimate wanted is the GLS (best linear unbiased) estimate of every
+published cell ``M_S x_p``: unique although ``x_p`` is not identified.
+
+How, without the cross product of ``D``. With ``Q_i = I - J/n_i`` (centring along dimension
+``i``), ``I = Q_i + J/n_i`` splits every marginal into orthogonal parts, one per ``U ⊆ S``:
+
+    M_S x = Σ_{U ⊆ S} expand_{S∖U}(r_U) / n_{S∖U},   r_U = (⊗_{i∈U} Q_i) M_U x,
+
+the *residual* ``r_U`` of the ``U``-marginal (``r_∅`` is the total; McKenna, Mullins, Sheldon
+and Miklau 2022, "AIM"/"ReM", use the same basis). Projecting a measurement the same way gives,
+for every ``U ⊆ S``, an unbiased measurement of ``r_U`` — its noisy ``U``-marginal, centred —
+whose noise has covariance ``v · n_{S∖U} · (⊗ Q_i)``, uncorrelated across ``U``. So the GLS
+problem falls apart into one small problem per ``U``: the measurements of ``r_U`` at a place
+(one per table containing ``U``) are combined by inverse variance, and those of all places are
+combined over the hierarchy — ``r_U(parent) = Σ r_U(children)`` — by the tree's two passes
+(bottom-up inverse-variance combination with the children's sum, then top-down distribution of
+each parent's residual in proportion to the children's variances; Hay, Rastogi, Miklau and Suciu
+2010), which is exact GLS on a tree. The published cells are then rebuilt from the ``r_U``.
+Work per place: Σ_t 2^|S_t| arrays no larger than the tables themselves.
+
+Everything here is a linear function of noisy measurements and, where declared, the invariants
+(exact place totals, variance 0); no non-negativity, no rounding (:mod:`.nonnegative`,
+:mod:`.rounding`). Floats are fine: this is post-processing of published noisy values.
+May import numpy and scipy; never the data readers (:mod:`dprelease.data`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse
+
+Subset = tuple[int, ...]  # dimensions of the group, in increasing order
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The geography of a group: per level (coarsest first), its number of places and each place's
+    parent at the previous level (None at the first level)."""
+
+    units: tuple[int, ...]
+    parents: tuple[np.ndarray | None, ...]
+
+    def summing(self, level: int) -> scipy.sparse.csr_matrix:
+        """The (places at ``level`` × places at ``level + 1``) 0/1 matrix that sums children."""
+        parent = self.parents[level + 1]
+        assert parent is not None
+        n = parent.shape[0]
+        return scipy.sparse.csr_matrix((np.ones(n), (parent, np.arange(n))), shape=(self.units[level], n))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One table at one level: ``values`` (places × the table's cells, in the order of ``dims``)
+    and its noise variance per cell (0: exact, e.g. an invariant)."""
+
+    dims: Subset  # the table's dimensions in its own order (indices into the group's)
+    level: int
+    values: np.ndarray
+    variance: float
+
+
+def subsets(dims: Subset) -> list[Subset]:
+    """Every subset of ``dims``, each in increasing order."""
+    ordered = tuple(sorted(dims))
+    return [u for k in range(len(ordered) + 1) for u in itertools.combinations(ordered, k)]
+
+
+def residual(values: np.ndarray, dims: Subset, u: Subset, sizes: tuple[int, ...]) -> np.ndarray:
+    """``(⊗_{i∈U} Q_i) M_U`` of a table's cells (places first): the U-marginal, centred along U.
+    Returns (places, *sizes of U in increasing order)."""
+    places = values.shape[0]
+    cube = values.reshape((places, *(sizes[i] for i in dims)))
+    drop = tuple(1 + k for k, i in enumerate(dims) if i not in u)
+    marginal = cube.sum(axis=drop) if drop else cube
+    kept = [i for i in dims if i in u]
+    marginal = np.moveaxis(marginal, [1 + kept.index(i) for i in u], list(range(1, 1 + len(u)))) if u else marginal
+    for axis in range(1, 1 + len(u)):
+        marginal = marginal - marginal.mean(axis=axis, keepdims=True)
+    return marginal
+
+
+def expand(part: np.ndarray, u: Subset, dims: Subset, sizes: tuple[int, ...]) -> np.ndarray:
+    """``expand_{S∖U}(r_U) / n_{S∖U}`` as a table over ``dims`` (in the table's order), places first."""
+    places = part.shape[0]
+    shape = [1] * len(dims)
+    for k, i in enumerate(dims):
+        if i in u:
+            shape[k] = sizes[i]
+    # r_U's axes are U in increasing order; put them where the table has them
+    order = sorted(range(len(u)), key=lambda j: dims.index(u[j]))
+    moved = np.transpose(part, (0, *(1 + j for j in order))) if u else part
+    spread = math.prod(sizes[i] for i in dims if i not in u)
+    return np.broadcast_to(moved.reshape((places, *shape)) / spread, (places, *(sizes[i] for i in dims)))
+
+
+def estimate(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement],
+             wanted: list[tuple[Subset, int]] | None = None) -> dict[tuple[Subset, int], np.ndarray]:
+    """The GLS estimate of each (dims, level) in ``wanted`` (default: every measured table at its
+    measured levels), {(dims, level): places × cells in the order of dims}; ``((), level)`` is
+    the places' totals. A table may be wanted at a level where it was not measured: the
+    estimate is then that of the same cells from the other levels and tables.
+
+    Assumes: each measurement's noise is independent across cells, places, levels and tables,
+    with mean 0 and the stated variance (the plan's); a variance of 0 marks an exact value
+    (an invariant), consistent with the others' exact values (checked by the caller).
+    Guarantees: the estimates are the best linear unbiased ones; they are consistent: each
+    parent's cells are the sums of its children's, and two tables agree on every marginal they
+    share, at every level (up to floating-point rounding)."""
+    wanted = [(m.dims, m.level) for m in measurements] if wanted is None else wanted
+    parts: set[Subset] = set()
+    for dims, _ in wanted:
+        parts.update(subsets(dims))
+    final = {u: _tree_gls(tree, *_own(tree, sizes, measurements, u)) for u in sorted(parts, key=len)}
+    out: dict[tuple[Subset, int], np.ndarray] = {}
+    for dims, level in wanted:
+        if (dims, level) not in out:
+            cells = np.zeros((tree.units[level], *(sizes[i] for i in dims)))
+            for u in subsets(dims):
+                cells = cells + expand(final[u][level], u, dims, sizes)
+            out[(dims, level)] = cells.reshape(tree.units[level], -1)
+    return out
+
+
+def _own(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement], u: Subset
+         ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per level, each place's inverse-variance combination of its tables' measurements of
+    ``r_U``, and its variance (inf where no table measures ``U`` there; 0 where one is exact)."""
+    shape = tuple(sizes[i] for i in u)
+    own, variance = [], []
+    for level, places in enumerate(tree.units):
+        total = np.zeros((places, *shape))
+        precision = 0.0
+        exact = None
+        for m in measurements:
+            if m.level != level or not set(u) <= set(m.dims):
+                continue
+            spread = math.prod(sizes[i] for i in m.dims if i not in u)
+            part = residual(m.values.astype(np.float64), m.dims, u, sizes)
+            if m.variance == 0:
+                exact = part
+            else:
+                total += part / (m.variance * spread)
+                precision += 1 / (m.variance * spread)
+        if exact is not None:
+            own.append(exact)
+            variance.append(np.zeros(places))
+        elif precision > 0:
+            own.append(total / precision)
+            variance.append(np.full(places, 1 / precision))
+        else:
+            own.append(total)
+            variance.append(np.full(places, np.inf))
+    return own, variance
+
+
+def _tree_gls(tree: Tree, own: list[np.ndarray], variance: list[np.ndarray]) -> list[np.ndarray]:
+    """The GLS estimate over the hierarchy of one quantity measured at every place (scalar
+    variance per place: 0 exact, inf unmeasured): bottom-up, each place's measurement combined
+    by inverse variance with the sum of its children's combined estimates; top-down, each
+    parent's final value minus its children's combined sum spread over the children in
+    proportion to their combined variances (equally over the unmeasured ones, if any)."""
+    depth = len(tree.units)
+    combined, var = list(own), list(variance)
+    summing = [tree.summing(level) for level in range(depth - 1)]
+    for level in range(depth - 2, -1, -1):
+        flat = combined[level + 1].reshape(tree.units[level + 1], -1)
+        sums = (summing[level] @ flat).reshape(own[level].shape)
+        sum_var = summing[level] @ var[level + 1]
+        combined[level], var[level] = _combine(own[level], variance[level], sums, sum_var)
+    final = [combined[0]]
+    for level in range(1, depth):
+        parent = tree.parents[level]
+        assert parent is not None
+        flat = combined[level].reshape(tree.units[level], -1)
+        gap = final[level - 1].reshape(tree.units[level - 1], -1) - summing[level - 1] @ flat
+        v = var[level]
+        unknown = np.isinf(v)
+        n_unknown = summing[level - 1] @ unknown.astype(np.float64)
+        finite_v = np.where(unknown, 0.0, v)
+        sum_v = summing[level - 1] @ finite_v
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(n_unknown[parent] > 0, unknown / np.maximum(n_unknown[parent], 1),
+                             np.where(sum_v[parent] > 0, finite_v / sum_v[parent], 0.0))
+        final.append((flat + gap[parent] * share[:, None]).reshape(combined[level].shape))
+    return final
+
+
+def _combine(a: np.ndarray, va: np.ndarray, b: np.ndarray, vb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse-variance combination of two unbiased estimates per place (variance 0: exact, inf: none)."""
+    with np.errstate(divide="ignore"):
+        wa, wb = 1 / va, 1 / vb  # inf where exact, 0 where unmeasured
+    exact_a, exact_b = va == 0, (vb == 0) & (va != 0)
+    total = wa + wb
+    finite = ~(exact_a | exact_b) & (total > 0)
+    safe = np.where(finite, total, 1.0)
+    share_a = np.where(exact_a, 1.0, np.where(finite, np.where(np.isinf(wa), 0.0, wa) / safe, 0.0))
+    share_b = np.where(exact_b, 1.0, np.where(finite, np.where(np.isinf(wb), 0.0, wb) / safe, 0.0))
+    extra = (1,) * (a.ndim - 1)
+    value = a * share_a.reshape(-1, *extra) + b * share_b.reshape(-1, *extra)
+    combined = np.where(exact_a | exact_b, 0.0, np.where(finite, 1 / safe, np.inf))
+    return value, combined
