@@ -50,7 +50,7 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> list[Figure
     symbol, confidence = budgets.total.symbol, percent_text(Fraction(manifest["confidence"]))
     names = [measurement_name(t["name"], t.get("level")) for t in manifest["tables"]]
     amounts = [table_budget(manifest, t).amount for t in manifest["tables"]]
-    margins = [(n, t["moe"]) for n, t in zip(names, manifest["tables"]) if t.get("moe")]
+    margins = _cell_margins(manifest, names)
     points = burn_down(manifest, state)
     curves = tradeoff_curves(manifest, Fraction(manifest["confidence"]))
     return [
@@ -63,8 +63,8 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> list[Figure
                + "; ".join(f"{p.release} {decimal_text(p.spent_after)}" for p in points)
                + f"; lifetime cap {decimal_text(budgets.cap.amount)}.",
                _burn_down_png(manifest, state)),
-        Figure("moe", f"Expected margin of error per table (±MoE {confidence})",
-               (f"Bar chart of each table's expected margin of error per cell at {confidence}: "
+        Figure("moe", f"Expected margin of error per cell of each count or sum table (±MoE {confidence})",
+               (f"Bar chart of each count or sum table's expected margin of error per cell at {confidence}: "
                 + "; ".join(f"{n} ±{m}" for n, m in margins) + ".") if margins else
                "No table of this release has a margin of error.",
                _margin_png(margins, confidence)),
@@ -73,6 +73,21 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> list[Figure
                "published budget starred; the same figures are in the table below.",
                _tradeoff_png(curves, symbol, confidence)),
     ]
+
+
+def _cell_margins(manifest: dict[str, Any], names: list[str]) -> list[tuple[str, int]]:
+    """The ± per cell of each count or sum table (its measure's own margin, in persons or the summed
+    column's units): a mean's, mode's or quantile's margin is in other units, not a bar beside
+    these (they are listed in words, in the report's margins section)."""
+    out = []
+    for name, t in zip(names, manifest["tables"]):
+        margin = t.get("margin")
+        if margin is not None and margin["kind"] != "cell":
+            continue
+        value = margin["value"] if margin is not None else t.get("moe")  # a manifest from before margin records
+        if value:
+            out.append((name, int(value)))
+    return out
 
 
 def _allocation_png(names: list[str], amounts: list[Fraction], symbol: str, total: Fraction,

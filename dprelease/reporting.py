@@ -120,10 +120,12 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
         "release": manifest["release"], "dataset": manifest["dataset"], "run_id": manifest["run_id"],
         "budget_unit": _unit(budgets.total), "total": fraction_text(budgets.total.amount),
         "release_budget": fraction_text(budgets.release.amount),
-        "confidence": manifest["confidence"],  # of every "moe" (the spec's); "moe95" is at 95%
+        "confidence": manifest["confidence"],  # of every "moe" and "margin" (the spec's); "moe95" is at 95%
+        # "moe": a cell's noise margin (a mean's: its sum part's); "margin": in the measure's own units
         "tables": [{"name": t["name"], "level": t.get("level"),
                     "epsilon": fraction_text(table_budget(manifest, t).amount),  # in budget_unit, as ever
                     "mechanism": t["mechanism"], "moe95": t.get("moe95"), "moe": t.get("moe"),
+                    **({"margin": t["margin"]} if "margin" in t else {}),  # in the measure's own units
                     "structural_cells": t.get("structural_cells", 0)}
                    for t in manifest["tables"]],
         "lifetime": _lifetime_json(budgets),

@@ -35,6 +35,7 @@ from dprelease.report import (
     _lifetime_row,
     _record_lines,
     _structural_section,
+    margin_figures,
     provenance_lines,
     reading_lines,
     spend_table,
@@ -116,6 +117,7 @@ def page(manifest: dict[str, Any], state: DatasetState | None) -> str:
         table(f"Budget, noise and expected margin of error (±MoE {confidence}) of each measurement",
               headers, rows, aligned, ident="spend") if rows else "<p>No central tables.</p>",
         bullets(_structural_section(manifest)), ident="spend-per-table"))
+    parts.append(_margins(manifest))
     parts.append(_lifetime(manifest, budgets, state))
     parts.append(_local(manifest))
     parts.append(_figures(manifest, state, confidence))
@@ -241,3 +243,15 @@ def _history(manifest: dict[str, Any], state: DatasetState | None) -> str:
                       for r in others], [False, False, False, True, False, False], ident="not-committed")
     return (section("Burn-down of committed releases", committed, ident="burn-down-history")
             + section("Reservations not committed (voided, unfinished or failed)", rest, ident="reservations"))
+
+
+def _margins(manifest: dict[str, Any]) -> str:
+    """Each measurement's margin of error at the spec's confidence, in its measure's own units, in
+    words (as the markdown's section: :func:`dprelease.report.margin_figures`)."""
+    figures = margin_figures(manifest)
+    if not figures:
+        return ""
+    confidence = percent_text(Fraction(manifest["confidence"]))
+    return section(f"Margins of error at {confidence}, in each measure's own units",
+                   "<ul>" + "".join(f"<li><code>{esc(name)}</code> ({esc(margin.kind)}): {esc(margin.text(unit))}.</li>"
+                                    for name, margin, unit in figures) + "</ul>", ident="margins")

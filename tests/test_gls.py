@@ -55,16 +55,20 @@ def _measurements(rng, tables, skip=(), exact_levels=()):  # type: ignore[no-unt
     return out
 
 
-def _dense_gls(measurements):  # type: ignore[no-untyped-def]
+def _dense_gls(measurements, zeros=None):  # type: ignore[no-untyped-def]
     """The GLS fit of every measured table, from the normal equations over the leaves' details
-    (exact measurements as very heavy ones)."""
+    (exact measurements, and ``zeros``: known-zero cells per measurement index, as very heavy ones)."""
     d = math.prod(SIZES)
     blocks, ys, ws = [], [], []
-    for m in measurements:
+    for i, m in enumerate(measurements):
         design = np.kron(_places_matrix(m.level), _marginal(np.eye(d), m.dims).T)
         blocks.append(design)
-        ys.append(m.values.ravel())
-        ws.append(np.full(design.shape[0], 1e10 if m.variance == 0 else 1 / m.variance))
+        weight = np.full(m.values.shape, 1e10 if m.variance == 0 else 1 / m.variance)
+        values = np.array(m.values, dtype=float)
+        if zeros and i in zeros:
+            weight[:, zeros[i]], values[:, zeros[i]] = 1e10, 0.0
+        ys.append(values.ravel())
+        ws.append(weight.ravel())
     x, y, w = np.vstack(blocks), np.concatenate(ys), np.sqrt(np.concatenate(ws))
     theta = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)[0]
     return {(m.dims, m.level): (np.kron(_places_matrix(m.level), _marginal(np.eye(d), m.dims).T) @ theta)
@@ -96,6 +100,25 @@ def test_the_estimate_is_the_dense_generalised_least_squares_one(case):
     every = gls.estimate(TREE, SIZES, measurements, [(dims, level) for dims in TABLES for level in range(3)])
     for dims in TABLES:  # wanted where not measured too: still the sum of its children
         assert np.allclose(_sum_children(every[(dims, 2)]), every[(dims, 1)])
+
+
+def test_known_zeros_are_held_at_zero_by_the_constrained_generalised_least_squares():
+    """Structural cells are exact zeros (no noise drawn): the estimate is the GLS one under the
+    constraint that they are zero, not one that reads them as noisy zeros; the other cells move
+    only as that constraint implies (checked against the dense constrained normal equations)."""
+    rng = np.random.default_rng(4)  # test data and test noise
+    measurements = _measurements(rng, TABLES)
+    structural = np.zeros(6, dtype=bool)
+    structural[[4, 5]] = True  # table (0, 1): cells (1, 1) and (1, 2)
+    zeros = {i: structural for i, m in enumerate(measurements) if m.dims == (0, 1)}
+    for i in zeros:
+        measurements[i].values[:, structural] = 0
+    ours = gls.estimate_with_zeros(TREE, SIZES, measurements, zeros)
+    dense = _dense_gls(measurements, zeros)
+    assert max(np.abs(ours[key] - dense[key]).max() for key in dense) < 1e-4
+    assert all(np.abs(ours[((0, 1), level)][:, structural]).max() < 1e-6 for level in range(3))
+    plain = gls.estimate(TREE, SIZES, measurements)  # reading them as noisy zeros is another estimate
+    assert np.abs(plain[((0, 1), 2)][:, structural]).max() > 0.1
 
 
 def _sum_children(values: np.ndarray) -> np.ndarray:

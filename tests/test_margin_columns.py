@@ -114,3 +114,24 @@ def test_read_release_reads_the_margin_column(published):
 
     frame = read_release(published["with"]).table("puma_by_sex")
     assert "moe" in frame.columns and (frame["moe"] > 0).all()
+
+
+def test_the_reports_give_each_measure_its_margin_in_its_own_units(published, cli, tmp_path):
+    """The HTML's margin figure plots counts' and sums' margins only (a mean's sum-part margin is
+    not its margin); the HTML lists every measure's margin in words, as the markdown does; the
+    JSON report carries each table's margin record."""
+    release = published["with"]
+    manifest = json.loads((release / "manifest.json").read_text())
+    sum_part = next(t for t in manifest["tables"] if t["name"] == "income_mean_by_puma_sex")["moe"]
+    page = tmp_path / "r.html"
+    assert cli("report", release, "--format", "html", "--output", page).code == 0
+    text = page.read_text()
+    alt = text.split("id='fig-moe'")[1].split("alt='")[1].split("'")[0]
+    assert "puma_by_sex ±" in alt and "income_mean" not in alt and str(sum_part) not in alt
+    margins_section = text.split("Margins of error at 90%")[1]
+    assert "income_mean_by_puma_sex" in margins_section and "n = 1,000: ±" in margins_section
+    assert "rank" in margins_section and "true mode" in margins_section
+    result = cli("report", release, "--format", "json")
+    kinds = {t["name"]: t["margin"]["kind"] for t in json.loads(result.stdout)["tables"]}
+    assert kinds == {"puma_by_sex": "cell", "income_mean_by_puma_sex": "mean", "median_age_by_sex": "quantile",
+                     "race_mode_by_puma": "mode"}

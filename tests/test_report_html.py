@@ -97,7 +97,8 @@ def test_the_html_is_semantic_self_contained_and_escaped(tmp_path):
     assert "<script" not in text.lower() and not re.search(r"<[^>]+\son[a-z]+=", text)
     assert not re.search(r"(src|href)=['\"](?!data:image/png;base64,)", text)  # nothing fetched, nothing linked
     assert page.texts["h2"] == [
-        "Warnings", "Guarantee", "Spend per table", f"Lifetime budget of {DATASET} (ε)", "Figures",
+        "Warnings", "Guarantee", "Spend per table", "Margins of error at 95%, in each measure's own units",
+        f"Lifetime budget of {DATASET} (ε)", "Figures",
         "Burn-down of committed releases", "Reservations not committed (voided, unfinished or failed)",
         "Reading the tables"]
     tables = [i for i, (t, _) in enumerate(page.tags) if t == "table"]

@@ -49,8 +49,8 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[Key, np.ndarra
 
     ``structural``: per measurement, its structural cells (:mod:`dprelease.plan.structural`; the
     same cells of the non-geographic dimensions in every place and level). They are known zeros:
-    they, and the cells of other tables they force to zero, are no variables and are published
-    as exact zeros (their noisy values, zeros not drawn, are never read).
+    they, and the cells of other tables they force to zero, are held at zero in the estimate
+    (their published values are zeros, no noise drawn) and published as exact zeros.
 
     ``invariants``: exact place totals per level (the root's as ``ROOT``), published outside
     DP and checked against the spec by the caller, who passes them only for a group whose
@@ -78,6 +78,8 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[Key, np.ndarra
         cells = math.prod(sizes[d] for d in scope)
         mask = (structural or {}).get((tables[k].name, levels[0].name)) if k < len(tables) else None
         masks.append(np.zeros(cells, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(-1)[:cells])
-    published = consistent_tables(tree, sizes, scopes, measurements, forced_zeros(scopes, sizes, masks), order, fixed)
+    zeros = forced_zeros(scopes, sizes, masks)
+    known = {i: zeros[own.index(m.dims)] for i, m in enumerate(measurements) if m.dims in own and m.variance > 0}
+    published = consistent_tables(tree, sizes, scopes, measurements, zeros, order, fixed, known)
     return {(t.name, name): published[k][index[name]].reshape(-1)
             for k, t in enumerate(tables) for name, _, _ in t.measured()}

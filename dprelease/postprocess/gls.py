@@ -27,7 +27,7 @@ Work per place: Σ_t 2^|S_t| arrays no larger than the tables themselves.
 
 Everything here is a linear function of noisy measurements and, where declared, the invariants
 (exact place totals, variance 0); no non-negativity, no rounding (:mod:`.nonnegative`,
-:mod:`.rounding`). Floats are fine: this is post-processing of published noisy values.
+:mod:`.integral`). Known zeros (structural cells): :func:`estimate_with_zeros`. Floats are fine: this is post-processing of published noisy values.
 May import numpy and scipy; never the data readers (:mod:`dprelease.data`).
 """
 
@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
+
+from dprelease.errors import InternalError
 
 Subset = tuple[int, ...]  # dimensions of the group, in increasing order
 
@@ -130,6 +132,60 @@ def estimate(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement]
                 cells = cells + expand(final[u][level], u, dims, sizes)
             out[(dims, level)] = cells.reshape(tree.units[level], -1)
     return out
+
+
+ZERO_TOLERANCE = 1e-9  # relative residual of the known-zero system (conjugate gradients) to stop at
+
+
+def estimate_with_zeros(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement],
+                        zeros: dict[int, np.ndarray], wanted: list[tuple[Subset, int]] | None = None
+                        ) -> dict[tuple[Subset, int], np.ndarray]:
+    """:func:`estimate` when some cells are known to be zero: ``zeros[i]``, the cells of
+    ``measurements[i]`` (the same in every place) that are structural — exact zeros, no noise
+    drawn. The estimate is the GLS one under the constraint that those cells' estimates are 0.
+
+    How: by the constrained problem's optimality conditions, it is the unconstrained GLS estimate
+    from the same measurements with the known-zero cells' values replaced by pseudo-values z
+    chosen so that their estimates come out 0 (z times the cells' weights are the constraints'
+    multipliers). The estimate at those cells is affine in z, H·z + g, with H·W⁻¹ symmetric and
+    positive semi-definite (W the cells' weights): conjugate gradients (MINRES where they break
+    down on a singular direction) solve (H·W⁻¹)·u = −g,
+    z = W⁻¹·u, each step one :func:`estimate` (linear in the published cells)."""
+    import scipy.sparse.linalg
+
+    hit = [(i, np.asarray(mask, dtype=bool)) for i, mask in sorted(zeros.items()) if np.asarray(mask).any()]
+    if not hit:
+        return estimate(tree, sizes, measurements, wanted)
+    keys = [(measurements[i].dims, measurements[i].level) for i, _ in hit]
+    counts = [measurements[i].values.shape[0] * int(mask.sum()) for i, mask in hit]
+    weights = np.concatenate([np.full(n, 1 / measurements[i].variance) for (i, _), n in zip(hit, counts)])
+
+    def replaced(z: np.ndarray) -> list[Measurement]:
+        out, at = list(measurements), 0
+        for (i, mask), n in zip(hit, counts):
+            m = out[i]
+            values = np.array(m.values, dtype=np.float64)
+            values[:, mask] = z[at:at + n].reshape(values.shape[0], -1)
+            out[i] = Measurement(m.dims, m.level, values, m.variance)
+            at += n
+        return out
+
+    def at_zeros(z: np.ndarray) -> np.ndarray:
+        found = estimate(tree, sizes, replaced(z), keys)
+        return np.concatenate([found[key][:, mask].ravel() for key, (_, mask) in zip(keys, hit)])
+
+    g = at_zeros(np.zeros(weights.size))
+    if np.abs(g).max() <= ZERO_TOLERANCE * max(1.0, float(np.abs(weights).max())):  # already zero there
+        return estimate(tree, sizes, replaced(np.zeros(weights.size)), wanted)
+    operator = scipy.sparse.linalg.LinearOperator((weights.size, weights.size), dtype=np.float64,
+                                                  matvec=lambda u: at_zeros(np.ravel(u) / weights) - g)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        u, _ = scipy.sparse.linalg.cg(operator, -g, rtol=ZERO_TOLERANCE, atol=0.0, maxiter=10 * weights.size + 100)
+        if not np.isfinite(u).all():  # a breakdown on a singular direction: MINRES takes those
+            u, _ = scipy.sparse.linalg.minres(operator, -g, rtol=ZERO_TOLERANCE, maxiter=10 * weights.size + 100)
+    if not np.isfinite(u).all():
+        raise InternalError("the estimate under known zeros did not converge")
+    return estimate(tree, sizes, replaced(u / weights), wanted)
 
 
 def _own(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement], u: Subset

@@ -2,7 +2,7 @@
 
 One job: given real targets (the GLS estimate, :mod:`.gls`) and exact sums fixed earlier (a
 parent's cells, a child's separator cells), the Euclidean-nearest non-negative values with those
-sums. Two shapes occur (:mod:`.marginal_consistent`):
+sums. Two shapes occur (:mod:`.topdown`):
 
 * a vector per block with one sum (:func:`project_segments`): the projection onto the simplex
   {x ≥ 0, Σ x = s} (Duchi et al. 2008), segment by segment, vectorised;
@@ -90,7 +90,8 @@ def _affine(values: np.ndarray, rows: np.ndarray, row_targets: np.ndarray, cols:
     """The Euclidean projection onto the row and column sums alone, when every row segment and
     every column segment meet in a full block (a complete children × cells grid): each value moves by
     its row's gap over the row's length, plus its column's gap over the column's length, minus the
-    block's gap over its size. Falls back to the values themselves when the blocks are not full."""
+    block's gap over its size. Assumes full grids: every caller's blocks are (the same cells in
+    every child of a parent)."""
     row_len = np.bincount(rows, minlength=row_targets.size).astype(np.float64)
     col_len = np.bincount(cols, minlength=col_targets.size).astype(np.float64)
     row_gap = row_targets - np.bincount(rows, weights=values, minlength=row_targets.size)

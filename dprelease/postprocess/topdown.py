@@ -76,17 +76,20 @@ def forced_zeros(scopes: list[Scope], sizes: tuple[int, ...], masks: list[np.nda
 
 def consistent_tables(tree: gls.Tree, sizes: tuple[int, ...], scopes: list[Scope],
                       measurements: list[gls.Measurement], zeros: list[np.ndarray],
-                      order: list[tuple[int, int | None]], fixed_totals: dict[int, np.ndarray]
-                      ) -> list[list[np.ndarray]]:
+                      order: list[tuple[int, int | None]], fixed_totals: dict[int, np.ndarray],
+                      known: dict[int, np.ndarray] | None = None) -> list[list[np.ndarray]]:
     """Per table (as in ``scopes``), per level, its published integer cells (places × cells).
 
-    ``zeros``: per table, the cells that are known zeros (:func:`forced_zeros`).
+    ``zeros``: per table, the cells that are known zeros (:func:`forced_zeros`); ``known``: per
+    measurement (its index), its known-zero cells, which the estimate holds at zero
+    (:func:`.gls.estimate_with_zeros`: their published values are zeros, not noisy values).
     ``fixed_totals``: per level index, the places' exact totals (invariants), kept exactly.
     Assumes the measurements' noise as :func:`.gls.estimate` states; ``order`` from :func:`junction_order`.
     Guarantees: non-negative integers; each parent's cells the sums of its children's; tables
     agree on every shared marginal; the known zeros are zeros; the invariants hold exactly."""
     wanted = [(scopes[t], level) for t in range(len(scopes)) for level in range(len(tree.units))]
-    estimates = gls.estimate(tree, sizes, measurements, wanted + [((), level) for level in range(len(tree.units))])
+    estimates = gls.estimate_with_zeros(tree, sizes, measurements, known or {},
+                                        wanted + [((), level) for level in range(len(tree.units))])
     out: list[list[np.ndarray]] = [[np.empty(0)] * len(tree.units) for _ in scopes]
     totals: list[np.ndarray] = []
     for level, places in enumerate(tree.units):
