@@ -286,3 +286,15 @@ def test_the_check_reports_its_progress_in_bytes_up_to_the_data_size(tmp_path, m
     loaded = load_spec(spec)
     assert check_data(loaded, read=seen.append).ok
     assert len(seen) > 3 and seen == sorted(seen) and seen[-1] == data_bytes(loaded), seen
+
+
+def test_check_names_the_declared_columns_nothing_reads(tmp_path, cli):
+    """A declared column no table, rule or where reads is not checked (a run does not read it
+    either): check says so, rather than leaving it out silently."""
+    spec = project(tmp_path, CLEAN)
+    spec.write_text(spec.read_text().replace("G: {domain: [a, b, c]}", "G: {domain: [a, b, c]}\n  UNUSED: {range: [0, 9]}"))
+    result = cli("check", spec)
+    assert result.code == 0, result
+    lines = result.stdout.splitlines()
+    assert lines[-2] == "not read (no table, rule or where uses them, so a run does not read them either): UNUSED"
+    assert lines[-1] == "no problems: a run would accept this data (nothing was spent)"

@@ -288,6 +288,10 @@ def test_plan_manifest_report_tradeoff_and_target_agree(spec, cli):
     assert needs["puma_by_sex"] is not None
     target = cli("plan", str(spec.source), "--target-moe", "10")
     assert target.code == 0 and "income_mean_by_puma_sex: no ε for a ±N cell margin" in target.stdout
+    as_json = json.loads(cli("plan", str(spec.source), "--target-moe", "10", "--json").stdout)
+    kept = sum(t.budget.amount for t in plan.tables if needs[t.name] is None)  # the total counts what they keep
+    assert Fraction(as_json["kept_epsilon"]) == kept > 0
+    assert Fraction(as_json["total_epsilon"]) == kept + sum(e for e in needs.values() if e is not None)
 
 
 def test_every_margin_covers_on_the_shipped_data(spec):

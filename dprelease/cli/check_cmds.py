@@ -54,7 +54,12 @@ def check(
     if as_json:
         show(json.dumps(_as_json(spec_path, found, rules), indent=2, ensure_ascii=False))
     else:
-        for line in _lines(found, rules, bool(spec.rules)):
+        lines = _lines(found, rules, bool(spec.rules))
+        unread = [c.name for c in spec.columns if c.name not in found.columns and c.name in _declared(spec)]
+        if unread:  # said before the verdict: it covers the columns read
+            lines.insert(-1, "not read (no table, rule or where uses them, so a run does not read them either): "
+                         + ", ".join(unread))
+        for line in lines:
             show(line)
     if not found.ok or rules:
         raise typer.Exit(ExitCode.INVALID)
@@ -105,3 +110,10 @@ def _as_json(spec_path: Path, found, rules: list[str] | None) -> dict:  # type: 
             "columns": {name: [{"problem": f.kind, "what": f.what, "rows": f.rows, "refused": f.problem, "fix": f.fix}
                                for f in found.of(name)] for name in found.columns},
             "rules": rules}
+
+
+def _declared(spec) -> set[str]:  # type: ignore[no-untyped-def]
+    """The columns the spec declares as columns of the data (not derived ones, not geography roll-ups)."""
+    from dprelease.spec.domains import CategoricalColumn, RangeColumn
+
+    return {c.name for c in spec.columns if isinstance(c, (CategoricalColumn, RangeColumn))}

@@ -253,11 +253,12 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
     from dprelease.plan.margins import margin_of, table_units, untargeted_note
 
     needs = epsilon_for_target(the_plan, spec.confidence, target)
-    total = sum((e for _, e in needs if e is not None), Fraction(0))
+    kept = sum((t.budget.amount for (_, e), t in zip(needs, the_plan.tables) if e is None), Fraction(0))
+    total = sum((e for _, e in needs if e is not None), kept)  # the release's: tables without a target keep theirs
     units = table_units(spec)
     if as_json:
         print(json.dumps({"target_moe": target, "confidence": fraction_text(spec.confidence),
-                          "total_epsilon": fraction_text(total),
+                          "total_epsilon": fraction_text(total), "kept_epsilon": fraction_text(kept),
                           "tables": [{"name": n, "epsilon": None if e is None else fraction_text(e),
                                       "current_epsilon": amount_text(t.budget), "current_moe": t.moe,
                                       "margin": margin_of(t, spec.confidence).record(units.get(t.name, "")),
@@ -273,5 +274,5 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
         else:
             out.print(f"  {name}: ε = {both(need)} (now {amount_text(t.budget, decimal=True)}, ±{t.moe})", markup=False)
     out.print(f"  total: ε = {both(total)} (release budget {amount_text(spec.budget, decimal=True)})"
-              + (" — the tables above without an ε keep theirs" if any(e is None for _, e in needs) else ""),
-              markup=False)
+              + (f" — the tables above without an ε keep theirs, ε = {both(kept)} of it"
+                 if any(e is None for _, e in needs) else ""), markup=False)
