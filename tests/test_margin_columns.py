@@ -15,34 +15,12 @@ import pytest
 
 from dprelease.plan.margins import Margin
 from tests.conftest import ROOT, write_spec
+from tests.test_margins import SPEC as MARGINS_SPEC
 
-SPEC = f"""\
-release: margins-beside
-ledger: ./ledger.sqlite
-dataset:
-  name: nist-acs-margin-columns
-  path: {ROOT / "data" / "nist_acs" / "national2019.csv"}
-  format: csv
-  na_values: ["N"]
-  lifetime_budget: {{epsilon: 4}}
-privacy: {{definition: pure, unit: row}}
-budget: {{epsilon: 1}}
-accuracy: {{confidence: 0.90{{extra}}}}
-columns:
-  PUMA: {{domain_file: {ROOT / "configs" / "domains" / "puma.txt"}}}
-  SEX: {{domain: [1, 2], labels: [Male, Female]}}
-  AGEP: {{range: [0, 99]}}
-  PINCP: {{range: [-20000, 2000000], missing: "N/A (under 15)"}}
-  RAC1P: {{domain: [1, 2, 3, 4, 5, 6, 7, 8, 9]}}
-tables:
-  - {{name: puma_by_sex, group_by: [PUMA, SEX], epsilon: 0.25}}
-  - name: income_mean_by_puma_sex
-    group_by: [PUMA, SEX]
-    measure: {{mean: PINCP, bounds: [0, 200000], granularity: 1000, missing: skip}}
-    epsilon: 0.25
-  - {{name: median_age_by_sex, group_by: [SEX], measure: {{quantile: AGEP, q: 0.5}}, epsilon: 0.25}}
-  - {{name: race_mode_by_puma, group_by: [PUMA], measure: {{mode: RAC1P}}, epsilon: 0.25}}
-"""
+# the spec of tests/test_margins.py (a count, a mean, a quantile, a mode at 0.90), margin columns on or off
+SPEC = (MARGINS_SPEC.format(data=ROOT / "data" / "nist_acs" / "national2019.csv", domains=ROOT / "configs" / "domains")
+        .replace("release: margins-090", "release: margins-beside")
+        .replace("accuracy: {confidence: 0.90}", "accuracy: {confidence: 0.90{extra}}"))
 
 
 @pytest.fixture(scope="module")
