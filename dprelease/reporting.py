@@ -218,11 +218,3 @@ def _published_noise(entry: dict[str, Any], granularity: int) -> DiscreteLaplace
 
 
 TRADEOFF_MARK = "#e69f00"  # the published budget's point on each curve of the trade-off figure
-
-
-def report_html(manifest: dict[str, Any], state: DatasetState | None, markdown: str | None = None) -> str:
-    """The HTML budget report (:func:`dprelease.reporting_html.page`), made from the manifest and the
-    ledger's record alone; ``markdown`` is accepted for callers of before and not used."""
-    from dprelease.reporting_html import page
-
-    return page(manifest, state)

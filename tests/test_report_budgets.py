@@ -12,6 +12,7 @@ from fractions import Fraction
 import pytest
 
 from dprelease import reporting
+from dprelease.reporting_html import page as html_page
 from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.errors import UserError
 from dprelease.ledger import Ledger, resolve_location
@@ -169,8 +170,8 @@ def test_a_zcdp_report_shows_rho_from_the_typed_records(manifests):
     for t in decoy["tables"]:
         t["epsilon"] = "3"
     assert outputs(decoy) == outputs(typed)
-    html = reporting.report_html(typed, None, md)
-    assert reporting.report_html(decoy, None, md) == html
+    html = html_page(typed, None)
+    assert html_page(decoy, None) == html
 
     changed = copy.deepcopy(typed)
     changed["tables"][0]["budget"] = {"rho": "1/7"}

@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 import pytest
 
 from dprelease import reporting
+from dprelease.reporting_html import page as html_page
 from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.manifest import RunFacts, manifest
@@ -90,7 +91,7 @@ def test_the_html_is_semantic_self_contained_and_escaped(tmp_path):
     _, m = demo_manifest(tmp_path)
     m["release"] = "acs <b>demo</b> & 'quoted'"  # every string is escaped: none becomes markup
     m["tables"][0]["post_process"] = "<script>alert(1)</script>"
-    text = reporting.report_html(m, state)
+    text = html_page(m, state)
     page = Page(text)
     assert page.texts["h1"] == ["Budget report — acs <b>demo</b> & 'quoted'"]
     assert [t for t, _ in page.tags].count("b") == 4  # the trade-off's published budgets, not the release name
@@ -121,7 +122,7 @@ def test_every_margin_is_at_the_specs_confidence(tmp_path):
     90% margins; nothing says 95%. The trade-off reproduces the plan's 90% curves."""
     spec, m = demo_manifest(tmp_path, lambda s: s.replace("confidence: 0.95", "confidence: 0.90"))
     assert m["confidence"] == "9/10" and any(t["moe"] != t["moe95"] for t in m["tables"])
-    text = reporting.report_html(m, None)
+    text = html_page(m, None)
     md = budget_report_md(m)
     for shown in (text, md):
         assert "±MoE 90%" in shown and "95%" not in shown
@@ -140,7 +141,7 @@ def test_every_margin_is_at_the_specs_confidence(tmp_path):
 def spend_headers(m):
     md = budget_report_md(m)
     line = next(line for line in md.splitlines() if line.startswith("| table |"))
-    html_headers = [h for h in Page(reporting.report_html(m, None)).texts["th"]][:len(line.split("|")) - 2]
+    html_headers = [h for h in Page(html_page(m, None)).texts["th"]][:len(line.split("|")) - 2]
     return [c.strip() for c in line.strip("|").split("|")], html_headers
 
 
@@ -201,7 +202,7 @@ def test_warnings_are_in_every_format(tmp_path, cli):
     assert m["warnings"] == EXPECTED == reporting.warnings(m, None) == reporting.report_json(m, None)["warnings"]
     md = budget_report_md(m)
     assert "## Warnings\n\n" + "".join(f"- {w}\n" for w in EXPECTED) in md
-    page = Page(reporting.report_html(m, None))
+    page = Page(html_page(m, None))
     assert page.texts["li"][:2] == EXPECTED and page.texts["h2"][0] == "Warnings"
     (tmp_path / "demo").mkdir()
     _, quiet = demo_manifest(tmp_path / "demo")
@@ -253,14 +254,14 @@ def test_the_burn_down_is_of_committed_releases_and_the_rest_is_apart(tmp_path):
     assert [(r["run_id"], r["state"], r["counts_as_spent"]) for r in shown["not_committed"]] == [
         (runs["voided"], "voided", False), (runs["unfinished"], "reserved", True)]
 
-    text = reporting.report_html(m, state)
+    text = html_page(m, state)
     burn = text[text.index("<table id='burn-down'>"):text.index("</table>", text.index("<table id='burn-down'>"))]
     rest = text[text.index("<table id='not-committed'>"):]
     rest = rest[:rest.index("</table>")]
     assert "first" in burn and "voided" not in burn and "unfinished" not in burn
     assert runs["voided"] in rest and runs["unfinished"] in rest and runs["first"] not in rest
     assert "no (voided)" in rest and "yes (until settled)" in rest
-    alone = reporting.report_html(m, None)
+    alone = html_page(m, None)
     assert "The ledger is not reachable" in alone and "<table id='not-committed'>" not in alone
 
 
@@ -279,7 +280,7 @@ def test_local_collections_and_cap_decisions_have_tables_of_their_own(tmp_path):
                           "provenance": {"how": "registered", "statement": "asked by phone", "memo_of": None,
                                          "registered_by": "bo", "registered_at": "2026-11-01T00:00:00+00:00"}}]
     m["local_epsilon_per_respondent"] = {"before": "0", "after": "1099/1000"}
-    text = reporting.report_html(m, state)
+    text = html_page(m, state)
     page = Page(text)
     assert "Local collections (answers randomized by the respondents)" in page.texts["h2"]
     assert "Local tables and each respondent's ε" in page.texts["caption"]
@@ -294,7 +295,7 @@ def test_local_collections_and_cap_decisions_have_tables_of_their_own(tmp_path):
 def test_invariants_are_explained_before_the_guarantee(tmp_path):
     _, m = demo_manifest(tmp_path)
     m["invariants"] = {"declared": ["STATE"], "totals": [{"level": "STATE", "file": "invariants/STATE.csv"}]}
-    page = Page(reporting.report_html(m, None))
+    page = Page(html_page(m, None))
     assert page.texts["h2"][:3] == ["Warnings", "⚠ Invariants: NOT protected by differential privacy", "Guarantee"]
     assert any(w.startswith("invariants: the number of persons per place at STATE is published EXACTLY")
                for w in page.texts["li"])

@@ -27,7 +27,7 @@ from dprelease.cli.common import (
     show,
     spec_location,
 )
-from dprelease.cli.handoff import CHILD_FLAG
+from dprelease.cli.warm_protocol import CHILD_FLAG
 from dprelease.errors import UserError
 from dprelease.ledger import resolve_location
 
@@ -238,6 +238,7 @@ def report(
     unfinished reservations). The HTML is one self-contained file with its plots inlined.
     """
     from dprelease import reporting
+    from dprelease.reporting_html import page
 
     if fmt not in ("html", "md", "json"):
         raise typer.BadParameter("use html, md or json", param_hint="--format")
@@ -253,7 +254,7 @@ def report(
     else:
         markdown = (release_dir / "budget_report.md").read_text("utf-8") if (release_dir / "budget_report.md").is_file() \
             else ""
-        text = markdown if fmt == "md" else reporting.report_html(manifest, state, markdown)
+        text = markdown if fmt == "md" else page(manifest, state)
     if output is None and fmt == "html":
         output = release_dir / "budget_report.html"
     if output is None:

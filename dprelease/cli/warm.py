@@ -154,7 +154,7 @@ def peer(sock: socket.socket) -> tuple[int, int, int]:
 def _answers(runner: Runner) -> bool:
     """Whether ``runner`` answers, and would take this process's runs (the same code, Python
     and Prefect settings)."""
-    from dprelease.cli.handoff import fingerprint, send_message
+    from dprelease.cli.warm_protocol import fingerprint, send_message
 
     try:
         with connect(runner, timeout=5) as probe:

@@ -15,7 +15,7 @@ to the client; a client whose connection closes (killed, say) has its run sent S
 settles the run like any interrupted run.
 
 Who gets in: a connection whose peer is another user is refused before anything is read; a
-request whose fingerprint (:func:`dprelease.cli.handoff.fingerprint`: code, Python, libraries,
+request whose fingerprint (:func:`dprelease.cli.warm_protocol.fingerprint`: code, Python, libraries,
 Prefect settings) differs from the runner's is refused, and the client runs the command itself.
 On SIGTERM the runner stops accepting, removes its socket, and exits once its runs have ended.
 """
@@ -214,7 +214,7 @@ class Loop:
             os.dup2(fd, target)
             os.close(fd)
         fds.clear()
-        from dprelease.cli.handoff import CHILD_FLAG
+        from dprelease.cli.warm_protocol import CHILD_FLAG
 
         env = request["env"]
         assert isinstance(env, dict)
@@ -278,7 +278,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m dprelease.cli.warm_loop SOCKET (started by `dprelease server start`)",
               file=sys.stderr)
         return 2
-    from dprelease.cli.handoff import fingerprint
+    from dprelease.cli.warm_protocol import fingerprint
 
     settings = fingerprint(os.environ)  # before Prefect's import, which sets defaults in the environment
     _preload()
