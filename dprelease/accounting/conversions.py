@@ -11,6 +11,8 @@ import decimal
 import math
 from fractions import Fraction
 
+from dprelease.accounting.exact import round_significant
+
 _ZCDP_DIGITS = 60  # working precision of the conversion bound (decimal digits)
 
 
@@ -74,14 +76,8 @@ def _dec(value: Fraction) -> decimal.Decimal:
 
 
 def _round_up(value: Fraction, digits: int) -> Fraction:
-    """``value`` rounded up to ``digits`` significant decimal digits."""
-    if value <= 0:
-        return value
-    with decimal.localcontext() as ctx:
-        ctx.prec = _ZCDP_DIGITS
-        exponent = _dec(value).adjusted() - digits + 1  # the leading digit's power of ten
-    unit = Fraction(10) ** exponent
-    return math.ceil(value / unit) * unit
+    """``value`` rounded up to ``digits`` significant decimal digits (0 and below: as they are)."""
+    return value if value <= 0 else round_significant(value, digits, up=True)
 
 
 def approx_to_zcdp(epsilon: Fraction, delta: Fraction, digits: int = 12) -> Fraction:

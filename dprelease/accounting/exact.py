@@ -95,3 +95,22 @@ def exact_and_decimal(x: Fraction) -> str:
 def percent_text(x: Fraction) -> str:
     """``95%``, ``≈33.33%``: a share for display."""
     return decimal_text(x * 100, 2) + "%"
+
+
+def round_significant(x: Fraction, digits: int, *, up: bool) -> Fraction:
+    """``x`` (> 0) rounded to ``digits`` significant decimal digits, up or down, exactly (the one
+    rounding of budgets and scales to short decimals: conservative callers round up)."""
+    if x <= 0:
+        raise ValueError("only a positive amount is rounded")
+    exponent = len(str(x.numerator // x.denominator)) if x >= 1 else -_leading_zeros(x)
+    unit = Fraction(10) ** (exponent - digits)
+    steps = -(-x // unit) if up else x // unit
+    return steps * unit
+
+
+def _leading_zeros(x: Fraction) -> int:
+    """The zeros between the decimal point and the first significant digit of ``x`` (0 < x < 1)."""
+    n = 0
+    while x * 10 ** (n + 1) < 1:
+        n += 1
+    return n

@@ -18,6 +18,8 @@ import decimal
 from decimal import Decimal
 from fractions import Fraction
 
+from dprelease.accounting.exact import round_significant
+
 _PREC = 60
 _SLACK = Decimal(10) ** -45  # far larger than the evaluation error, far smaller than anything shown
 
@@ -71,26 +73,11 @@ def epsilon_for_margin(target: int, confidence: Fraction, sensitivity: Fraction 
             hi = mid
         else:
             lo = mid
-        hi = _round_up(hi, 30)
-    epsilon = _round_up(hi * sensitivity, digits)
+        hi = round_significant(hi, 30, up=True)
+    epsilon = round_significant(hi * sensitivity, digits, up=True)
     while margin_of_error(sensitivity / epsilon, confidence) > target:  # pragma: no cover - safety
-        epsilon = _round_up(epsilon * Fraction(1001, 1000), digits)
+        epsilon = round_significant(epsilon * Fraction(1001, 1000), digits, up=True)
     return epsilon
-
-
-def _round_up(x: Fraction, digits: int) -> Fraction:
-    """Round a positive fraction up to ``digits`` significant decimal digits."""
-    exponent = len(str(int(x))) if x >= 1 else -_leading_zeros(x)
-    unit = Fraction(10) ** (exponent - digits)
-    q = -(-x // unit)
-    return q * unit
-
-
-def _leading_zeros(x: Fraction) -> int:
-    n = 0
-    while x * 10 ** (n + 1) < 1:
-        n += 1
-    return n
 
 
 def variance(scale: Fraction) -> float:

@@ -52,6 +52,7 @@ from fractions import Fraction
 from typing import Literal
 
 from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, amount_text, compose, exact_and_decimal, within
+from dprelease.accounting.exact import round_significant
 from dprelease.errors import InternalError, OverBudgetError, UserError
 from dprelease.mechanisms.discrete_laplace import epsilon_for_margin
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, Mean, PermuteAndFlip, TablePlan
@@ -186,23 +187,6 @@ def closed_form(coefficients: Mapping[str, Fraction], budget: Fraction, exponent
         total = sum(roots.values(), Decimal(0))
         whole = Decimal(budget.numerator) / Decimal(budget.denominator)
         return {k: Fraction(whole * r / total) for k, r in roots.items()}
-
-
-def round_significant(x: Fraction, digits: int, *, up: bool) -> Fraction:
-    """``x`` (> 0) rounded to ``digits`` significant decimal digits, up or down, exactly."""
-    if x <= 0:
-        raise ValueError("only a positive amount is rounded")
-    exponent = len(str(x.numerator // x.denominator)) if x >= 1 else -_leading_zeros(x)
-    unit = Fraction(10) ** (exponent - digits)
-    steps = -(-x // unit) if up else x // unit
-    return steps * unit
-
-
-def _leading_zeros(x: Fraction) -> int:
-    n = 0
-    while x * 10 ** (n + 1) < 1:
-        n += 1
-    return n
 
 
 def _check_names(plan: Plan, named: Mapping[str, object], option: str) -> None:
