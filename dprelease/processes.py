@@ -7,8 +7,11 @@ PID and :func:`process_start`'s token.
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any, Callable, Protocol, TypeVar
 
 
 def data_dir() -> Path:
@@ -50,3 +53,25 @@ def pid_exists(pid: int) -> bool:
 def alive(pid: int, start: str) -> bool:
     """Whether the process recorded as (``pid``, ``start``) still runs (not a later one that reused the PID)."""
     return pid_exists(pid) and (not start or process_start(pid) == start)
+
+
+class _Running(Protocol):
+    def running(self) -> bool: ...
+
+
+R = TypeVar("R", bound=_Running)
+
+
+def read_record(path: Path, make: Callable[..., R]) -> R | None:
+    """The process record at ``path`` (JSON of ``make``'s fields), if its process still runs."""
+    try:
+        record = make(**json.loads(path.read_text("utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+    return record if record.running() else None
+
+
+def write_record(path: Path, record: Any) -> None:
+    """Write a process record (a dataclass) to ``path``, owner-only."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+        json.dump(asdict(record), f, indent=2)

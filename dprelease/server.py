@@ -20,7 +20,6 @@ to another process) is treated as absent.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -29,12 +28,12 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
 from dprelease.errors import UserError
-from dprelease.processes import alive, data_dir, pid_exists, process_start
+from dprelease.processes import alive, data_dir, pid_exists, process_start, read_record, write_record
 
 MODES = ("auto", "prefect", "inline")
 START_TIMEOUT = 120.0  # seconds: a first start migrates a new PREFECT_HOME's database (~15 s here)
@@ -75,11 +74,7 @@ def state_file() -> Path:
 
 def recorded() -> Server | None:
     """The server ``dprelease server start`` recorded, if its process still runs."""
-    try:
-        server = Server(**json.loads(state_file().read_text("utf-8")))
-    except (OSError, ValueError, TypeError):
-        return None
-    return server if server.running() else None
+    return read_record(state_file(), Server)
 
 
 def api_problem(url: str, timeout: float = 10.0) -> str | None:
@@ -221,9 +216,7 @@ def start(port: int | None = None) -> tuple[Server, bool]:
     server = Server(process.pid, process_start(process.pid), url, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                     str(log), home)
     path = state_file()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="utf-8") as f:
-        json.dump(asdict(server), f, indent=2)
+    write_record(path, server)
     return server, False
 
 

@@ -20,7 +20,6 @@ This module's top level imports the standard library only: the client reads the 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import signal
@@ -29,10 +28,10 @@ import stat
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from dprelease.processes import alive, data_dir, process_start
+from dprelease.processes import alive, data_dir, process_start, read_record, write_record
 
 START_TIMEOUT = 60.0  # seconds for the runner to import Prefect and answer
 STOP_WAIT = 60.0  # seconds ``stop`` waits for a runner to finish its runs and exit
@@ -58,11 +57,7 @@ def record_file() -> Path:
 
 def recorded() -> Runner | None:
     """The warm runner ``dprelease server start`` recorded, if its process still runs."""
-    try:
-        runner = Runner(**json.loads(record_file().read_text("utf-8")))
-    except (OSError, ValueError, TypeError):
-        return None
-    return runner if runner.running() else None
+    return read_record(record_file(), Runner)
 
 
 def socket_path() -> Path:
@@ -118,9 +113,7 @@ def start(api: str, module: str = "dprelease.cli.warm_loop") -> tuple[Runner | N
             return None, ("warm runner: did not start (runs import Prefect themselves); its log ends: "
                           + " / ".join(tail))
         time.sleep(0.05)
-    fd = os.open(record_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="utf-8") as f:
-        json.dump(asdict(runner), f, indent=2)
+    write_record(record_file(), runner)
     said = f"warm runner: started (PID {runner.pid}; Prefect imported once, each run forked from it)"
     if running is not None:
         _retire(running)
