@@ -236,8 +236,12 @@ def test_the_split_fits_exactly_and_is_the_closed_form_rounded_down(specs, name,
 
 
 def test_the_closed_form_is_the_minimum(specs):
-    """An independent optimiser (scipy's SLSQP on Σ wᵢcᵢ·2Δᵢ²/εᵢ², Σ εᵢ = E) finds the closed
-    form, and no exchange of budget between two tables lowers the objective."""
+    """The closed form is the minimum of Σ wᵢcᵢ·2Δᵢ²/εᵢ² (pure; Σ cᵢkᵢ/ρᵢ under zCDP) subject to
+    Σ εᵢ = E, shown twice: exactly, by its optimality conditions (the objective is strictly convex
+    on the positive orthant and the constraint linear, so a positive feasible point where every
+    ∂f/∂xᵢ is the same multiplier is the unique minimum), and by an independent optimiser
+    (scipy's SLSQP on the problem scaled to O(1), which must report success); and no exchange of
+    budget between two tables lowers the objective."""
     from scipy.optimize import minimize
 
     for name, exponent in (("census", Fraction(1, 3)), ("zcdp", Fraction(1, 2)), ("demo", Fraction(1, 3))):
@@ -247,17 +251,33 @@ def test_the_closed_form_is_the_minimum(specs):
                         for k, v in _coefficients(plan).items()}
         power = 2 if exponent == Fraction(1, 3) else 1  # variance ∝ 1/ε² (pure), 1/ρ (zCDP)
         keys = list(coefficients)
+        budget = Fraction(left).limit_denominator(10**12)
+        exact = closed_form(coefficients, budget, exponent)
+
+        # Exactly (Fractions): feasible, positive, and ∂f/∂xᵢ = -power·aᵢ/xᵢ^(power+1) the same for
+        # every i. closed_form works to 60 significant digits, so both hold to 1e-50 relative.
+        assert all(exact[k] > 0 for k in keys)
+        assert abs(sum(exact.values()) - budget) <= budget * Fraction(1, 10**50)
+        multipliers = [power * coefficients[k] / exact[k] ** (power + 1) for k in keys]
+        assert max(multipliers) - min(multipliers) <= min(multipliers) * Fraction(1, 10**50), name
+        # and the conditions are not vacuous: the equal split violates them (its multipliers differ)
+        equal = [power * coefficients[k] / (budget / len(keys)) ** (power + 1) for k in keys]
+        assert max(equal) - min(equal) > min(equal) * Fraction(1, 100), name
+
+        # Independently: SLSQP on y = x/E with the objective divided by its value at the equal split
+        # (unscaled, the objective is ~1e5 and SLSQP stops early under newer scipy).
         a = np.array([float(coefficients[k]) for k in keys])
+        scale = float((a / (left / len(keys)) ** power).sum())
 
         def objective(x):
             return float((a / x ** power).sum())
 
-        found = minimize(objective, np.full(len(keys), left / len(keys)), method="SLSQP",
-                         constraints=[{"type": "eq", "fun": lambda x: x.sum() - left}],
-                         bounds=[(1e-9, left)] * len(keys), options={"ftol": 1e-14, "maxiter": 500})
-        exact = closed_form(coefficients, Fraction(left).limit_denominator(10**12), exponent)
+        found = minimize(lambda y: objective(y * left) / scale, np.full(len(keys), 1 / len(keys)), method="SLSQP",
+                         constraints=[{"type": "eq", "fun": lambda y: y.sum() - 1}],
+                         bounds=[(1e-9, 1)] * len(keys), options={"ftol": 1e-15, "maxiter": 1000})
+        assert found.success, (name, found.message)
         best = np.array([float(exact[k]) for k in keys])
-        assert np.allclose(found.x, best, rtol=1e-4), (name, found.x, best)
+        assert np.allclose(found.x * left, best, rtol=1e-4), (name, found.x * left, best)
         for i in range(len(keys)):
             for j in range(len(keys)):
                 if i != j:
