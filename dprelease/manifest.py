@@ -34,7 +34,7 @@ from dprelease.accounting import (
     zcdp_epsilon,
 )
 from dprelease.errors import InternalError, UserError
-from dprelease.ledger import Approval, Evaluation
+from dprelease.ledger import Approval, Birth, Evaluation
 from dprelease.plan import Plan, TablePlan
 from dprelease.plan.margins import margin_of, unit_words
 from dprelease.plan.measurements import PermuteAndFlip
@@ -55,10 +55,13 @@ class RunFacts:
     ledger_chosen_by: str
     approval: Approval | None = None
     evaluations: tuple[Evaluation, ...] = ()
+    ledger_birth: Birth | None = None  # how the ledger was born (None: before births were recorded)
 
     def manifest_part(self) -> dict[str, Any]:
+        born = self.ledger_birth
         return {
-            "ledger": {"id": self.ledger_id, "location": self.ledger_location, "chosen_by": self.ledger_chosen_by},
+            "ledger": {"id": self.ledger_id, "location": self.ledger_location, "chosen_by": self.ledger_chosen_by,
+                       "born": None if born is None else born.record()},
             "approval": None if self.approval is None else {
                 "approved_by": self.approval.approved_by, "approved_at": self.approval.approved_at,
                 "plan_fingerprint": self.approval.spec_fingerprint},

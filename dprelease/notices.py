@@ -1,6 +1,7 @@
 """What both the CLI and the run lifecycle tell the user about a spec and its ledger, in words:
-where the ledger is, a ledger chosen away from the one the spec pins, a large δ. Text only; no
-decisions are made here."""
+where the ledger is and how it was chosen, a large δ, a table measured again; and the one
+check of a ledger choice that every command of a spec's dataset makes
+(:func:`refuse_ledger_choice`): no ledger is born by choosing it, and a pin is a pin."""
 
 from __future__ import annotations
 
@@ -8,34 +9,75 @@ from fractions import Fraction
 from typing import Any
 
 from dprelease.accounting import delta_of, decimal_text
-from dprelease.ledger import LedgerLocation, resolve_location
+from dprelease.errors import LedgerError
+from dprelease.ledger import ENV, Ledger, LedgerLocation
 
 LARGE_DELTA = Fraction(1, 10**5)
+BORN_HERE = "every lifetime budget of the datasets it records starts here"
+
+
+def init_command(location: LedgerLocation) -> str:
+    return f"dprelease ledger init {location.shown} --reason TEXT"
 
 
 def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, ledger_id: str | None = None) -> str:
     """Where the budget lives: location, how it was chosen, the ledger's id, and whether it exists."""
     if created:
-        state = " — created now"
+        state = f" — created now: {BORN_HERE}"
     elif exists:
         state = ""
-    elif location.pinned:
-        state = " — none yet; the first run creates it"
     else:
-        state = " — none yet; a run will not create one here (pin `ledger:` in the spec)"
+        state = f" — no ledger there; nothing but `{init_command(location)}` creates one"
     ident = f" id {ledger_id}" if ledger_id else ""
     return f"ledger{ident}: {location.shown} (chosen by {location.how_chosen}){state}"
 
 
-def pinned_elsewhere(spec: Any, location: LedgerLocation) -> str | None:
-    """A warning when --ledger or $DPRELEASE_LEDGER points away from the ledger the spec pins."""
-    if not spec.ledger or location.source not in ("--ledger", "$DPRELEASE_LEDGER"):
-        return None
-    pinned = resolve_location(None, spec.ledger, spec.source.resolve().parent)
-    if pinned.url == location.url:
-        return None
-    return (f"warning: {spec.source} pins its dataset's ledger at {pinned.shown}; this uses {location.shown} "
-            f"({location.how_chosen}). What is spent or recorded there does not count in the spec's ledger.")
+def location_notes(spec: Any, location: LedgerLocation) -> list[str]:
+    """A variable the spec's pin overrode: said, so nobody believes it chose the ledger."""
+    if location.env_ignored:
+        return [f"note: ${ENV} is set but not used: {spec.source} pins its dataset's ledger (ledger: "
+                f"{spec.ledger}), and a pin is a pin; unset ${ENV} or pass --ledger to name a ledger that moved"]
+    return []
+
+
+def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | None) -> None:
+    """Refuse (LedgerError, nothing created or spent) a command of ``spec``'s dataset whose ledger
+    is not there (no command but ``dprelease ledger init`` creates one from a spec's pin,
+    ``$DPRELEASE_LEDGER`` or the default), or whose ``--ledger`` points away from the spec's pin
+    to a ledger that does not record the dataset (only a ledger that moved may be named so)."""
+    if location.pin is not None:
+        if ledger is None or ledger.state(spec.dataset.name) is None:
+            there = "there is no ledger there" if ledger is None else \
+                f"the ledger there (id {ledger.id}) does not record dataset {spec.dataset.name!r}"
+            raise LedgerError(
+                f"{spec.source} pins its dataset's ledger at {location.pin_shown}; --ledger {location.shown} points "
+                f"elsewhere, and {there}. A pin is a pin: --ledger may name another location only where the dataset's "
+                "ledger moved (a ledger that records it). To move the budget's home, edit ledger: in the spec. "
+                "Nothing was created or spent.")
+        return
+    if ledger is not None:
+        return
+    if location.spec_pinned:
+        folder = spec.source.resolve().parent
+        raise LedgerError(
+            f"{spec.source} pins its dataset's ledger at {location.shown} (ledger: {spec.ledger}"
+            + (f", relative to the spec's folder {folder}" if "://" not in str(spec.ledger)
+               and not str(spec.ledger).startswith(("/", "~")) else "")
+            + "), and there is no ledger there. No command but `dprelease ledger init` creates one: a copied spec or "
+            "a second clone would start the same people from a fresh lifetime budget. If this spec was copied or "
+            "moved, pin the dataset's existing ledger (an absolute path or a database URL); to start its lifetime "
+            f"budget there deliberately: dprelease ledger init --spec {spec.source} --reason TEXT. "
+            "Nothing was created or spent.")
+    why = {f"${ENV}": "a variable never creates one: a profile left from another project would start the same "
+                      "people from a fresh lifetime budget",
+           "default": "the per-user default never gets one by a command: another user, account or container would "
+                      "start the same people from a fresh lifetime budget",
+           }.get(location.source, "a ledger is born only by `dprelease ledger init` (or by `dprelease run --ledger` "
+                                  "of a spec that pins none)")
+    raise LedgerError(
+        f"there is no ledger at {location.shown} (chosen by {location.how_chosen}), and {why}. Pin the dataset's "
+        f"ledger in the spec (ledger: PATH or a database URL), or create it deliberately: {init_command(location)}. "
+        "Nothing was created or spent.")
 
 
 def large_delta_warnings(spec: Any) -> list[str]:

@@ -211,7 +211,7 @@ def burn_down_md(run: ReleaseRun) -> str:
     from dprelease.manifest import release_budgets
     from dprelease.reporting import burn_down
 
-    ledger = Ledger.open(run.location, create=False)
+    ledger = Ledger.open(run.location)
     if ledger is None:
         return ""
     with ledger:

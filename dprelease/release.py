@@ -151,7 +151,7 @@ class ReleaseRun:
         """Before the first draw: the ledger records, in one transaction that checks the
         reservation is still live, that this run's noise is being drawn (never voided from
         then on). A reservation settled without the run (voided by an operator) stops it here."""
-        ledger = Ledger.open(self.location, create=False)
+        ledger = Ledger.open(self.location)
         if ledger is None:
             raise LedgerError(f"the ledger at {self.location.shown} disappeared during the run; restore it")
         try:
@@ -202,7 +202,7 @@ class ReleaseRun:
         (staging / "budget_report.md").write_text(self.report_md, encoding="utf-8")
         sync_tree(staging)
         checkpoint("publish")
-        ledger = Ledger.open(self.location, create=False)
+        ledger = Ledger.open(self.location)
         if ledger is None:
             raise LedgerError(f"the ledger at {self.location.shown} disappeared during the run; restore it")
         try:

@@ -54,7 +54,10 @@ def _record_lines(manifest: dict[str, Any]) -> list[str]:
     lines = []
     if "ledger" in manifest:
         ledger = manifest["ledger"]
-        lines.append(f"**Budget ledger:** `{ledger['id']}` at `{ledger['location']}` (chosen by {ledger['chosen_by']}).  ")
+        born = ledger.get("born")
+        lines.append(f"**Budget ledger:** `{ledger['id']}` at `{ledger['location']}` (chosen by {ledger['chosen_by']})"
+                     + (f"; every lifetime budget it records started when it was created, {born['at'][:19]} UTC, by "
+                        f"{born['by']} ({born['how']}): {born['reason']}" if born else "") + ".  ")
     if "approval" in manifest:
         a = manifest["approval"]
         lines.append("**Approval:** none recorded for this plan." if a is None else

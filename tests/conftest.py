@@ -67,8 +67,8 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(autouse=True)
 def isolated_ledger(tmp_path_factory, monkeypatch):
-    """Every test's ledger is a fresh one: $DPRELEASE_LEDGER (a pinned location, where a run may
-    create a ledger) names it, and the per-user default and the keys of database ledgers point at
+    """Every test's ledger is a fresh one, created here: $DPRELEASE_LEDGER names it (for specs that
+    pin none; a run never creates a ledger there), and the per-user default and the keys of database ledgers point at
     fresh directories too (and so does ``dprelease server``'s record, ``server.json`` beside the
     default ledger). Tests of the default location or of a spec's ``ledger:`` unset it. Prefect's
     profiles file is the test's own (none: no profile names a server) and no PREFECT_API_URL is
@@ -82,6 +82,9 @@ def isolated_ledger(tmp_path_factory, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     path = home / "dprelease" / "ledger.sqlite"
     monkeypatch.setenv("DPRELEASE_LEDGER", str(path))
+    from tests.ledgers import make_ledger
+
+    make_ledger(path)  # made on purpose, as `dprelease ledger init` would: no run creates one
     return path
 
 

@@ -26,6 +26,7 @@ from dprelease.spec.model import SumMeasure
 from tests.conftest import ROOT, assert_edit_refused
 from tests.stats import opendp
 from tests.test_run import run
+from tests.ledgers import init_at
 
 SPEC = """\
 release: acs-approx-2019
@@ -265,7 +266,7 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
                           "persons_by_sex": "discrete_laplace"}
     report = (release / "budget_report.md").read_text()
     assert "Approximate (ε, δ)-differential privacy" in report and "δ = 1/1000000" in report
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     state = opened.state("nist-acs-approx")
     opened.close()
     assert state.terms == Terms("approx") and state.spent == ApproxDP(1, Fraction(1, 10**6))
@@ -286,7 +287,7 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     refused = run(third, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
     assert refused.returncode == 3 and "lifetime δ budget" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "acs-approx-2019-c").exists()
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     state = opened.state("nist-acs-approx")
     opened.close()
     assert state.spent == ApproxDP(2, Fraction(2, 10**6))  # nothing spent by the refusal
@@ -299,7 +300,7 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
 
 def test_pure_releases_on_an_approx_ledger_cost_no_delta(tmp_path):
     approx = load_spec(write(tmp_path))
-    ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
+    ledger = init_at(resolve_location(str(tmp_path / "l.sqlite")))
     first = plan_release(approx, None)
     ledger.reserve(dataset=approx.dataset.name, release=approx.release,
                    charges=first.ledger_charges(), spec_fingerprint=first.fingerprint,
@@ -319,7 +320,7 @@ def test_the_ledger_refuses_a_delta_overspend_in_its_transaction(tmp_path):
     """The reservation itself (not only the plan) checks δ: a racing run cannot slip past."""
     from dprelease.errors import OverBudgetError
 
-    ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
+    ledger = init_at(resolve_location(str(tmp_path / "l.sqlite")))
     ledger.set_budget("d", ApproxDP(10, Fraction(1, 10**6)), reason="test", terms=Terms("approx"))
     ledger.reserve(dataset="d", release="a", charges=[("t", ApproxDP(1, Fraction(6, 10**7)))], spec_fingerprint="x",
                    lifetime_from_spec=None, terms=Terms("approx"))
@@ -334,7 +335,7 @@ def test_the_ledger_refuses_a_delta_overspend_in_its_transaction(tmp_path):
 def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     """A ledger written before δ existed (schema 1) opens, gains the δ columns, keeps its spends."""
     path = tmp_path / "old.sqlite"
-    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    ledger = init_at(resolve_location(str(path)))
     ledger.set_budget("d", PureDP(3), reason="test")
     ledger.reserve(dataset="d", release="a", charges=[("t", PureDP(Fraction(1, 2)))], spec_fingerprint="x",
                    lifetime_from_spec=None)
@@ -346,7 +347,7 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     con.commit()
     assert SCHEMA_VERSION == 5
     con.close()
-    reopened = Ledger.open(resolve_location(str(path)), create=False)
+    reopened = Ledger.open(resolve_location(str(path)))
     state = reopened.state("d")
     assert state.spent == PureDP(Fraction(1, 2)) and state.budget == PureDP(3) and delta_of(state.budget) is None
     reopened.reserve(dataset="d", release="b", charges=[("t", PureDP(Fraction(1, 2)))], spec_fingerprint="x",

@@ -26,6 +26,7 @@ from dprelease.ledger import Ledger, resolve_location
 from dprelease.ledger import keys
 from tests.conftest import ROOT
 from tests.test_run import child_env, run
+from tests.ledgers import init_at
 
 DATA = ROOT / "data" / "nist_acs" / "national2019.csv"
 
@@ -48,7 +49,7 @@ def demo_copy(directory: Path, *, ledger: str | None = "../ledgers/ledger.sqlite
 
 def ledger_runs(path: Path) -> list[tuple[str, str, str]]:
     """(dataset, release, state) of every run in the ledger at ``path`` ([] if there is none)."""
-    opened = Ledger.open(resolve_location(str(path)), create=False)
+    opened = Ledger.open(resolve_location(str(path)))
     if opened is None:
         return []
     try:
@@ -69,6 +70,8 @@ def published(tmp_path_factory, run_env_module):
     spec = demo_copy(root)
     out = root / "outputs"
     env = home_env(run_env_module, root / "home-1")
+    born = run_cli(["ledger", "init", "--spec", spec, "--reason", "the project's budget"], env)
+    assert born.returncode == 0, born.stderr
     approve = run_cli(["plan", spec, "--approve", "--by", "Ada Reviewer"], env)
     assert approve.returncode == 0, approve.stderr
     proc = run(spec, "--output-dir", out, env=env)
@@ -86,7 +89,7 @@ def run_cli(args: list, env: dict, cwd: Path = ROOT):
 
 
 def test_the_run_says_where_the_budget_lives(published):
-    ledger = Ledger.open(resolve_location(str(published["ledger"])), create=False)
+    ledger = Ledger.open(resolve_location(str(published["ledger"])))
     ledger_id = ledger.id
     ledger.close()
     assert f"ledger id {ledger_id}: sqlite:///{published['ledger']} (chosen by the spec's ledger: key)" \
@@ -115,7 +118,7 @@ def test_a_second_home_is_refused_and_reserves_nothing(published):
     # ... and a fresh ledger of its own over the same outputs: refused, naming the first ledger
     fresh = published["root"] / "home-2" / "mine.sqlite"
     refused = run(unpinned, "--output-dir", published["out"], "--ledger", fresh, env=env)
-    first = Ledger.open(resolve_location(str(published["ledger"])), create=False)
+    first = Ledger.open(resolve_location(str(published["ledger"])))
     first_id = first.id
     first.close()
     assert refused.returncode == 2, refused.stderr
@@ -247,7 +250,7 @@ def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, 
     plain = file_fingerprint(tmp_path / "tiny.csv")
     assert adversary(known, [plain.encode()]) == [secret]  # the control: a plain hash gives it away
     # the ledger holds the keyed form, which only the key's holders can compute
-    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=False)
+    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")))
     try:
         assert ledger.state("tiny").runs[0].data_fingerprint == ledger.fingerprint(plain)
         key_file = ledger.key_path
@@ -259,7 +262,7 @@ def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, 
 
 def test_plain_fingerprints_are_keyed_when_an_old_ledger_migrates(tmp_path):
     path = tmp_path / "old.sqlite"
-    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    ledger = init_at(resolve_location(str(path)))
     plain = file_fingerprint(DATA)
     granted = ledger.reserve(dataset="d", release="r1", charges=[("t", PureDP(Fraction(1)))],
                              spec_fingerprint="sha256:spec",
@@ -276,7 +279,7 @@ def test_plain_fingerprints_are_keyed_when_an_old_ledger_migrates(tmp_path):
         conn.execute("DROP TABLE evaluations")
         conn.execute("DROP TABLE policies")
     assert plain.removeprefix("sha256:").encode() in path.read_bytes()
-    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    ledger = Ledger.open(resolve_location(str(path)))
     try:
         assert ledger.state("d").runs[0].data_fingerprint == ledger.fingerprint(plain)
         assert len(ledger.id) == 32
@@ -290,27 +293,27 @@ def test_plain_fingerprints_are_keyed_when_an_old_ledger_migrates(tmp_path):
 
 def test_a_wrong_or_missing_key_is_refused(tmp_path):
     path = tmp_path / "l.sqlite"
-    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    ledger = init_at(resolve_location(str(path)))
     ledger.close()
     key = path.with_name("l.sqlite.key")
     key.write_text(os.urandom(32).hex() + "\n")
-    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    ledger = Ledger.open(resolve_location(str(path)))
     with pytest.raises(LedgerError, match="is not the fingerprint key of ledger"):
         ledger.fingerprint("sha256:00")
     key.unlink()
     with pytest.raises(LedgerError, match="is not at"):
-        Ledger.open(resolve_location(str(path)), create=False).fingerprint("sha256:00")
+        Ledger.open(resolve_location(str(path))).fingerprint("sha256:00")
     ledger.close()
 
 
 def test_an_empty_ledger_file_is_refused(tmp_path, cli):
     path = tmp_path / "ledger.sqlite"
-    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    ledger = init_at(resolve_location(str(path)))
     ledger.set_budget("d", PureDP(Fraction(1)), reason="test")
     ledger.close()
     path.write_bytes(b"")  # a truncated file, a failed copy
     with pytest.raises(LedgerError, match=r"is empty \(0 bytes\)"):
-        Ledger.open(resolve_location(str(path)), create=True)
+        init_at(resolve_location(str(path)))
     result = cli("ledger", "--ledger", path)
     assert result.code == 2 and "never taken for a fresh ledger" in result.stderr
     assert path.read_bytes() == b""
@@ -388,10 +391,10 @@ def test_a_deleted_ledger_beside_its_key_is_not_recreated(tmp_path, monkeypatch)
 
     monkeypatch.setattr(store, "CREATION_WAIT", 0.3)
     path = tmp_path / "ledger.sqlite"
-    Ledger.open(resolve_location(str(path)), create=True).close()
+    init_at(resolve_location(str(path))).close()
     path.unlink()  # the key stays: a ledger was here
     with pytest.raises(LedgerError, match="exists but the ledger .* does not: the ledger was deleted or moved"):
-        Ledger.open(resolve_location(str(path)), create=True)
+        init_at(resolve_location(str(path)))
     assert not path.exists()
 
 

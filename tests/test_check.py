@@ -51,7 +51,7 @@ def project(tmp_path: Path, rows: str | bytes, release: str = "checked", name: s
 def runs_in_ledger(dataset: str = "d") -> list[tuple[str, str]] | None:
     """(release, state) of every run of ``dataset`` in the test's ledger, read from the ledger
     itself; None where there is no ledger or no such dataset."""
-    ledger = Ledger.open(resolve_location(), create=False)
+    ledger = Ledger.open(resolve_location())
     if ledger is None:
         return None
     with ledger:

@@ -23,6 +23,7 @@ from dprelease.postprocess.nonnegative import SUM_TOLERANCE, project_segments, p
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
 from tests.test_run import run
+from tests.ledgers import init_at
 
 CENSUS = ROOT / "configs" / "acs_census.yaml"
 
@@ -243,7 +244,7 @@ def test_postprocess_command_reruns_from_the_measurements_only(tmp_path, run_env
 def test_evaluate_reports_both_methods_and_refuses_protected_datasets(cli, tmp_path):
     from fractions import Fraction as F
 
-    from dprelease.ledger import Ledger, resolve_location
+    from dprelease.ledger import resolve_location
 
     report = tmp_path / "eval.md"
     result = cli("evaluate", CENSUS, "--trials", "2", "--output", report)
@@ -251,7 +252,7 @@ def test_evaluate_reports_both_methods_and_refuses_protected_datasets(cli, tmp_p
     assert "NOT PRIVATE" in result.stdout and "NOT PRIVATE" in report.read_text()
     assert result.stdout.count("| persons_by") == 6
     assert not (tmp_path / "xdg").exists()
-    ledger = Ledger.open(resolve_location(), create=True)
+    ledger = init_at(resolve_location())
     ledger.reserve(dataset="nist-acs-national-2019", release="real", charges=[("t", PureDP(F(1, 2)))],
                    spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(F(4)))
     ledger.close()

@@ -21,6 +21,7 @@ from dprelease.plan import plan_release
 from dprelease.spec import fingerprint, load_spec
 from tests.stats import empirical_epsilon
 from tests.test_run import run
+from tests.ledgers import init_at
 
 SPEC = """\
 release: bounded-test
@@ -148,13 +149,13 @@ def test_a_bounded_release_end_to_end(synthetic, run_env):
 def test_a_dataset_keeps_its_privacy_unit(synthetic):
     """Budgets spent per row and per person do not add up: a dataset's ledger terms carry its unit."""
     from dprelease.errors import LedgerError
-    from dprelease.ledger import Ledger, resolve_location
+    from dprelease.ledger import resolve_location
 
     path, _ = synthetic
     person = load_spec(path / "spec.yaml")
     (path / "row.yaml").write_text(SPEC.format(unit="row"))
     row = load_spec(path / "row.yaml")
-    ledger = Ledger.open(resolve_location(str(path / "l.sqlite")), create=True)
+    ledger = init_at(resolve_location(str(path / "l.sqlite")))
     plan = plan_release(person, None)
     assert plan.terms == Terms("pure", unit_id="PID")
     ledger.reserve(dataset=person.dataset.name, release=person.release, charges=plan.ledger_charges(),

@@ -119,7 +119,7 @@ def test_a_dask_run_killed_while_counting_fails_closed(tmp_path, cluster, run_en
 
 
 def _state(spec):
-    ledger = Ledger.open(resolve_location(), create=False)
+    ledger = Ledger.open(resolve_location())
     assert ledger is not None
     with ledger:
         return ledger.state(load_spec(spec).dataset.name)
@@ -147,7 +147,7 @@ def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, 
     proc = run(spec, "--dask-address", "tcp://127.0.0.1:9", "--output-dir", tmp_path / "out", env=run_env)
     assert proc.returncode == 2, proc.stderr
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in proc.stderr and "Nothing was spent" in proc.stderr
-    assert Ledger.open(resolve_location(), create=False) is None  # no ledger was even created
+    assert Ledger.open(resolve_location()) is None  # no ledger was even created
     assert not (tmp_path / "out" / "stream-test").exists()
 
 

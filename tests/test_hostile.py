@@ -399,5 +399,5 @@ def test_tables_too_large_for_memory_are_refused_before_anything_is_spent(cli, w
     (workdir / "spec.yaml").write_text(text)
     result = cli("run", workdir / "spec.yaml", "--output-dir", workdir / "out")
     assert result.code == 2 and "do not fit in this machine's memory" in result.stderr, result
-    state = Ledger.open(resolve_location(), create=False)
+    state = Ledger.open(resolve_location())
     assert state is None or state.state("d") is None or state.state("d").spent == PureDP(0)

@@ -23,6 +23,7 @@ from tests.conftest import ROOT
 from tests.stats import empirical_epsilon
 from tests.test_consistent import CENSUS, check_consistency, noisy_release
 from tests.test_run import run
+from tests.ledgers import init_at
 
 INVARIANTS = ROOT / "configs" / "acs_census_invariants.yaml"
 N = 400_000
@@ -174,10 +175,10 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     """Once invariants of a dataset are public, every later release of it is planned (and
     charged) under change one record; a dataset with add/remove releases refuses invariants."""
     from dprelease.errors import LedgerError
-    from dprelease.ledger import Ledger, resolve_location
+    from dprelease.ledger import resolve_location
 
     def ledger_at(path):
-        ledger = Ledger.open(resolve_location(str(path)), create=True)
+        ledger = init_at(resolve_location(str(path)))
         assert ledger is not None
         return ledger
 

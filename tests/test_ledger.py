@@ -15,6 +15,7 @@ from dprelease.accounting import ZCDP, ApproxDP, PureDP, Terms
 from dprelease.errors import AlreadyReleasedError, LedgerError, OverBudgetError
 from dprelease.ledger import Ledger, default_path, resolve_location
 from tests.conftest import SPECS, write_spec
+from tests.ledgers import init_at
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -25,7 +26,7 @@ def url(request, tmp_path):
 
 
 def open_ledger(url: str) -> Ledger:
-    ledger = Ledger.open(resolve_location(url), create=True)
+    ledger = init_at(resolve_location(url))
     assert ledger is not None
     return ledger
 
@@ -127,7 +128,7 @@ def test_a_new_dataset_needs_a_lifetime_budget(url):
 
 
 def _race(url: str, release: str, barrier) -> str:
-    ledger = Ledger.open(resolve_location(url), create=False)
+    ledger = Ledger.open(resolve_location(url))
     barrier.wait()
     try:
         ledger.reserve(dataset="ds", release=release, charges=[("t", PureDP(Fraction(1, 2)))],
@@ -164,8 +165,13 @@ def test_location_precedence(tmp_path, monkeypatch):
     assert resolve_location().sqlite_path == default_path()
     assert resolve_location(None, "l.sqlite", spec_dir).sqlite_path == spec_dir / "l.sqlite"
     monkeypatch.setenv("DPRELEASE_LEDGER", str(tmp_path / "env.sqlite"))
-    assert resolve_location(None, "l.sqlite", spec_dir).sqlite_path == tmp_path / "env.sqlite"
+    # a pin is a pin: the variable chooses only for a spec that pins none (issue 27; the full table of
+    # sources is tests/test_ledger_birth.py::test_the_precedence_of_every_source)
+    assert resolve_location(None, "l.sqlite", spec_dir).sqlite_path == spec_dir / "l.sqlite"
+    assert resolve_location(None, "l.sqlite", spec_dir).env_ignored
+    assert resolve_location().sqlite_path == tmp_path / "env.sqlite"
     assert resolve_location(str(tmp_path / "cli.sqlite"), "l.sqlite", spec_dir).source == "--ledger"
+    assert resolve_location(str(tmp_path / "cli.sqlite"), "l.sqlite", spec_dir).pin is not None
 
 
 def test_default_follows_xdg_data_home(tmp_path, monkeypatch):
@@ -181,7 +187,7 @@ def test_the_working_directory_never_means_a_fresh_budget(tmp_path, cli_process,
     monkeypatch.delenv("DPRELEASE_LEDGER")  # the spec's ledger: decides
     spec = write_spec(tmp_path, (SPECS / "good" / "three_tables.yaml").read_text()
                       .replace("budget: {epsilon: 1}", "budget: {epsilon: 1}\nledger: ledger.sqlite"))
-    ledger = Ledger.open(resolve_location(None, "ledger.sqlite", tmp_path), create=True)
+    ledger = init_at(resolve_location(None, "ledger.sqlite", tmp_path))
     reserve(ledger, dataset="three-tables-data", release="old", cap=PureDP(10), charges=[("t", PureDP(3))])
     ledger.close()
     for cwd in (tmp_path, tmp_path.parent, tmp_path / "elsewhere"):
@@ -214,7 +220,7 @@ def test_relative_locations_that_would_depend_on_the_cwd_are_refused(tmp_path, m
 
 def test_ledger_file_and_directory_are_owner_only(tmp_path):
     path = tmp_path / "new" / "ledger.sqlite"
-    Ledger.open(resolve_location(str(path)), create=True).close()
+    init_at(resolve_location(str(path))).close()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
 
@@ -226,20 +232,20 @@ def test_a_foreign_or_broken_database_is_refused_cleanly(tmp_path):
         conn.exec_driver_sql("CREATE TABLE accounts (id INTEGER)")
     engine.dispose()
     with pytest.raises(LedgerError, match="other tables"):
-        Ledger.open(resolve_location(str(other)), create=True)
+        init_at(resolve_location(str(other)))
     garbage = tmp_path / "notes.txt"
     garbage.write_text("release: not a database\n" * 100)
     with pytest.raises(LedgerError, match="cannot open"):
-        Ledger.open(resolve_location(str(garbage)), create=True)
+        init_at(resolve_location(str(garbage)))
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(LedgerError, match="cannot create"):
-        Ledger.open(resolve_location(str(blocker / "l.sqlite")), create=True)
+        init_at(resolve_location(str(blocker / "l.sqlite")))
 
 
 def test_open_without_create_creates_nothing(tmp_path):
     path = tmp_path / "absent" / "ledger.sqlite"
-    assert Ledger.open(resolve_location(str(path)), create=False) is None
+    assert Ledger.open(resolve_location(str(path))) is None
     assert not path.parent.exists()
 
 
@@ -250,12 +256,12 @@ def test_a_newer_schema_is_refused(tmp_path):
         conn.exec_driver_sql("UPDATE dprelease_meta SET value = '99' WHERE key = 'schema_version'")
     ledger.close()
     with pytest.raises(LedgerError, match="schema version 99"):
-        Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=False)
+        Ledger.open(resolve_location(str(tmp_path / "l.sqlite")))
 
 
 def _open_fresh(url: str, barrier) -> str:
     barrier.wait()
-    ledger = Ledger.open(resolve_location(url), create=True)
+    ledger = init_at(resolve_location(url))
     ledger.close()
     return "ok"
 

@@ -7,10 +7,11 @@ from fractions import Fraction
 
 from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.ledger import Ledger, resolve_location
+from tests.ledgers import init_at, make_ledger, remove_ledger
 
 
 def seed(url: str | None = None) -> None:
-    ledger = Ledger.open(resolve_location(url), create=True)
+    ledger = init_at(resolve_location(url))
     run = ledger.reserve(dataset="acs", release="acs-2019", charges=[("a", PureDP(Fraction(1, 4))),
                                                                           ("b", PureDP(Fraction(3, 4)))],
                          spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4))).run_id
@@ -48,16 +49,17 @@ def test_ledger_text_and_dataset_filter(cli):
 
 
 def test_ledger_on_an_empty_location_creates_nothing(cli, isolated_ledger):
+    remove_ledger(isolated_ledger)
     result = cli("ledger")
     assert result.code == 0
-    assert "none yet" in result.stderr
+    assert "no ledger there" in result.stderr and "dprelease ledger init" in result.stderr
     assert not isolated_ledger.exists()
 
 
 def test_a_cap_is_given_in_the_unit_of_the_datasets_terms(cli, tmp_path):
     """A zCDP dataset's cap is a ρ (--rho), a pure or (ε, δ) one's an ε (--epsilon): a ρ is never
     typed under an ε name, and a cap in the wrong unit changes nothing."""
-    url = str(tmp_path / "l.sqlite")
+    url = str(make_ledger(tmp_path / "l.sqlite"))
     made = cli("ledger", "set-budget", "z", "--rho", "2", "--reason", "initial", "--ledger", url, "--create")
     assert made.code == 0, made
     assert "lifetime cap (ρ) of z set (new dataset) to 2" in made.stdout
@@ -76,12 +78,16 @@ def test_a_cap_is_given_in_the_unit_of_the_datasets_terms(cli, tmp_path):
 
 def test_set_budget_is_recorded_and_shown(cli, tmp_path):
     url = str(tmp_path / "l.sqlite")
+    for create in ((), ("--create",)):  # no ledger: set-budget never creates one, --create or not
+        refused = cli("ledger", "set-budget", "acs", "--epsilon", "4", "--reason", "initial", "--ledger", url, *create)
+        assert refused.code == 2 and f"dprelease ledger init sqlite:///{url} --reason TEXT" in refused.stderr, refused
+        assert "Nothing was created" in refused.stderr
+        assert not (tmp_path / "l.sqlite").exists()
+    assert cli("ledger", "init", url, "--reason", "acs's budget").code == 0
     refused = cli("ledger", "set-budget", "acs", "--epsilon", "4", "--reason", "initial", "--ledger", url)
     assert refused.code == 2 and "--create" in refused.stderr
-    assert not (tmp_path / "l.sqlite").exists()
     first = cli("ledger", "set-budget", "acs", "--epsilon", "4", "--reason", "initial", "--ledger", url, "--create")
     assert first.code == 0, first
-    assert "created now" in first.stderr
     second = cli("ledger", "set-budget", "acs", "--epsilon", "11/2", "--reason", "board decision", "--by", "alice",
                  "--ledger", url)
     assert second.code == 0 and "set from 4 to 11/2" in second.stdout
@@ -123,7 +129,7 @@ def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path
     """`dprelease ledger --json`: each budget change is a typed record naming its unit (ρ under
     zCDP terms, ε and δ under (ε, δ) terms), beside the old "epsilon" key (the figure in the
     terms' unit) that older readers take; an (ε, δ) cap changed without --delta keeps its δ."""
-    url = str(tmp_path / "l.sqlite")
+    url = str(make_ledger(tmp_path / "l.sqlite"))
     for args in (("z", "--rho", "2", "--create"), ("z", "--rho", "5/2"),
                  ("a", "--epsilon", "1", "--delta", "1e-6", "--create"), ("a", "--epsilon", "3/2"),
                  ("p", "--epsilon", "4", "--create")):
@@ -135,13 +141,13 @@ def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path
         "z": [("2", {"rho": "2"}), ("5/2", {"rho": "5/2"})],
         "a": [("1", {"epsilon": "1", "delta": "1/1000000"}), ("3/2", {"epsilon": "3/2", "delta": "1/1000000"})],
         "p": [("4", {"epsilon": "4"})]}
-    with Ledger.open(resolve_location(url), create=False) as ledger:
+    with Ledger.open(resolve_location(url)) as ledger:
         ledger.reserve(dataset="z", release="r1", charges=[("t", ZCDP(Fraction(1, 8)))], spec_fingerprint="f",
                        lifetime_from_spec=None, terms=ledger.state("z").terms)
     data = json.loads(cli("ledger", "--ledger", url, "--json").stdout)
     [z] = [d for d in data["datasets"] if d["name"] == "z"]
     assert [(t["epsilon"], t["charge"]) for r in z["releases"] for t in r["tables"]] == [("1/8", {"rho": "1/8"})]
-    with Ledger.open(resolve_location(url), create=False) as ledger:
+    with Ledger.open(resolve_location(url)) as ledger:
         assert [c.budget for c in ledger.state("z").caps] == [ZCDP(2), ZCDP(Fraction(5, 2))]
         assert ledger.state("a").budget == ApproxDP(Fraction(3, 2), Fraction(1, 10**6))
 
@@ -149,7 +155,7 @@ def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path
 def test_plan_json_names_the_unit_of_each_recorded_cap(cli, tmp_path):
     from tests.conftest import SPECS, write_spec
 
-    url = str(tmp_path / "l.sqlite")
+    url = str(make_ledger(tmp_path / "l.sqlite"))
     spec = write_spec(tmp_path, (SPECS / "good" / "three_tables.yaml").read_text())
     for args in (("--epsilon", "4", "--create"), ("--epsilon", "10")):  # the spec says 10
         assert cli("ledger", "set-budget", "three-tables-data", *args, "--reason", "x", "--ledger", url).code == 0

@@ -20,6 +20,7 @@ from dprelease.mechanisms.local import coin_flip
 from tests.conftest import assert_edit_refused
 from tests.stats import empirical_epsilon, finite_chi_square_pvalue
 from tests.test_run import run
+from tests.ledgers import init_at
 
 TRUTH = np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.07, 0.05, 0.03, 0.02, 0.0])
 LETTERS = "abcdefghij"
@@ -204,7 +205,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     planned = cli("plan", spec2, "--ledger", ledger)
     assert planned.code == 0 and "0 (memoised)" in planned.stdout, planned
     assert run(spec2, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     state = opened.state("survey-panel")
     opened.close()
     charged = {(r.collection, r.question): r.charged for r in state.local}
@@ -220,7 +221,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     # estimating wave 1 again (a new release from the same answers) records nothing new ...
     spec3 = write_spec(tmp_path, release="survey-wave-1-revised", name="spec3.yaml")
     assert run(spec3, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     assert opened.state("survey-panel").local_epsilon == PureDP(1 + ln3)
     opened.close()
     # ... but new answers under wave 1's name are refused, not recorded as free: unregistered ...
@@ -276,7 +277,7 @@ def test_answers_recorded_before_fingerprints_are_treated_as_unknown(tmp_path):
     from dprelease.ledger import RANDOMIZED, AnswerSet
 
     path = tmp_path / "l.sqlite"
-    ledger = Ledger.open(resolve_location(str(path)), create=True)
+    ledger = init_at(resolve_location(str(path)))
     ledger.set_budget("d", PureDP(1), reason="test", terms=Terms("pure", change=True))
     answers = ledger.fingerprint("sha256:aaa")
     asked = LocalCollection("wave-1", "Q", "k_rr:1/k=3", Fraction(1), answers=answers)
@@ -289,7 +290,7 @@ def test_answers_recorded_before_fingerprints_are_treated_as_unknown(tmp_path):
     con.execute("UPDATE dprelease_meta SET value = '2' WHERE key = 'schema_version'")
     con.commit()
     con.close()
-    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    ledger = Ledger.open(resolve_location(str(path)))
     assert ledger.state("d").local_epsilon == PureDP(1)
     with pytest.raises(LedgerError, match="other answers"):
         ledger.reserve(dataset="d", release="b", charges=[], spec_fingerprint="x", lifetime_from_spec=None,

@@ -22,6 +22,7 @@ from dprelease.mechanisms.local import coin_flip, randomize
 from tests.conftest import ROOT
 from tests.test_local import LETTERS, randomized_answers, read_csv, true_answers, write_spec
 from tests.test_run import run
+from tests.ledgers import init_at
 
 DATA = ROOT / "data" / "nist_acs" / "national2019.csv"  # the confidential ACS excerpt (27,253 persons)
 
@@ -52,7 +53,7 @@ def race_spec(tmp_path, data, name="race.yaml", release="acs-race-local", datase
 
 
 def opened(ledger):
-    return Ledger.open(resolve_location(str(ledger)), create=False)
+    return Ledger.open(resolve_location(str(ledger)))
 
 
 def run_ids(ledger):
@@ -100,7 +101,7 @@ def test_a_local_table_over_a_raw_confidential_column_is_refused_and_a_randomize
 
 def _central_release_of_the_acs_file(ledger_path):
     """What a published central release of the ACS file leaves in the ledger (no Prefect needed)."""
-    ledger = Ledger.open(resolve_location(str(ledger_path)), create=True)
+    ledger = init_at(resolve_location(str(ledger_path)))
     keyed = ledger.fingerprint(file_fingerprint(DATA))
     ledger.reserve(dataset="nist-acs", release="central-1", charges=[("counts", PureDP(Fraction(1, 2)))],
                    spec_fingerprint="x", lifetime_from_spec=PureDP(Fraction(4)), data_fingerprint=keyed)

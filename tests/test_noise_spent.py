@@ -43,7 +43,7 @@ def paused_at(stage: str, spec: Path, out: Path, run_env, tmp_path: Path) -> tup
 
 def settle_behind_its_back(run_id: str, action: str) -> None:
     """What an operator could do if the lease guard were wrong (another host, a lapsed heartbeat)."""
-    ledger = Ledger.open(resolve_location(), create=False)
+    ledger = Ledger.open(resolve_location())
     try:
         getattr(ledger, action)(run_id, reason="behind the run's back")
     finally:

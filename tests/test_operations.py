@@ -10,6 +10,7 @@ from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 from tests.conftest import ROOT
 from tests.test_run import run
+from tests.ledgers import init_at
 
 
 def demo_spec(tmp_path):
@@ -22,7 +23,7 @@ def demo_spec(tmp_path):
 
 
 def state_of(ledger_path, dataset="nist-acs-national-2019"):
-    opened = Ledger.open(resolve_location(str(ledger_path)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger_path)))
     try:
         return opened.state(dataset) if opened else None
     finally:
@@ -60,7 +61,7 @@ def test_only_a_plan_that_fits_can_be_approved(tmp_path, cli):
     ledger = tmp_path / "ledger.sqlite"
     result = cli("plan", spec, "--approve", "--ledger", ledger)
     assert result.code == 3 and "approved" not in result.stderr
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     assert opened is None or opened.approvals("nist-acs-national-2019") == []
     result = cli("plan", spec, "--by", "x", "--ledger", ledger)
     assert result.code == 2 and "--approve" in result.stderr
@@ -69,7 +70,7 @@ def test_only_a_plan_that_fits_can_be_approved(tmp_path, cli):
 def _crashed(tmp_path, release="acs-crashed"):
     """A reservation left by a run that died: reserved, with its output directory recorded."""
     ledger_path = tmp_path / "ledger.sqlite"
-    ledger = Ledger.open(resolve_location(str(ledger_path)), create=True)
+    ledger = init_at(resolve_location(str(ledger_path)))
     granted = ledger.reserve(dataset="acs", release=release, charges=[("t", PureDP(Fraction(1, 2)))],
                              spec_fingerprint="sha256:s", lifetime_from_spec=PureDP(Fraction(4)),
                              output_dir=str(tmp_path / "out"))
@@ -132,7 +133,7 @@ def test_resolve_commits_a_published_release(tmp_path, cli):
 
 
 def test_the_listing_shows_the_burn_down(tmp_path, cli):
-    ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
+    ledger = init_at(resolve_location(str(tmp_path / "l.sqlite")))
     for name, eps in (("r1", PureDP(Fraction(1))), ("r2", PureDP(Fraction(1, 2)))):
         run_id = ledger.reserve(dataset="acs", release=name, charges=[("t", eps)], spec_fingerprint="s",
                                 lifetime_from_spec=PureDP(Fraction(4))).run_id

@@ -38,7 +38,7 @@ def _published(out: Path, release: str) -> tuple[list[str], dict]:  # type: igno
 
 
 def _ledger_rows(ledger_path: Path) -> list[tuple]:  # type: ignore[type-arg]
-    ledger = Ledger.open(resolve_location(str(ledger_path)), create=False)
+    ledger = Ledger.open(resolve_location(str(ledger_path)))
     assert ledger is not None
     with ledger:
         state = ledger.state(DATASET)

@@ -8,9 +8,10 @@ from fractions import Fraction
 import pytest
 
 from dprelease.accounting import PureDP
-from dprelease.ledger import Ledger, resolve_location
+from dprelease.ledger import resolve_location
 from dprelease.mechanisms.discrete_laplace import margin_of_error
 from tests.conftest import ROOT, SPECS, write_spec
+from tests.ledgers import init_at
 
 THREE = (SPECS / "good" / "three_tables.yaml").read_text()
 
@@ -105,7 +106,7 @@ def test_target_moe_gives_the_epsilon_that_meets_it(tmp_path, cli):
 
 def test_lifetime_budget_is_checked_against_the_ledger(tmp_path, cli):
     spec = write_spec(tmp_path, THREE)
-    ledger = Ledger.open(resolve_location(), create=True)
+    ledger = init_at(resolve_location())
     ledger.reserve(dataset="three-tables-data", release="earlier", charges=[("x", PureDP(Fraction(19, 2)))],
                    spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(Fraction(10)))
     ledger.close()
@@ -119,7 +120,7 @@ def test_lifetime_budget_is_checked_against_the_ledger(tmp_path, cli):
 
 def test_plan_of_an_existing_release_exits_4(tmp_path, cli):
     spec = write_spec(tmp_path, THREE)
-    ledger = Ledger.open(resolve_location(), create=True)
+    ledger = init_at(resolve_location())
     ledger.reserve(dataset="three-tables-data", release="three-tables", charges=[("a", PureDP(Fraction(1, 10)))],
                    spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(Fraction(10)))
     ledger.close()
@@ -130,7 +131,7 @@ def test_plan_of_an_existing_release_exits_4(tmp_path, cli):
 
 def test_a_spec_asking_another_lifetime_budget_is_refused(tmp_path, cli):
     spec = write_spec(tmp_path, THREE)
-    ledger = Ledger.open(resolve_location(), create=True)
+    ledger = init_at(resolve_location())
     ledger.set_budget("three-tables-data", PureDP(Fraction(5)), reason="agreed with the board")
     ledger.close()
     result = cli("plan", spec)
@@ -189,7 +190,7 @@ def test_plan_warns_when_a_release_repeats_an_earlier_releases_tables(tmp_path, 
     (stderr, and "warnings" in --json) for each committed or reserved earlier release; a voided
     one, and the release itself, are not repeats."""
     spec = write_spec(tmp_path, THREE)
-    ledger = Ledger.open(resolve_location(), create=True)
+    ledger = init_at(resolve_location())
     first = ledger.reserve(dataset="three-tables-data", release="three-tables-v1",
                            charges=[("a", PureDP(Fraction(1, 10))), ("c/state", PureDP(Fraction(1, 10))),
                                     ("z", PureDP(Fraction(1, 10)))],

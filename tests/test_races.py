@@ -31,7 +31,7 @@ def trial_plan(trial: int) -> tuple[Fraction, int]:
 
 
 def _racer(url: str, racer: int, barrier) -> list[str]:  # noqa: F811 - url is a value here
-    ledger = Ledger.open(resolve_location(url), create=False)
+    ledger = Ledger.open(resolve_location(url))
     outcomes = []
     try:
         for trial in range(TRIALS):

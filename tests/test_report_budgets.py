@@ -15,12 +15,13 @@ from dprelease import reporting
 from dprelease.reporting_html import page as html_page
 from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.errors import UserError
-from dprelease.ledger import Ledger, resolve_location
+from dprelease.ledger import resolve_location
 from dprelease.manifest import budget_record, manifest, read_budget, release_budgets, table_budget
 from dprelease.plan import plan_release
 from dprelease.report import budget_report_md
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
+from tests.ledgers import init_at
 
 HEAD = """\
 release: {release}
@@ -81,7 +82,7 @@ def on_ledger(tmp_path, first, second):
     ledger: a pure release on the zCDP or (ε, δ) terms ``first`` set."""
     spec = load_spec(first)
     plan = plan_release(spec, None)
-    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=True)
+    ledger = init_at(resolve_location(str(tmp_path / "ledger.sqlite")))
     try:
         ledger.reserve(dataset=spec.dataset.name, release=spec.release, charges=plan.ledger_charges(),
                        spec_fingerprint=plan.fingerprint, lifetime_from_spec=spec.dataset.lifetime,

@@ -27,6 +27,7 @@ from dprelease.report import budget_report_md
 from dprelease.spec import load_spec
 from tests.test_operations import demo_spec
 from tests.test_report_budgets import spec_path
+from tests.ledgers import init_at
 
 CREATED = "2026-11-26T00:00:00+00:00"
 DATASET = "nist-acs-national-2019"
@@ -71,7 +72,7 @@ def demo_manifest(tmp_path, text=lambda s: s, state=None, facts=None):
 def ledger_with_history(tmp_path):
     """A ledger of the demo's dataset: a committed release (ε = 1), a voided reservation (1/2) and
     an unfinished one (1/4)."""
-    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=True)
+    ledger = init_at(resolve_location(str(tmp_path / "ledger.sqlite")))
     runs = {}
     for release, eps in (("first", Fraction(1)), ("voided", Fraction(1, 2)), ("unfinished", Fraction(1, 4))):
         runs[release] = ledger.reserve(dataset=DATASET, release=release, charges=[("t", PureDP(eps))],
@@ -268,7 +269,7 @@ def test_the_burn_down_is_of_committed_releases_and_the_rest_is_apart(tmp_path):
 def test_local_collections_and_cap_decisions_have_tables_of_their_own(tmp_path):
     """A manifest's local tables (as `run` writes them) and the ledger's cap decisions."""
     state, _ = ledger_with_history(tmp_path)
-    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=False)
+    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")))
     ledger.set_budget(DATASET, PureDP(Fraction(5)), reason="board <decision> 7", by="ana")
     state = ledger.state(DATASET)
     ledger.close()

@@ -49,7 +49,7 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def ledger_state(dataset: str, url: str | None = None):
-    ledger = Ledger.open(resolve_location(url), create=False)
+    ledger = Ledger.open(resolve_location(url))
     assert ledger is not None
     try:
         return ledger.state(dataset)
@@ -140,7 +140,7 @@ def test_over_budget_is_refused_before_the_data_is_read(tmp_path, run_env):
     assert proc.returncode == 3, proc.stderr
     assert "lifetime budget" in proc.stderr and "The data was not read" in proc.stderr
     assert not (tmp_path / "out").exists()
-    ledger = Ledger.open(resolve_location(), create=False)
+    ledger = Ledger.open(resolve_location())
     assert ledger.state("nist-acs-national-2019") is None or ledger.state("nist-acs-national-2019").spent == PureDP(0)
 
 
@@ -192,8 +192,7 @@ def test_four_racing_runs_for_one_budget_publish_exactly_once(tmp_path, run_env)
         assert sorted(codes) == [0, 3, 3, 3], (codes, errors)
         published = [d.name for d in (dataset_home / "out").iterdir() if d.name.startswith("race-")]
         assert len(published) == 1
-        ledger = Ledger.open(resolve_location(str(dataset_home / "xdg" / "dprelease" / "ledger.sqlite")),
-                             create=False)
+        ledger = Ledger.open(resolve_location(str(dataset_home / "xdg" / "dprelease" / "ledger.sqlite")))
         state = ledger.state("nist-acs-national-2019")
         ledger.close()
         assert state.spent <= state.budget == PureDP(1)
@@ -309,6 +308,6 @@ def test_refusals_that_need_no_data_spend_nothing(tmp_path, run_env, case):
     proc = run(spec, "--output-dir", out, env=env)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    state = Ledger.open(resolve_location(), create=False)
+    state = Ledger.open(resolve_location())
     dataset = state.state("nist-acs-national-2019") if state else None
     assert dataset is None or (dataset.spent == PureDP(0) and not dataset.runs), case

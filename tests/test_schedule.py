@@ -88,7 +88,7 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         release = f"acs-monthly-{month}"
         manifest = json.loads((out / release / "manifest.json").read_text())
         assert manifest["release"] == release and manifest["release_template"] == "acs-monthly-{run_date:%Y-%m}"
-        opened = Ledger.open(resolve_location(str(ledger)), create=False)
+        opened = Ledger.open(resolve_location(str(ledger)))
         state = opened.state("nist-acs-national-2019")
         opened.close()
         assert [(r.release, r.state, r.charge) for r in state.runs] == [(release, "committed", PureDP(Fraction(1)))]
@@ -108,7 +108,7 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         assert [g["message"] for g in logs if g["level"] >= 40] == [refused["state"]["message"]], logs
         assert not any("Traceback" in g["message"] for g in logs), logs
         assert not any(p.name.startswith("acs-monthly-other") for p in out.iterdir())
-        opened = Ledger.open(resolve_location(str(ledger)), create=False)
+        opened = Ledger.open(resolve_location(str(ledger)))
         assert opened.state("nist-acs-national-2019").spent == PureDP(1)  # nothing spent by the refusal
         opened.close()
     except AssertionError:
@@ -194,7 +194,7 @@ def test_periods_of_disjoint_people_have_budgets_of_their_own(tmp_path, run_env,
     assert "disjoint units" in (out / "survey-2027-04" / "budget_report.md").read_text()
     shown = json.loads(cli("report", out / "survey-2027-04", "--format", "json", "--ledger", ledger).stdout)
     assert shown["partition"]["disjoint_units"] is True and any(w.startswith("period:") for w in shown["warnings"])
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     assert sorted(opened.datasets()) == ["monthly-survey/MONTH=2027-03", "monthly-survey/MONTH=2027-04"]
     assert all(opened.state(d).spent == PureDP(1) for d in opened.datasets())
     opened.close()

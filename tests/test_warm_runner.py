@@ -97,7 +97,7 @@ def _gone(pid: int, timeout: float = 60) -> bool:
 def _runs(ledger: Path) -> list[str]:
     from dprelease.ledger import Ledger, resolve_location
 
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     if opened is None:
         return []
     with opened:

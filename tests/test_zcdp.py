@@ -20,6 +20,7 @@ from dprelease.spec import load_spec
 from tests.conftest import ROOT
 from tests.stats import chi_square_pvalue, discrete_gaussian_pmf, opendp
 from tests.test_run import run
+from tests.ledgers import init_at
 
 SPEC = """\
 release: acs-zcdp-2019
@@ -110,7 +111,7 @@ def test_a_zcdp_release_end_to_end(tmp_path, run_env, cli):
     assert implied == zcdp_epsilon(Fraction(1, 2), Fraction(1, 10**6))
     report = (release / "budget_report.md").read_text()
     assert "zero-concentrated" in report and "Implied (ε, δ)-DP" in report
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     state = opened.state("nist-acs-zcdp")
     opened.close()
     assert state.terms == Terms("zcdp") and state.spent == ZCDP(Fraction(1, 2))  # charged in ρ
@@ -131,7 +132,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
                          .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                          .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
     pure = load_spec(pure_path)
-    ledger = Ledger.open(resolve_location(str(tmp_path / "l.sqlite")), create=True)
+    ledger = init_at(resolve_location(str(tmp_path / "l.sqlite")))
     first = plan_release(zcdp, None)
     ledger.reserve(dataset=zcdp.dataset.name, release=zcdp.release, charges=first.ledger_charges(),
                    spec_fingerprint=first.fingerprint, lifetime_from_spec=zcdp.dataset.lifetime,
@@ -144,7 +145,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     # the other way round
     pure_ledger = tmp_path / "pure.sqlite"
     (tmp_path / "out").mkdir()
-    ledger = Ledger.open(resolve_location(str(pure_ledger)), create=True)
+    ledger = init_at(resolve_location(str(pure_ledger)))
     p = plan_release(pure, None)
     ledger.reserve(dataset=pure.dataset.name, release=pure.release, charges=p.ledger_charges(),
                    spec_fingerprint=p.fingerprint, lifetime_from_spec=pure.dataset.lifetime, terms=p.terms)
@@ -219,13 +220,13 @@ def test_a_pure_release_runs_on_zcdp_and_approx_ledgers(tmp_path, run_env):
                               (Terms("approx"), ApproxDP(Fraction(5), Fraction(1, 10**5)),
                                ApproxDP(Fraction(0), Fraction(0)))):
         ledger_path = tmp_path / f"{terms.kind}.sqlite"
-        with Ledger.open(resolve_location(str(ledger_path)), create=True) as ledger:
+        with init_at(resolve_location(str(ledger_path))) as ledger:
             ledger.set_budget(pure.dataset.name, cap, reason="test", terms=terms)
             planned = plan_release(pure, ledger.state(pure.dataset.name))
         assert planned.fits and planned.lifetime_spent == spent and planned.terms == terms
         proc = run(pure_path, "--output-dir", tmp_path / f"out-{terms.kind}", "--ledger", ledger_path, env=run_env)
         assert proc.returncode == 0, proc.stderr
-        with Ledger.open(resolve_location(str(ledger_path)), create=False) as ledger:
+        with Ledger.open(resolve_location(str(ledger_path))) as ledger:
             state = ledger.state(pure.dataset.name)
         assert state.spent == planned.charge and state.budget == cap  # Σ ε²/2 in ρ; Σ ε in (ε, δ)
         assert (state.spent.amount == sum(t.budget.epsilon ** 2 / 2 for t in planned.tables)) == (terms.kind == "zcdp")

@@ -14,7 +14,7 @@ app = typer.Typer(name="dprelease", add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Declarative, census-style releases of differentially private tables.")
 ledger_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
-                         help="Show lifetime budgets and releases per dataset, or change a cap.")
+                         help="Show lifetime budgets and releases per dataset, create a ledger, or change a cap.")
 app.add_typer(ledger_app, name="ledger")
 server_app = typer.Typer(no_args_is_help=True, help="Keep one local Prefect server for the day, so runs are "
                          "flow runs without a server's start-up each time.")
@@ -24,6 +24,7 @@ for command in (init_cmds.init, plan_cmds.validate, plan_cmds.plan, check_cmds.c
                 release_cmds.postprocess, release_cmds.schedule, release_cmds.report, simulate_cmds.randomize, simulate_cmds.evaluate):
     app.command()(command)
 ledger_app.callback()(ledger_cmds.ledger_show)
+ledger_app.command("init")(ledger_cmds.ledger_init)
 ledger_app.command("set-budget")(ledger_cmds.ledger_set_budget)
 ledger_app.command("register-answers")(ledger_cmds.ledger_register_answers)
 ledger_app.command("require-approval")(ledger_cmds.ledger_require_approval)

@@ -15,14 +15,16 @@ from rich.console import Console
 
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
 from dprelease.ledger import Ledger, LedgerLocation, resolve_location
-from dprelease.notices import ledger_line
+from dprelease.notices import init_command, ledger_line, location_notes, refuse_ledger_choice
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 LedgerOpt = Annotated[Optional[str], typer.Option(
-    "--ledger", metavar="URL", help="Ledger database: a path or SQLAlchemy URL. Default: $DPRELEASE_LEDGER, "
-    "then the spec's ledger:, then ~/.local/share/dprelease/ledger.sqlite.")]
+    "--ledger", metavar="URL", help="Ledger database: an absolute path or SQLAlchemy URL. Default: the spec's "
+    "ledger: (a pin: --ledger may name another location only where that ledger records the dataset), else "
+    "$DPRELEASE_LEDGER, else ~/.local/share/dprelease/ledger.sqlite. Only `dprelease ledger init` creates a ledger "
+    "(and `run --ledger` for a spec that pins none).")]
 OutputDirOpt = Annotated[Optional[Path], typer.Option(
     "--output-dir", metavar="DIR", help="Where releases land. Default: the spec's output_dir: (relative to the spec "
     "file), then ./outputs of the working directory.")]
@@ -76,51 +78,49 @@ def _bug(exc: BaseException) -> None:
 
 
 def spec_location(spec: Any, url: str | None) -> LedgerLocation:
-    """Where the spec's dataset keeps its budget: --ledger, $DPRELEASE_LEDGER, the spec's
-    ``ledger:`` (relative to the spec file), or the per-user default."""
+    """Where the spec's dataset keeps its budget (:func:`dprelease.ledger.resolve_location`: the
+    spec's pin, else --ledger, $DPRELEASE_LEDGER, the per-user default)."""
     return resolve_location(url, spec.ledger, spec.source.resolve().parent)
 
 
 @contextmanager
 def ledger_if_any(location: LedgerLocation) -> Iterator[Ledger | None]:
-    """The ledger at ``location``, or None where there is none yet (nothing is created); which
-    one it is said; closed on leaving."""
-    ledger = Ledger.open(location, create=False)
+    """The ledger at ``location``, or None where there is none (nothing is created); which one it
+    is said; closed on leaving."""
+    ledger = Ledger.open(location)
     with ledger if ledger is not None else nullcontext():
         say(ledger_line(location, ledger is not None, ledger_id=ledger.id if ledger is not None else None))
         yield ledger
 
 
 @contextmanager
-def ledger_at(location: LedgerLocation, *, create: bool = False, missing: str | None = None,
-              quiet: bool = False) -> Iterator[Ledger]:
-    """The ledger at ``location`` (created there if ``create``); where there is none, a user
-    error saying ``missing``. Which one it is said (unless ``quiet``); closed on leaving."""
-    ledger = Ledger.open(location, create=create)
+def ledger_at(location: LedgerLocation, *, missing: str | None = None, quiet: bool = False) -> Iterator[Ledger]:
+    """The ledger at ``location``; where there is none, a user error saying ``missing`` (nothing is
+    created). Which one it is said (unless ``quiet``); closed on leaving."""
+    ledger = Ledger.open(location)
     if ledger is None:
-        raise UserError(missing or f"there is no ledger at {location.shown}")
+        raise UserError(missing or f"there is no ledger at {location.shown}; nothing but `{init_command(location)}` "
+                        "creates one. Nothing was created or changed.")
     with ledger:
         if not quiet:
-            say(ledger_line(location, True, created=ledger.created, ledger_id=ledger.id))
+            say(ledger_line(location, True, ledger_id=ledger.id))
         yield ledger
 
 
 @contextmanager
-def spec_ledger(spec: Any, location: LedgerLocation, what: str,
-                check: Callable[[], None] = lambda: None) -> Iterator[Ledger]:
-    """The spec's ledger, as `run` finds it; created only where it is pinned (never at the
-    per-user default, where another user would start the dataset afresh). ``check`` runs once
-    the ledger is found, before one is created."""
-    found = Ledger.open(location, create=False)
-    if found is None and not location.pinned:
-        raise UserError(f"{spec.source}: {what} in the dataset's ledger, and none exists at the per-user default "
-                        f"{location.shown}; pin it in the spec (`ledger: PATH`) or pass --ledger")
-    if found is None:
+def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] = lambda: None,
+                quiet: bool = False) -> Iterator[Ledger]:
+    """The ledger of the spec's dataset, for a command that records something in it: it must
+    exist (no command but `ledger init` creates one), and a --ledger away from the spec's pin
+    must name a ledger that records the dataset (:func:`dprelease.notices.refuse_ledger_choice`).
+    ``check`` runs once the ledger is found."""
+    found = Ledger.open(location)
+    with found if found is not None else nullcontext():
+        for note in location_notes(spec, location):
+            say(note)
+        refuse_ledger_choice(spec, location, found)
+        assert found is not None
         check()
-        with ledger_at(location, create=True) as created:
-            yield created
-        return
-    with found:
-        check()
-        say(ledger_line(location, True, ledger_id=found.id))
+        if not quiet:
+            say(ledger_line(location, True, ledger_id=found.id))
         yield found

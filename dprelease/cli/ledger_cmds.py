@@ -59,10 +59,14 @@ def ledger_show(
     else:
         location = resolve_location(ledger)
     states, undeclared, answer_sets = [], {}, ()
+    birth = None
     with ledger_if_any(location) as opened:
         exists = opened is not None
         ledger_id = opened.id if opened is not None else None
         if opened is not None:
+            birth = opened.birth
+            say(f"ledger id {opened.id}: " + (birth.shown if birth is not None else
+                                              "made before births were recorded (no record of who created it, or why)"))
             names = [dataset] if dataset else opened.datasets()
             states = [s for s in (opened.state(n) for n in names) if s is not None]
             undeclared = {n: r for n, r in opened.undeclared().items() if not dataset or n == dataset}
@@ -70,10 +74,63 @@ def ledger_show(
     if dataset and not states and not undeclared and not answer_sets:
         raise UserError(f"dataset {dataset!r} is not in the ledger at {location.shown}")
     if as_json:
-        print(json.dumps(ledger_json(states, location, exists, ledger_id, undeclared, answer_sets),
+        print(json.dumps(ledger_json(states, location, exists, ledger_id, undeclared, answer_sets, birth),
                          indent=2))
     else:
         print_ledger(out, states, undeclared, answer_sets)
+
+
+@handled
+def ledger_init(
+    ctx: typer.Context,
+    location_arg: Annotated[Optional[str], typer.Argument(
+        metavar="LOCATION", help="Where the new ledger lives: an absolute path or a database URL.")] = None,
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why a lifetime budget starts here; kept in the "
+                                        "ledger and shown by `dprelease ledger` and every report.")] = "",
+    spec_path: Annotated[Optional[Path], typer.Option(
+        "--spec", metavar="SPEC", help="Create the ledger the spec pins (its ledger:, relative to the spec file).")] = None,
+    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
+) -> None:
+    """Create a ledger: the one deliberate act that starts lifetime budgets, recorded (who, when, why).
+
+    Nothing else creates a ledger from a spec's pin, $DPRELEASE_LEDGER or the per-user default.
+    Where a ledger exists already, nothing is done (exit 0); where the key file of a deleted or
+    moved ledger is left, it is refused.
+    """
+    from dprelease.ledger import Birth, Ledger, typed_location
+    from dprelease.ledger.records import current_user, now
+
+    if (location_arg is None) == (spec_path is None):
+        raise typer.BadParameter("give the LOCATION of the new ledger, or --spec SPEC for the one the spec pins",
+                                 param_hint="LOCATION/--spec")
+    if not reason.strip():
+        raise typer.BadParameter("say why a lifetime budget starts here, e.g. --reason \"the demo's own budget\"",
+                                 param_hint="--reason")
+    if ctx.obj:
+        raise typer.BadParameter("name the location as LOCATION (or --spec), not with --ledger", param_hint="--ledger")
+    if spec_path is not None:
+        from dprelease.spec import load_spec
+
+        spec = load_spec(spec_path)
+        if not spec.ledger:
+            raise UserError(f"{spec.source} pins no ledger (no ledger: key); add `ledger: PATH` (e.g. ../ledgers/"
+                            f"{spec.dataset.name.partition('/')[0]}.sqlite, relative to the spec file, where git ignores "
+                            "it) or give the LOCATION. Nothing was created.")
+        location = spec_location(spec, None)
+    else:
+        location = typed_location(location_arg or "")
+    existing = Ledger.open(location)
+    if existing is not None:
+        with existing:
+            birth = existing.birth
+            say(f"a ledger is already at {location.shown} (id {existing.id}; "
+                + (birth.shown if birth is not None else "made before births were recorded") + "); nothing was created")
+        return
+    birth = Birth(now(), (by or current_user()).strip(), reason.strip(), "dprelease ledger init")
+    with Ledger.init(location, birth) as made:
+        out.print(f"created ledger id {made.id} at {location.shown}, {birth.shown}. Every lifetime budget of the "
+                  f"datasets it records starts here. Its fingerprint key: {made.key_path} (owner-only); back up both, "
+                  "and keep the key wherever the ledger goes.", markup=False)
 
 
 @handled
@@ -86,7 +143,8 @@ def ledger_set_budget(
     rho: Annotated[Optional[str], typer.Option(
         metavar="R", help="The new lifetime cap in ρ (zCDP datasets), e.g. 2.")] = None,
     by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who decided (default: the login name).")] = None,
-    create: Annotated[bool, typer.Option("--create", help="Add the dataset if the ledger does not have it.")] = False,
+    create: Annotated[bool, typer.Option("--create", help="Add the dataset if the ledger does not have it (the "
+                                         "ledger itself: `dprelease ledger init`).")] = False,
     delta: Annotated[Optional[str], typer.Option(
         metavar="D", help="The lifetime δ of an (ε, δ) dataset, e.g. 1e-6 (kept as it was if omitted).")] = None,
     terms: Annotated[Optional[str], typer.Option(
@@ -121,8 +179,7 @@ def ledger_set_budget(
     if not reason.strip():
         raise typer.BadParameter("say why the cap changes", param_hint="--reason")
     location = resolve_location(ledger or ctx.obj)
-    with ledger_at(location, create=create, missing=f"there is no ledger at {location.shown} yet; to start one with "
-                   f"dataset {dataset!r}, add --create") as opened:
+    with ledger_at(location) as opened:
         before = opened.state(dataset)
         if before is None and not create:
             known = ", ".join(opened.datasets()) or "none"
@@ -200,7 +257,7 @@ def ledger_register_answers(
                         f", not {memo_of!r}: --memo-of names the collection whose memo the answers were produced from")
     if not (answers.is_file() or answers.is_dir()):  # a directory of answer files, as dataset.path may be
         raise UserError(f"--answers {answers} is not a file or directory")
-    with spec_ledger(spec, spec_location(spec, ledger or ctx.obj), "answers are registered") as opened:
+    with spec_ledger(spec, spec_location(spec, ledger or ctx.obj)) as opened:
         keyed = opened.fingerprint(file_fingerprint(answers))
         done = opened.register_answers((AnswerSet(spec.dataset.name, local.collection, local.column,
                                                   protocol_key(spec, local), local.epsilon_bound, keyed, REGISTERED,

@@ -15,14 +15,13 @@ from dprelease.accounting import NotANumber, amount_text, compose, fraction_text
 from dprelease.cli.common import (
     LedgerOpt,
     handled,
-    ledger_at,
-    ledger_if_any,
     out,
     say,
+    spec_ledger,
     spec_location,
 )
-from dprelease.errors import ExitCode, SpecError, UserError
-from dprelease.notices import large_delta_warnings, ledger_line, pinned_elsewhere, repeated_table_warnings
+from dprelease.errors import ExitCode, SpecError
+from dprelease.notices import large_delta_warnings, ledger_line, repeated_table_warnings
 
 
 @handled
@@ -111,14 +110,11 @@ def plan(
     if confidence is not None:
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = spec_location(spec, ledger)
-    if (elsewhere := pinned_elsewhere(spec, location)) is not None:
-        say(elsewhere)
-    with ledger_if_any(location) as opened:
-        exists = opened is not None
-        ledger_id = opened.id if opened is not None else None
-        state = opened.state(spec.dataset.name) if opened is not None else None
-        evaluations = tuple(opened.evaluations_of(spec.dataset.name)) if opened is not None else ()
-    if state is None and not location.pinned:  # a run would refuse it: so does its plan
+    with spec_ledger(spec, location) as opened:  # where a run would spend, refused as a run would
+        exists, ledger_id = True, opened.id
+        state = opened.state(spec.dataset.name)
+        evaluations = tuple(opened.evaluations_of(spec.dataset.name))
+    if state is None and location.source == "default":  # a run would refuse it: so does its plan
         from dprelease.lifecycle import refuse_unpinned_new_ledger
 
         refuse_unpinned_new_ledger(spec, location)
@@ -163,10 +159,7 @@ def plan(
             say("plan exceeds the " + " and the ".join(budget_overruns(spec, the_plan)))
         raise typer.Exit(ExitCode.OVER_BUDGET)
     if approve:
-        if not exists and not location.pinned:
-            raise UserError(f"no ledger exists at the per-user default {location.shown}, and an approval would start "
-                            "one there; pin the dataset's ledger in the spec (`ledger: PATH`) or pass --ledger")
-        with ledger_at(location, create=True, quiet=True) as approver:
+        with spec_ledger(spec, location, quiet=True) as approver:
             granted = approver.approve(dataset=spec.dataset.base_name or spec.dataset.name, release=spec.release,
                                        spec_fingerprint=the_plan.fingerprint, by=by,
                                        spec_path=str(spec.source.resolve()))

@@ -22,6 +22,7 @@ from dprelease.cli.common import (
     OutputDirOpt,
     handled,
     ledger_if_any,
+    spec_ledger,
     out,
     say,
     show,
@@ -108,7 +109,7 @@ def run(
             chosen = Orchestrator(_orchestrate, record, ready)
         try:
             run_spec(spec_path, ledger, output_dir, orchestrate=chosen, voice=voice, require_approval=require_approval,
-                     run_date=when, dask_address=dask_address)
+                     run_date=when, dask_address=dask_address, typed_ledger=ledger is not None)
         except RunFailed as failed:  # its error and its settlement were said
             raise typer.Exit(failed.exit_code) from None
 
@@ -177,6 +178,8 @@ def schedule(
     from dprelease import server
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
+    with spec_ledger(spec, spec_location(spec, ledger), quiet=True):  # so does a ledger that is not there
+        pass
     clash = _name_clash(spec.release_template, cron)
     if clash is not None:
         first, second, name = clash

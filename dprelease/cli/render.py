@@ -303,10 +303,11 @@ def _records(policies: Any, evaluations: Any) -> dict[str, Any]:
 
 def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bool,
                 ledger_id: str | None = None, undeclared: dict[str, Any] | None = None,
-                answer_sets: tuple[Any, ...] = ()) -> dict[str, Any]:
-    """The ledger's contents for review. Data fingerprints are never shown (even keyed)."""
+                answer_sets: tuple[Any, ...] = (), birth: Any = None) -> dict[str, Any]:
+    """The ledger's contents for review, with how the ledger was born (None: before births were
+    recorded). Data fingerprints are never shown (even keyed)."""
     return {
-        "ledger": _where(location, exists, ledger_id),
+        "ledger": {**_where(location, exists, ledger_id), "born": None if birth is None else birth.record()},
         "answer_sets": [{"dataset": a.dataset, "collection": a.collection, "question": a.question,
                          "protocol": a.protocol, "epsilon": fraction_text(a.epsilon), "memo_of": a.memo_of,
                          "how": a.how, "statement": a.statement, "registered_by": a.registered_by,

@@ -48,7 +48,7 @@ def randomize(
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)
-    with spec_ledger(spec, spec_location(spec, ledger), "the answers are registered") as opened:
+    with spec_ledger(spec, spec_location(spec, ledger)) as opened:
         written, reused, registered = randomize_file(spec, table, input_path, output_path, id_column, memo, opened)
     local = next(t for t in spec.local_tables if t.name == table)
     out.print(f"randomized {written:,} answers of {local.column} with {local.protocol} (ε = {local.epsilon_shown} "
@@ -77,15 +77,15 @@ def evaluate(
 
     spec = load_spec(spec_path)
     location = spec_location(spec, ledger)
-    if spec.ledger and location.url != spec_location(spec, None).url:
+    if location.pin is not None:
         raise UserError(f"{spec.source}: the spec pins the dataset's ledger (ledger: {spec.ledger}); an evaluation is "
-                        f"recorded there, not in {location.shown}. Drop --ledger (and $DPRELEASE_LEDGER).")
+                        f"recorded there, not in {location.shown}. Drop --ledger.")
 
     def refuse_no_file() -> None:
         if not spec.dataset.resolved_path.is_file():
             raise UserError(f"{spec.source}: dataset.path {spec.dataset.path!r} is not a file")
 
-    with spec_ledger(spec, location, "an evaluation is recorded", check=refuse_no_file) as opened:
+    with spec_ledger(spec, location, check=refuse_no_file) as opened:
         from dprelease.data import file_fingerprint
 
         fingerprint = opened.fingerprint(file_fingerprint(spec.dataset.resolved_path))

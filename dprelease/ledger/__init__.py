@@ -1,6 +1,6 @@
 """The lifetime privacy ledger and where it lives."""
 
-from dprelease.ledger.location import ENV, LedgerLocation, default_path, resolve_location
+from dprelease.ledger.location import ENV, LedgerLocation, default_path, resolve_location, typed_location
 from dprelease.ledger.policy import (
     check_lifetime_matches,
     local_charge,
@@ -14,6 +14,7 @@ from dprelease.ledger.records import (
     REGISTERED,
     AnswerSet,
     Approval,
+    Birth,
     CapChange,
     DatasetState,
     Evaluation,
@@ -26,6 +27,6 @@ from dprelease.ledger.records import (
 from dprelease.ledger.store import Ledger
 
 __all__ = [
-    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
-    "check_lifetime_matches", "local_charge", "memo_honoured", "provenance_of", "unregistered_message", "default_path", "over_lifetime_message", "resolve_location",
+    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "Birth", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
+    "check_lifetime_matches", "local_charge", "memo_honoured", "provenance_of", "unregistered_message", "default_path", "over_lifetime_message", "resolve_location", "typed_location",
 ]

@@ -1,15 +1,23 @@
-"""Where the ledger lives. Never a function of the working directory alone.
+"""Where the ledger lives, and which sources may choose it. Never a function of the working
+directory alone, and never where a lifetime budget would start without anyone deciding it.
 
-Precedence: ``--ledger URL`` > ``$DPRELEASE_LEDGER`` > the spec's ``ledger:`` key (a path
-relative to the spec file) > ``$XDG_DATA_HOME/dprelease/ledger.sqlite`` (by default
-``~/.local/share/dprelease/ledger.sqlite``; a relative ``XDG_DATA_HOME`` is ignored, as the
-XDG spec says). A relative ``ledger:`` resolves against the spec file's real path (a symbolic
-link to a spec finds the spec's ledger, not one beside the link).
+The precedence, written once (every source is tested in tests/test_ledger_birth.py):
 
-The per-user default is a fallback for reading, never a place where a lifetime budget starts
-silently: a run that would have to create the ledger there is refused (see :attr:`pinned`),
-since another user, account or container would start the same data from a fresh budget. ``--ledger`` and ``$DPRELEASE_LEDGER`` must be absolute paths or URLs:
-resolving them against the working directory could silently mean a fresh budget.
+1. A spec that pins its ledger (``ledger:``, a path relative to the spec file's real path, or a
+   database URL) uses the pin. ``$DPRELEASE_LEDGER`` never overrides a pin (it is noted as
+   ignored). ``--ledger`` naming another location is allowed only to a ledger that already
+   records the spec's dataset (a ledger that moved; the caller checks, see :attr:`pin`).
+2. Otherwise (no spec, or a spec that pins none): ``--ledger``, else ``$DPRELEASE_LEDGER``, else
+   the per-user default ``$XDG_DATA_HOME/dprelease/ledger.sqlite`` (by default
+   ``~/.local/share/dprelease/ledger.sqlite``; a relative ``XDG_DATA_HOME`` is ignored, as the XDG
+   spec says).
+
+Choosing is not creating. A ledger is born only by ``dprelease ledger init`` (who, when and why
+recorded), or by ``dprelease run --ledger LOCATION`` typed for a spec that pins none
+(:attr:`LedgerLocation.may_create`); never from a spec's pin, ``$DPRELEASE_LEDGER`` or the
+default, where a copied spec, a second clone or a stray variable would start the same people
+from a fresh budget. ``--ledger`` and ``$DPRELEASE_LEDGER`` must be absolute paths or URLs:
+resolving them against the working directory could silently mean another ledger.
 """
 
 from __future__ import annotations
@@ -25,27 +33,39 @@ from dprelease.errors import LedgerError
 from dprelease.processes import data_dir
 
 ENV = "DPRELEASE_LEDGER"
+SOURCES = {"--ledger": "the --ledger option", f"${ENV}": f"the ${ENV} environment variable",
+           "spec ledger:": "the spec's ledger: key", "manifest": "the release's manifest",
+           "default": "the per-user default (not pinned by the spec)", "ledger init": "dprelease ledger init"}
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerLocation:
     url: URL
-    source: str  # "--ledger", "$DPRELEASE_LEDGER", "spec ledger:", or "default"
+    source: str  # a key of SOURCES
+    pin: URL | None = None  # the spec's pinned location, where --ledger points away from it
+    env_ignored: bool = False  # $DPRELEASE_LEDGER is set, and the spec's pin took precedence
 
     @property
-    def pinned(self) -> bool:
-        """Chosen by the spec, a flag or the environment: a place where a ledger may be created."""
-        return self.source != "default"
+    def may_create(self) -> bool:
+        """Typed on the command line (``--ledger``) and not away from a spec's pin: the one
+        source from which ``dprelease run`` may create a ledger (for a spec that pins none)."""
+        return self.source == "--ledger" and self.pin is None
+
+    @property
+    def spec_pinned(self) -> bool:
+        return self.source == "spec ledger:"
 
     @property
     def how_chosen(self) -> str:
-        return {"--ledger": "the --ledger option", f"${ENV}": f"the ${ENV} environment variable",
-                "spec ledger:": "the spec's ledger: key", "manifest": "the release's manifest",
-                "default": "the per-user default (not pinned by the spec)"}.get(self.source, self.source)
+        return SOURCES.get(self.source, self.source)
 
     @property
     def shown(self) -> str:
         return self.url.render_as_string(hide_password=True)
+
+    @property
+    def pin_shown(self) -> str | None:
+        return None if self.pin is None else self.pin.render_as_string(hide_password=True)
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -60,15 +80,27 @@ def default_path() -> Path:
 
 def resolve_location(cli: str | None = None, spec_value: str | None = None,
                      spec_dir: Path | None = None) -> LedgerLocation:
-    if cli:
-        return LedgerLocation(_to_url(cli, None, "--ledger"), "--ledger")
-    if os.environ.get(ENV):
-        return LedgerLocation(_to_url(os.environ[ENV], None, f"${ENV}"), f"${ENV}")
+    """The ledger's location by the precedence of the module docstring: ``cli`` is what
+    ``--ledger`` says, ``spec_value`` the spec's ``ledger:`` (relative to ``spec_dir``)."""
+    env = os.environ.get(ENV)
     if spec_value:
         if spec_dir is None:
             raise LedgerError("a spec's ledger: path needs the spec's directory")  # pragma: no cover
-        return LedgerLocation(_to_url(spec_value, spec_dir.resolve(), "ledger:"), "spec ledger:")
+        pinned = _to_url(spec_value, spec_dir.resolve(), "ledger:")
+        typed = _to_url(cli, None, "--ledger") if cli else None
+        if typed is not None and typed != pinned:
+            return LedgerLocation(typed, "--ledger", pin=pinned)
+        return LedgerLocation(pinned, "spec ledger:", env_ignored=bool(env) and typed is None)
+    if cli:
+        return LedgerLocation(_to_url(cli, None, "--ledger"), "--ledger")
+    if env:
+        return LedgerLocation(_to_url(env, None, f"${ENV}"), f"${ENV}")
     return LedgerLocation(_to_url(str(default_path()), None, "default"), "default")
+
+
+def typed_location(value: str) -> LedgerLocation:
+    """A location named on ``dprelease ledger init``'s command line (an absolute path or a URL)."""
+    return LedgerLocation(_to_url(value, None, "LOCATION"), "ledger init")
 
 
 def _to_url(value: str, base: Path | None, what: str) -> URL:

@@ -43,6 +43,26 @@ def current_user() -> str:
         return f"uid:{os.getuid()}"
 
 
+@dataclass(frozen=True)
+class Birth:
+    """How a ledger came to be: a deliberate, recorded act (``dprelease ledger init``, or a run's
+    typed ``--ledger`` for a spec that pins none). None for a ledger made before births were
+    recorded."""
+
+    at: str
+    by: str
+    reason: str
+    how: str  # "dprelease ledger init" | "dprelease run --ledger"
+
+    @property
+    def shown(self) -> str:
+        return f"born {self.at[:19]} UTC by {self.by} ({self.how}): {self.reason}"
+
+    def record(self) -> dict[str, str]:
+        """As manifests and ``dprelease ledger --json`` state it."""
+        return {"at": self.at, "by": self.by, "reason": self.reason, "how": self.how}
+
+
 def budget_from_row(kind: Kind, amount: str, delta: str | None) -> Budget:
     """A cap or charge as the ledger stores it (exact text in ``amount`` and, under approx terms,
     ``delta``) as a budget of the terms' ``kind``: the one place rows become budgets. ValueError

@@ -1,7 +1,9 @@
-"""The ledger's database: its tables and schema version, and opening one. Opening creates a
-new ledger (a SQLite one built whole beside its location and linked into place), or checks an
-existing one's version and migrates an older schema in place; it never takes an empty or
-foreign database for a fresh ledger. Also the fingerprint key a ledger records (keys.py).
+"""The ledger's database: its tables and schema version, and opening one. Opening checks an
+existing ledger's version and migrates an older schema in place; given a :class:`Birth` (the
+recorded act of ``dprelease ledger init``, or of a run's typed ``--ledger``) it creates a new one
+(a SQLite one built whole beside its location and linked into place) where none exists. It never
+takes an empty or foreign database for a fresh ledger, nor re-creates one beside the key file a
+deleted or moved ledger left. Also the fingerprint key a ledger records (keys.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sqlalchemy.engine import Connection, Engine
 from dprelease.errors import LedgerError, first_line
 from dprelease.ledger import keys
 from dprelease.ledger.location import LedgerLocation
-from dprelease.ledger.records import now
+from dprelease.ledger.records import Birth
 
 SCHEMA_VERSION = 5  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
 # 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval;
@@ -136,16 +138,19 @@ events_t = sa.Table("run_events", metadata,
                     sa.Column("data_fingerprint", sa.String(80)))
 
 
-def open_engine(location: LedgerLocation, *, create: bool) -> tuple[Engine, bool] | None:
+BIRTH_KEYS = {"born_by": "by", "born_reason": "reason", "born_how": "how"}  # dprelease_meta keys (and created_at)
+
+
+def open_engine(location: LedgerLocation, *, birth: Birth | None = None) -> tuple[Engine, bool] | None:
     """(engine, whether this call created the ledger) for ``location``; None where no ledger
-    exists and ``create`` is False. See :meth:`dprelease.ledger.store.Ledger.open`."""
+    exists and there is no ``birth`` to create one with. See :meth:`dprelease.ledger.store.Ledger.open`."""
     path = location.sqlite_path
     created = False
     if path is not None and not path.exists():
-        if not create:
+        if birth is None:
             return None
         if not _orphaned_key_wait(location):
-            created = _create_sqlite_ledger(location)
+            created = _create_sqlite_ledger(location, birth)
     elif path is not None:
         _refuse_non_ledger_file(path, location)
     engine = _engine(location)
@@ -159,11 +164,11 @@ def open_engine(location: LedgerLocation, *, create: bool) -> tuple[Engine, bool
                               f"{location.shown} is an empty database, not a dprelease ledger; it is never taken "
                               "for a fresh ledger (restore the ledger from a backup, or remove the file if no "
                               "release ever used it). Nothing was spent.")
-        elif not create:
+        elif birth is None:
             engine.dispose()
             return None
         else:
-            created = _create_schema(engine, location) or created
+            created = _create_schema(engine, location, birth) or created
     except sa.exc.DBAPIError as exc:
         engine.dispose()
         raise LedgerError(f"cannot open the ledger at {location.shown}: {first_line(exc.orig)}. A damaged ledger is "
@@ -174,8 +179,9 @@ def open_engine(location: LedgerLocation, *, create: bool) -> tuple[Engine, bool
     return engine, created
 
 
-def _create_schema(engine: Engine, location: LedgerLocation) -> bool:
-    """Create the tables in one locked transaction; False if another process won the race."""
+def _create_schema(engine: Engine, location: LedgerLocation, birth: Birth) -> bool:
+    """Create the tables in one locked transaction, recording the ``birth``; False if another
+    process won the race."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
@@ -194,8 +200,9 @@ def _create_schema(engine: Engine, location: LedgerLocation) -> bool:
             conn.execute(meta_t.insert(), [
                 {"key": "schema_version", "value": str(SCHEMA_VERSION)},
                 {"key": "ledger_id", "value": ledger_id},
-                {"key": "created_at", "value": now()},
-                {"key": "key_check", "value": keys.check_value(key, ledger_id)}])
+                {"key": "created_at", "value": birth.at},
+                {"key": "key_check", "value": keys.check_value(key, ledger_id)},
+                *({"key": k, "value": getattr(birth, field)} for k, field in BIRTH_KEYS.items())])
     return True
 
 
@@ -325,14 +332,22 @@ def read_checked_key(location: LedgerLocation, ledger_id: str, check: str | None
     return key
 
 
+def read_birth(meta: dict[str, str]) -> Birth | None:
+    """The birth a ledger's ``dprelease_meta`` records (None: made before births were recorded)."""
+    if "born_by" not in meta:
+        return None
+    return Birth(meta.get("created_at", ""), meta["born_by"], meta.get("born_reason", ""), meta.get("born_how", ""))
+
+
 def _orphaned_key_wait(location: LedgerLocation) -> bool:
     """Where a SQLite ledger's own key file exists but the ledger does not, a ledger was there
     (deleted, moved, or being created by another process this instant): wait briefly for the
-    latter (True: it appeared), else refuse — a fresh ledger there would restart every budget."""
+    latter (True: it appeared), else refuse — a fresh ledger there would restart every budget.
+    Whatever ``$DPRELEASE_LEDGER_KEY`` says: the file beside the location is the trace."""
     path = location.sqlite_path
     assert path is not None
     key = path.with_name(path.name + ".key")
-    if os.environ.get(keys.KEY_ENV) or not key.exists():
+    if not key.exists():
         return False
     deadline = time.monotonic() + CREATION_WAIT
     while time.monotonic() < deadline:
@@ -345,7 +360,7 @@ def _orphaned_key_wait(location: LedgerLocation) -> bool:
                       "and a new ledger starts. Nothing was spent.")
 
 
-def _create_sqlite_ledger(location: LedgerLocation) -> bool:
+def _create_sqlite_ledger(location: LedgerLocation, birth: Birth) -> bool:
     """Build a new SQLite ledger in a temporary file and link it into place whole (False: another
     process's ledger got there first). The location never holds a half-made ledger."""
     path = location.sqlite_path
@@ -359,7 +374,7 @@ def _create_sqlite_ledger(location: LedgerLocation) -> bool:
     try:
         engine = _engine(LedgerLocation(location.url.set(database=str(temporary)), location.source))
         try:
-            _create_schema(engine, location)  # the key belongs to the real location
+            _create_schema(engine, location, birth)  # the key belongs to the real location
         finally:
             engine.dispose()
         try:

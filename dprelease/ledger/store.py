@@ -35,6 +35,7 @@ from dprelease.errors import InternalError, LedgerError
 from dprelease.ledger import keys, lease, queries, schema, transactions
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.records import (
+    Birth,
     AnswerSet,
     Approval,
     DatasetState,
@@ -59,7 +60,8 @@ from dprelease.ledger.schema import (
 
 
 class Ledger:
-    """An open ledger. ``Ledger.open(location, create=False)`` never creates anything."""
+    """An open ledger. :meth:`open` never creates anything; :meth:`init` is the one way a ledger
+    is born, with its :class:`~dprelease.ledger.records.Birth` recorded."""
 
     def __init__(self, location: LedgerLocation, engine: Engine, created: bool):
         self.location = location
@@ -71,16 +73,32 @@ class Ledger:
     # -- opening
 
     @classmethod
-    def open(cls, location: LedgerLocation, *, create: bool) -> Ledger | None:
-        """Open the ledger; with ``create=False`` return None where none exists yet.
+    def open(cls, location: LedgerLocation) -> Ledger | None:
+        """Open the ledger at ``location``; None where none exists (nothing is created).
 
-        A location holds a ledger or nothing: a SQLite ledger is built in a temporary file and
-        linked into place whole, so an existing file that is empty, truncated or holds no
-        ledger is refused (never taken for a fresh ledger). Never adds ledger tables to a
-        database that already holds other tables.
+        A location holds a ledger or nothing: an existing file that is empty, truncated or holds
+        no ledger is refused (never taken for a fresh ledger), as is a location beside the key
+        file of a ledger that was deleted or moved.
         """
-        opened = schema.open_engine(location, create=create)
+        opened = schema.open_engine(location)
         return None if opened is None else cls(location, *opened)
+
+    @classmethod
+    def init(cls, location: LedgerLocation, birth: Birth) -> Ledger:
+        """The ledger at ``location``, created now with ``birth`` recorded where none exists
+        (``created`` says which). A SQLite ledger is built in a temporary file and linked into
+        place whole; ledger tables are never added to a database that holds other tables."""
+        opened = schema.open_engine(location, birth=birth)
+        if opened is None:  # pragma: no cover - open_engine creates or raises
+            raise LedgerError(f"no ledger could be created at {location.shown}")
+        return cls(location, *opened)
+
+    @property
+    def birth(self) -> Birth | None:
+        """How this ledger was born (None: before births were recorded)."""
+        with self.engine.connect() as conn:
+            meta = dict(conn.execute(sa.select(meta_t.c.key, meta_t.c.value)).all())
+        return schema.read_birth(meta)
 
     # -- identity
 

@@ -46,25 +46,36 @@ __all__ = ["Orchestrator", "RunFailed", "Voice", "budget_overruns", "over_budget
 
 def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *, orchestrate: Orchestrator,
              voice: Voice, require_approval: bool = False, run_date: datetime | None = None,
-             dask_address: str | None = None) -> None:
+             dask_address: str | None = None, typed_ledger: bool = False) -> None:
     """Publish the release a spec describes, or refuse with nothing spent (a user error), or
     settle a failed run and raise :class:`RunFailed`. ``orchestrate`` runs a reserved run's
     steps (``dprelease.orchestrate.run_release``). ``output_dir`` None: the spec's ``output_dir:``,
-    else ./outputs (:func:`dprelease.lifecycle.prepare.output_location`)."""
+    else ./outputs (:func:`dprelease.lifecycle.prepare.output_location`). ``typed_ledger``: the
+    ``ledger_url`` was typed on ``dprelease run``'s command line, the one source (for a spec
+    that pins none) from which a run may create its ledger; a scheduled run never does."""
     previous = os.umask(0o077)
     try:
         _run_spec(spec_path, ledger_url, output_dir, orchestrate=orchestrate, voice=voice,
-                  require_approval=require_approval, run_date=run_date, dask_address=dask_address)
+                  require_approval=require_approval, run_date=run_date, dask_address=dask_address,
+                  typed_ledger=typed_ledger)
     finally:
         os.umask(previous)
 
 
 def _run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *, orchestrate: Orchestrator,
-              voice: Voice, require_approval: bool, run_date: datetime | None, dask_address: str | None) -> None:
-    request = load(spec_path, ledger_url, output_dir, voice.say, run_date=run_date, dask_address=dask_address)
-    ledger, inputs_checked = open_ledger(request)
+              voice: Voice, require_approval: bool, run_date: datetime | None, dask_address: str | None,
+              typed_ledger: bool) -> None:
+    request = load(spec_path, ledger_url, output_dir, run_date=run_date, dask_address=dask_address)
+    try:
+        ledger, inputs_checked = open_ledger(request, typed_ledger=typed_ledger)
+    except BaseException:
+        for note in request.notes:
+            voice.say(note)
+        raise
     with ledger:
         voice.say(ledger_line(request.location, True, created=ledger.created, ledger_id=ledger.id))
+        for note in request.notes:
+            voice.say(note)
         prepared = prepare(request, ledger, inputs_checked=inputs_checked, require_approval=require_approval,
                            ready=orchestrate.ready,
                            say=voice.say)

@@ -88,7 +88,7 @@ def data_bytes(spec: Spec) -> int:
 def _with_ledger(location: LedgerLocation, act: Callable[[Ledger], None]) -> None:
     """Open the ledger, act on it, close it; a failure here (the lease's bookkeeping) is not the run's."""
     try:
-        ledger = Ledger.open(location, create=False)
+        ledger = Ledger.open(location)
         if ledger is not None:
             with ledger:
                 act(ledger)

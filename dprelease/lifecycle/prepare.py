@@ -16,7 +16,8 @@ from typing import Callable
 from dprelease.accounting import fraction_text
 from dprelease.data import file_fingerprint
 from dprelease.errors import InternalError
-from dprelease.ledger import Approval, Ledger, LedgerLocation, resolve_location
+from dprelease.ledger import Approval, Birth, Ledger, LedgerLocation, resolve_location
+from dprelease.ledger.records import current_user, now
 from dprelease.lifecycle.recover import (
     complete_interrupted_publication,
     discard_stale_staging,
@@ -30,7 +31,7 @@ from dprelease.lifecycle.refusals import (
     refuse_unpinned_new_ledger,
 )
 from dprelease.lifecycle.voice import Say
-from dprelease.notices import large_delta_warnings, pinned_elsewhere
+from dprelease.notices import large_delta_warnings, location_notes, refuse_ledger_choice
 from dprelease.plan import Plan, plan_release, with_provenance
 from dprelease.spec import Engine, Spec, load_spec
 
@@ -42,6 +43,7 @@ class Request:
     spec: Spec
     location: LedgerLocation
     output_dir: Path  # resolved
+    notes: tuple[str, ...] = ()  # warnings and notes to say once the ledger line is said
 
 
 @dataclass(frozen=True)
@@ -72,36 +74,43 @@ def output_location(chosen: Path | None, spec: Spec) -> Path:
     return spec.output_path or (Path.cwd() / "outputs").resolve()
 
 
-def load(spec_path: Path, ledger_url: str | None, output_dir: Path | None, say: Say, *,
+def load(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *,
          run_date: datetime | None = None, dask_address: str | None = None) -> Request:
     """The spec (with the Dask cluster to count on, if given), where its ledger is, and the
-    output directory (:func:`output_location`); warnings about a large δ or a ledger chosen away
-    from the spec's are said."""
+    output directory (:func:`output_location`); warnings about a large δ or a variable the
+    spec's pin overrode are kept in ``notes``, to be said after the ledger line."""
     spec = load_spec(spec_path, run_date=run_date)
     if dask_address is not None:  # where the counting runs: not part of the plan (or its approval)
         spec = dataclasses.replace(spec, engine=Engine(kind="dask", address=dask_address))
-    for warning in large_delta_warnings(spec):
-        say(f"warning: {spec_path}: {warning}")
     output_dir = output_location(output_dir, spec)
     location = resolve_location(ledger_url, spec.ledger, spec.source.resolve().parent)
-    if (elsewhere := pinned_elsewhere(spec, location)) is not None:
-        say(elsewhere)
-    return Request(spec, location, output_dir)
+    notes = [f"warning: {spec_path}: {warning}" for warning in large_delta_warnings(spec)]
+    return Request(spec, location, output_dir, tuple(notes + location_notes(spec, location)))
 
 
-def open_ledger(request: Request) -> tuple[Ledger, bool]:
-    """The dataset's ledger, open; and whether the data's path and engine were checked. A first
-    run (no ledger yet) refuses an unpinned location and unreadable data before the ledger is
-    even created."""
-    ledger = Ledger.open(request.location, create=False)
+def open_ledger(request: Request, *, typed_ledger: bool = False) -> tuple[Ledger, bool]:
+    """The dataset's ledger, open; and whether the data's path and engine were checked. No ledger
+    is created, but where ``typed_ledger`` (``dprelease run --ledger LOCATION`` typed on the
+    command line, for a spec that pins none) names a location that holds none: then the data's
+    path and engine are checked first, and the ledger's birth is recorded (who, when, why).
+    Anything else that finds no ledger, or a ``--ledger`` away from the spec's pin to a ledger
+    that does not record the dataset, is refused with nothing created or spent."""
+    spec, location = request.spec, request.location
+    ledger = Ledger.open(location)
     if ledger is not None:
+        try:
+            refuse_ledger_choice(spec, location, ledger)
+        except BaseException:
+            ledger.close()
+            raise
         return ledger, False
-    refuse_unpinned_new_ledger(request.spec, request.location)
-    refuse_bad_inputs(request.spec)
-    ledger = Ledger.open(request.location, create=True)
-    if ledger is None:
-        raise InternalError(f"Ledger.open(create=True) opened no ledger at {request.location.shown}")
-    return ledger, True
+    if not (typed_ledger and location.may_create):
+        refuse_ledger_choice(spec, location, None)
+        raise InternalError(f"no ledger at {location.shown}, and no refusal")  # pragma: no cover
+    refuse_bad_inputs(spec)
+    birth = Birth(now(), current_user(), f"the first run of {spec.source.resolve()} (dataset {spec.dataset.name}, "
+                  "a spec that pins no ledger) named this location with --ledger", "dprelease run --ledger")
+    return Ledger.init(location, birth), True
 
 
 def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_approval: bool,

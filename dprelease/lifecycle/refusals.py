@@ -121,16 +121,16 @@ def refuse_bad_inputs(spec: Spec) -> None:
 
 
 def refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:
-    """A lifetime budget never starts silently in a per-user default ledger: another user, a CI
+    """A dataset's lifetime budget never starts in the per-user default ledger: another user, a CI
     account or a container (another HOME) would start the same data from a fresh budget."""
-    if location.pinned:
+    if location.source != "default":
         return
     raise LedgerError(
         f"{spec.source}: dataset {spec.dataset.name!r} has no lifetime budget in the per-user default ledger "
-        f"{location.shown}, and the spec does not say where its lifetime budget lives. A run never starts a budget there: another user "
-        "or machine would start the same data from a fresh budget. Pin it in the spec with `ledger: PATH` (relative "
-        "to the spec file, e.g. ledger: ../ledgers/ledger.sqlite, or a database URL such as "
-        "postgresql://host/ledger) — or pass --ledger / set $DPRELEASE_LEDGER to the one ledger of this dataset. "
+        f"{location.shown}, and the spec does not say where its lifetime budget lives. A run never starts a budget "
+        "there: another user or machine would start the same data from a fresh budget. Pin it in the spec with "
+        "`ledger: PATH` (relative to the spec file, e.g. ledger: ../ledgers/ledger.sqlite, or a database URL such as "
+        "postgresql://host/ledger) and create that ledger with `dprelease ledger init --spec SPEC --reason TEXT`. "
         "Nothing was spent.")
 
 

@@ -45,7 +45,8 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
                      data_digest=prepared.data_digest, data_fingerprint=prepared.data_fingerprint,
                      check_data_again=bool(local),
                      record=RunFacts(ledger_id=ledger.id, ledger_location=location.shown,
-                                     ledger_chosen_by=location.how_chosen, approval=prepared.approval,
+                                     ledger_chosen_by=location.how_chosen, ledger_birth=ledger.birth,
+                                     approval=prepared.approval,
                                      evaluations=tuple(evaluations)))
     run.timings["fingerprint"] = prepared.fingerprint_seconds
     return run

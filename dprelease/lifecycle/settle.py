@@ -95,7 +95,7 @@ def _publish_or_settle(run: ReleaseRun, exc: BaseException, voice: Voice) -> boo
 def _settle_in_ledger(run: ReleaseRun, exc: BaseException) -> str:
     """Void (no noise drawn) or fail (drawn) the run's reservation; what happened, in words."""
     try:
-        ledger = Ledger.open(run.location, create=False)
+        ledger = Ledger.open(run.location)
         if ledger is None:
             raise LedgerError(f"the ledger at {run.location.shown} is gone")
     except LedgerError as gone:
