@@ -26,6 +26,8 @@ def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, l
         state = f" — created now: {BORN_HERE}"
     elif exists:
         state = ""
+    elif location.may_create:
+        state = f" — no ledger there yet: a run (or an approval, a registration) given this --ledger creates it, and {BORN_HERE}"
     else:
         state = f" — no ledger there; nothing but `{init_command(location)}` creates one"
     ident = f" id {ledger_id}" if ledger_id else ""
@@ -43,8 +45,10 @@ def location_notes(spec: Any, location: LedgerLocation) -> list[str]:
 def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | None) -> None:
     """Refuse (LedgerError, nothing created or spent) a command of ``spec``'s dataset whose ledger
     is not there (no command but ``dprelease ledger init`` creates one from a spec's pin,
-    ``$DPRELEASE_LEDGER`` or the default), or whose ``--ledger`` points away from the spec's pin
-    to a ledger that does not record the dataset (only a ledger that moved may be named so)."""
+    ``$DPRELEASE_LEDGER`` or the default), whose ``--ledger`` points away from the spec's pin
+    to a ledger that does not record the dataset (only a ledger that moved may be named so), or
+    that would start the dataset's lifetime budget in the per-user default ledger (another user,
+    a CI account or a container, with another HOME, would start the same data afresh)."""
     if location.pin is not None:
         if ledger is None or ledger.state(spec.dataset.name) is None:
             there = "there is no ledger there" if ledger is None else \
@@ -56,6 +60,14 @@ def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | N
                 "Nothing was created or spent.")
         return
     if ledger is not None:
+        if location.source == "default" and ledger.state(spec.dataset.name) is None:
+            raise LedgerError(
+                f"{spec.source}: dataset {spec.dataset.name!r} has no lifetime budget in the per-user default ledger "
+                f"{location.shown}, and the spec does not say where its lifetime budget lives. A dataset's budget "
+                "never starts there: another user or machine would start the same data from a fresh budget. Pin it "
+                "in the spec with `ledger: PATH` (relative to the spec file, e.g. ledger: ../ledgers/ledger.sqlite, "
+                "or a database URL such as postgresql://host/ledger) and create that ledger with `dprelease ledger "
+                "init --spec SPEC --reason TEXT`. Nothing was created or spent.")
         return
     if location.spec_pinned:
         folder = spec.source.resolve().parent
@@ -75,9 +87,9 @@ def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | N
            }.get(location.source, "a ledger is born only by `dprelease ledger init` (or by `dprelease run --ledger` "
                                   "of a spec that pins none)")
     raise LedgerError(
-        f"there is no ledger at {location.shown} (chosen by {location.how_chosen}), and {why}. Pin the dataset's "
-        f"ledger in the spec (ledger: PATH or a database URL), or create it deliberately: {init_command(location)}. "
-        "Nothing was created or spent.")
+        f"there is no ledger at {location.shown} (chosen by {location.how_chosen}), and {why}. Pin it in the spec "
+        "with `ledger: PATH` (relative to the spec file, or a database URL) where the dataset's ledger is, or create "
+        f"one deliberately: {init_command(location)}. Nothing was created or spent.")
 
 
 def large_delta_warnings(spec: Any) -> list[str]:

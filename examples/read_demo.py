@@ -2,6 +2,7 @@
 
 Publish the demo first, then read it:
 
+    dprelease ledger init --spec configs/acs_demo.yaml --reason "the demo's own budget"  # once
     dprelease run configs/acs_demo.yaml              # lands in outputs/acs-demo-2019
     python examples/read_demo.py outputs/acs-demo-2019
 

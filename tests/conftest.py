@@ -139,3 +139,47 @@ def assert_edit_refused(cli, path: Path, old: str, new: str, field: str, words: 
     path.write_text(text.replace(old, new, 1))
     result = cli("validate", path)
     assert result.code == 2 and field in result.stderr and words in result.stderr, result.stderr
+
+
+def shipped_project(directory: Path, *, ledger: bool = True, pinned: bool = True) -> Path:
+    """The project's shipped specs as a copy would see them: ``directory/configs`` (the specs and
+    their domains) with ``directory/data`` naming the project's data, so every relative path of a
+    shipped spec resolves as in the project, but its pinned ledger (``../ledgers/nist-acs.sqlite``)
+    and ``output_dir`` (``../outputs``) are ``directory``'s, never the project's own. The ledger is
+    created on purpose (``ledger=False``: left for the test). ``pinned=False``: the copies pin no
+    ledger (a run spends from ``$DPRELEASE_LEDGER``, the test's own, or a typed ``--ledger``), and
+    none is made. Returns ``directory/configs``."""
+    configs = directory / "configs"
+    shutil.copytree(ROOT / "configs", configs, ignore=shutil.ignore_patterns("ledgers", "outputs", "*.sqlite*"),
+                    dirs_exist_ok=True)
+    if not (directory / "data").exists():
+        (directory / "data").symlink_to(ROOT / "data", target_is_directory=True)
+    if not pinned:
+        for spec in configs.glob("*.yaml"):
+            if PROJECT_PIN in spec.read_text():  # (a second call finds them unpinned)
+                spec.write_text(unpinned(spec.read_text()))
+    elif ledger:
+        from tests.ledgers import make_ledger
+
+        make_ledger(directory / "ledgers" / "nist-acs.sqlite")
+    return configs
+
+
+def shipped(directory: Path, name: str = "acs_demo.yaml") -> Path:
+    """A shipped spec (``configs/NAME``) copied into ``directory/configs`` without its ledger pin:
+    a run of it spends from the test's own ledger (``$DPRELEASE_LEDGER``) or a typed ``--ledger``,
+    never the project's (:func:`shipped_project`)."""
+    return shipped_project(directory, pinned=False) / name
+
+
+PROJECT_PIN = "ledger: ../ledgers/nist-acs.sqlite"
+
+
+def unpinned(text: str) -> str:
+    """A shipped spec's text without its ledger pin, for a copy written into a test's directory:
+    the copy's relative pin would name a ledger shared by the session's tests (and a pin is a pin:
+    ``$DPRELEASE_LEDGER`` does not override it), so the copy spends from the test's own ledger."""
+    lines = text.splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith(PROJECT_PIN)]
+    assert len(kept) == len(lines) - 1, "the shipped spec's ledger pin"
+    return "".join(kept)

@@ -7,8 +7,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import hashlib
+
 from dprelease.ledger import Birth, Ledger, LedgerLocation, resolve_location
 from dprelease.ledger.records import now
+
+_MADE: dict[Path, str] = {}  # the digest of each SQLite ledger make_ledger created, as created
 
 
 def birth(reason: str = "a test's ledger") -> Birth:
@@ -23,7 +27,21 @@ def init_at(location: LedgerLocation) -> Ledger:
 def make_ledger(where: str | os.PathLike[str]) -> Path | str:
     """Create the ledger at ``where`` (an absolute path or a database URL); return ``where``."""
     init_at(resolve_location(str(where))).close()
-    return Path(where) if "://" not in str(where) else str(where)
+    if "://" in str(where):
+        return str(where)
+    _MADE[Path(where)] = _digest(Path(where))
+    return Path(where)
+
+
+def untouched(path: Path) -> bool:
+    """Nothing was written to the ledger ``make_ledger`` created at ``path`` (byte for byte as it
+    was made; no ledger there at all counts too): what "nothing spent, nothing recorded" means for
+    a test's own ledger."""
+    return not path.exists() or _digest(path) == _MADE[path]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def remove_ledger(path: Path) -> Path:

@@ -26,7 +26,7 @@ from dprelease.ledger import Ledger, resolve_location
 from dprelease.ledger import keys
 from tests.conftest import ROOT
 from tests.test_run import child_env, run
-from tests.ledgers import init_at
+from tests.ledgers import init_at, make_ledger
 
 DATA = ROOT / "data" / "nist_acs" / "national2019.csv"
 
@@ -90,13 +90,14 @@ def run_cli(args: list, env: dict, cwd: Path = ROOT):
 
 def test_the_run_says_where_the_budget_lives(published):
     ledger = Ledger.open(resolve_location(str(published["ledger"])))
-    ledger_id = ledger.id
+    ledger_id, born = ledger.id, ledger.birth.record()
     ledger.close()
     assert f"ledger id {ledger_id}: sqlite:///{published['ledger']} (chosen by the spec's ledger: key)" \
         in published["stderr"]
     manifest = json.loads((published["out"] / "acs-demo-2019" / "manifest.json").read_text())
     assert manifest["ledger"] == {"id": ledger_id, "location": f"sqlite:///{published['ledger']}",
-                                  "chosen_by": "the spec's ledger: key"}
+                                  "chosen_by": "the spec's ledger: key", "born": born}
+    assert born["how"] == "dprelease ledger init" and born["reason"] == "the project's budget"
     internal = json.loads((published["out"] / "_internal" / "acs-demo-2019" / "run.json").read_text())
     assert internal["ledger_id"] == ledger_id and internal["data_fingerprint"].startswith("hmac-sha256:")
     plan = run_cli(["plan", published["spec"]], published["env"])
@@ -170,6 +171,7 @@ def test_the_approval_is_on_the_record_in_every_format(published):
 
 def test_approval_required_by_the_spec_or_the_ledger(tmp_path, run_env):
     spec = demo_copy(tmp_path, extra="approval: required\n")
+    make_ledger(tmp_path / "ledgers" / "ledger.sqlite")
     env = home_env(run_env, tmp_path / "home")
     refused = run(spec, "--output-dir", tmp_path / "out", env=env)
     assert refused.returncode == 5 and "approval: required" in refused.stderr, refused.stderr
@@ -188,6 +190,9 @@ def test_approval_required_by_the_spec_or_the_ledger(tmp_path, run_env):
 
 
 def tiny_release(directory: Path, rows: list[tuple[int, int]], *, release: str = "tiny-1", extra: str = "") -> Path:
+    """A tiny release, its ledger pinned beside it (``ledger.sqlite``, made on purpose if none is there)."""
+    if not (directory / "ledger.sqlite").exists():
+        make_ledger(directory / "ledger.sqlite")
     (directory / "tiny.csv").write_text("SEX,AGEP\n" + "".join(f"{s},{a}\n" for s, a in rows))
     spec = directory / "tiny.yaml"
     spec.write_text(f"""release: {release}
@@ -377,6 +382,9 @@ def test_an_existing_default_ledger_never_starts_a_budget(tmp_path, run_env):
     dataset's cap): a spec that pins nothing still cannot start its dataset's budget there."""
     home = tmp_path / "home"
     env = home_env(run_env, home)
+    default = home / ".local" / "share" / "dprelease" / "ledger.sqlite"
+    born = run_cli(["ledger", "init", default, "--reason", "an older version's default"], env)
+    assert born.returncode == 0, born.stderr
     made = run_cli(["ledger", "set-budget", "other-data", "--epsilon", "1", "--reason", "another dataset",
                     "--create"], env)
     assert made.returncode == 0, made.stderr

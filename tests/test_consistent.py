@@ -21,7 +21,7 @@ from dprelease.postprocess import postprocess_release
 from dprelease.postprocess.integral import round_two_way
 from dprelease.postprocess.nonnegative import SUM_TOLERANCE, project_segments, project_two_way
 from dprelease.spec import load_spec
-from tests.conftest import ROOT
+from tests.conftest import ROOT, shipped
 from tests.test_run import run
 from tests.ledgers import init_at
 
@@ -154,7 +154,7 @@ def test_rounding_one_place_keeps_its_total_and_marginals():
 
 def test_census_release_end_to_end_publishes_consistent_tables(tmp_path, run_env):
     out = tmp_path / "out"
-    proc = run(CENSUS, "--output-dir", out, env=run_env)
+    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, env=run_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "acs-census-2019"
     spec = load_spec(CENSUS)
@@ -211,7 +211,7 @@ def test_three_levels_from_a_mapping_file(tmp_path):
 
 def test_postprocess_command_reruns_from_the_measurements_only(tmp_path, run_env, cli):
     out = tmp_path / "out"
-    assert run(CENSUS, "--output-dir", out, env=run_env).returncode == 0
+    assert run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, env=run_env).returncode == 0
     release = out / "acs-census-2019"
     before = sorted((p.relative_to(release), p.read_bytes()) for p in release.rglob("*") if p.is_file())
     ledger_file = tmp_path / "xdg"  # the isolated default ledger of this test process
@@ -247,7 +247,7 @@ def test_evaluate_reports_both_methods_and_refuses_protected_datasets(cli, tmp_p
     from dprelease.ledger import resolve_location
 
     report = tmp_path / "eval.md"
-    result = cli("evaluate", CENSUS, "--trials", "2", "--output", report)
+    result = cli("evaluate", shipped(tmp_path, "acs_census.yaml"), "--trials", "2", "--output", report)
     assert result.code == 0, result
     assert "NOT PRIVATE" in result.stdout and "NOT PRIVATE" in report.read_text()
     assert result.stdout.count("| persons_by") == 6
@@ -256,7 +256,7 @@ def test_evaluate_reports_both_methods_and_refuses_protected_datasets(cli, tmp_p
     ledger.reserve(dataset="nist-acs-national-2019", release="real", charges=[("t", PureDP(F(1, 2)))],
                    spec_fingerprint="sha256:x", lifetime_from_spec=PureDP(F(4)))
     ledger.close()
-    refused = cli("evaluate", CENSUS, "--trials", "2")
+    refused = cli("evaluate", shipped(tmp_path, "acs_census.yaml"), "--trials", "2")
     assert refused.code == 2 and "not evaluated in the open" in refused.stderr
 
 

@@ -21,6 +21,7 @@ from dprelease.spec import Engine, load_spec
 from dprelease.ledger import Ledger, resolve_location
 from tests.test_run import child_env, run
 from tests.test_stream import NATIONAL, assert_same_counts, national_spec, national_table, national_with
+from tests.ledgers import untouched
 
 distributed = pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
 
@@ -142,12 +143,12 @@ def test_a_contribution_bound_is_refused_on_dask(tmp_path, cluster):
         count_exact(spec)
 
 
-def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, run_env):
+def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, run_env, isolated_ledger):
     spec = national_spec(tmp_path, NATIONAL, "csv").source
     proc = run(spec, "--dask-address", "tcp://127.0.0.1:9", "--output-dir", tmp_path / "out", env=run_env)
     assert proc.returncode == 2, proc.stderr
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in proc.stderr and "Nothing was spent" in proc.stderr
-    assert Ledger.open(resolve_location()) is None  # no ledger was even created
+    assert untouched(isolated_ledger)  # nothing was even written to the ledger
     assert not (tmp_path / "out" / "stream-test").exists()
 
 

@@ -19,7 +19,7 @@ from dprelease.mechanisms import discrete_laplace
 from dprelease.plan import plan_release
 from dprelease.postprocess import Invariants, postprocess_release
 from dprelease.spec import canonical, fingerprint, load_spec
-from tests.conftest import ROOT
+from tests.conftest import ROOT, shipped
 from tests.stats import empirical_epsilon
 from tests.test_consistent import CENSUS, check_consistency, noisy_release
 from tests.test_run import run
@@ -29,18 +29,18 @@ INVARIANTS = ROOT / "configs" / "acs_census_invariants.yaml"
 N = 400_000
 
 
-def test_invariants_double_every_sensitivity_and_say_so(cli):
+def test_invariants_double_every_sensitivity_and_say_so(cli, tmp_path):
     spec, plain = load_spec(INVARIANTS), load_spec(CENSUS)
     assert spec.invariants == ("STATE",) and spec.invariant_levels == ("root", "STATE")
     for plan, sensitivity in ((plan_release(spec, None), 2), (plan_release(plain, None), 1)):
         assert {t.sensitivity for t in plan.tables} == {sensitivity}
         assert all(t.scale == Fraction(sensitivity) / t.budget.epsilon for t in plan.tables)
-    result = cli("plan", INVARIANTS, "--json")
+    result = cli("plan", shipped(tmp_path, "acs_census_invariants.yaml"), "--json")
     assert result.code == 0, result
     shown = json.loads(result.stdout)
     assert "change one record" in shown["neighbouring"]
     assert shown["invariants"] == {"levels": ["root", "STATE"], "protected_by_differential_privacy": False}
-    printed = cli("plan", INVARIANTS)
+    printed = cli("plan", shipped(tmp_path, "acs_census_invariants.yaml"))
     assert "NOT protected by differential privacy" in printed.stdout.replace("not protected", "NOT protected")
     # a spec without invariants keeps its canonical form (and fingerprint) as before the feature
     assert "invariants" not in canonical(plain) and "invariants" in canonical(spec)
@@ -99,11 +99,11 @@ def _read_counts(path):
 
 def test_release_with_invariants_publishes_them_flagged_and_reruns(tmp_path, run_env, cli):
     out = tmp_path / "out"
-    refused = run(INVARIANTS, "--output-dir", out, env=run_env)  # exact publications need an approved plan
+    refused = run(shipped(tmp_path, "acs_census_invariants.yaml"), "--output-dir", out, env=run_env)  # exact publications need an approved plan
     assert refused.returncode == 5 and "exact publication of the invariants" in refused.stderr, refused.stderr
-    approved = cli("plan", INVARIANTS, "--approve", "--by", "reviewer")
+    approved = cli("plan", shipped(tmp_path, "acs_census_invariants.yaml"), "--approve", "--by", "reviewer")
     assert approved.code == 0, approved
-    proc = run(INVARIANTS, "--output-dir", out, env=run_env)
+    proc = run(shipped(tmp_path, "acs_census_invariants.yaml"), "--output-dir", out, env=run_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "acs-census-2019-invariants"
     # the invariants are the true totals, counted here independently of dprelease
@@ -201,16 +201,16 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     ledger.close()
     # end to end: the plain census release on the bounded dataset is published with sensitivity 2
     out = tmp_path / "out"
-    proc = run(CENSUS, "--output-dir", out, "--ledger", bounded, env=run_env)
+    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, "--ledger", bounded, env=run_env)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((out / "acs-census-2019" / "manifest.json").read_text())
     assert {t["sensitivity"] for t in manifest["tables"]} == {2}
     assert manifest["privacy"]["ledger_terms"] == "pure-bounded"
     # the other way round: add/remove releases first, then invariants are refused (nothing spent)
     plain_ledger = tmp_path / "plain.sqlite"
-    proc = run(CENSUS, "--output-dir", tmp_path / "out2", "--ledger", plain_ledger, env=run_env)
+    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", tmp_path / "out2", "--ledger", plain_ledger, env=run_env)
     assert proc.returncode == 0, proc.stderr
-    refused = cli("run", INVARIANTS, "--ledger", plain_ledger, "--output-dir", tmp_path / "out3")
+    refused = cli("run", shipped(tmp_path, "acs_census_invariants.yaml"), "--ledger", plain_ledger, "--output-dir", tmp_path / "out3")
     assert refused.code != 0 and "add/remove" in refused.stderr and "Traceback" not in refused.stderr, refused
     ledger = ledger_at(plain_ledger)
     assert len(ledger.state(plain.dataset.name).runs) == 1
@@ -234,13 +234,13 @@ def test_invariants_of_an_attribute_are_refused(tmp_path, cli):
     assert cli("validate", INVARIANTS).code == 0
 
 
-def test_the_plan_lists_exact_publications_first(cli):
-    result = cli("plan", INVARIANTS)
+def test_the_plan_lists_exact_publications_first(cli, tmp_path):
+    result = cli("plan", shipped(tmp_path, "acs_census_invariants.yaml"))
     first = result.stdout.splitlines()[:3]
     assert first[0].startswith("EXACT PUBLICATIONS — NOT protected by differential privacy"), first
     assert first[1:] == ["  * the number of persons in the whole dataset (root): its exact count",
                          "  * the number of persons in each STATE: their exact counts"]
-    as_json = cli("plan", INVARIANTS, "--json")
+    as_json = cli("plan", shipped(tmp_path, "acs_census_invariants.yaml"), "--json")
     assert next(iter(json.loads(as_json.stdout))) == "exact_publications"
-    approve = cli("plan", INVARIANTS, "--approve", "--by", "reviewer")
+    approve = cli("plan", shipped(tmp_path, "acs_census_invariants.yaml"), "--approve", "--by", "reviewer")
     assert approve.code == 0 and "with its EXACT publications (NOT differentially private)" in approve.stderr

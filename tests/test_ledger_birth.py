@@ -17,19 +17,10 @@ from pathlib import Path
 import pytest
 
 from dprelease.ledger import Ledger, default_path, resolve_location
-from tests.conftest import ROOT
+from tests.conftest import ROOT, shipped_project
 from tests.ledgers import make_ledger, remove_ledger
 
 NOTHING = "Nothing was created or spent."
-
-
-def project(root: Path) -> Path:
-    """A second clone of the project, as far as the demo goes: configs/ (the demo spec and its
-    domains) and data/nist_acs/national2019.csv, in the same layout; no ledgers/, no outputs/."""
-    shutil.copytree(ROOT / "configs", root / "configs", ignore=shutil.ignore_patterns("ledgers", "outputs"))
-    (root / "data" / "nist_acs").mkdir(parents=True)
-    shutil.copy(ROOT / "data" / "nist_acs" / "national2019.csv", root / "data" / "nist_acs")
-    return root / "configs" / "acs_demo.yaml"
 
 
 def runs_in(path: Path) -> list[tuple[str, str]]:
@@ -44,7 +35,7 @@ def runs_in(path: Path) -> list[tuple[str, str]]:
 def clone(tmp_path, monkeypatch):
     """The demo in a fresh clone; no $DPRELEASE_LEDGER (the spec's pin decides)."""
     monkeypatch.delenv("DPRELEASE_LEDGER")
-    return project(tmp_path / "clone")
+    return shipped_project(tmp_path / "clone", ledger=False) / "acs_demo.yaml"
 
 
 def run(cli, spec: Path, *args: str | Path):

@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+from pathlib import Path
 from fractions import Fraction
 
 import numpy as np
@@ -20,7 +21,7 @@ from dprelease.mechanisms.local import coin_flip
 from tests.conftest import assert_edit_refused
 from tests.stats import empirical_epsilon, finite_chi_square_pvalue
 from tests.test_run import run
-from tests.ledgers import init_at
+from tests.ledgers import init_at, make_ledger
 
 TRUTH = np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.07, 0.05, 0.03, 0.02, 0.0])
 LETTERS = "abcdefghij"
@@ -76,7 +77,10 @@ def true_answers(path, n=100_000, seed=7):
 def randomized_answers(cli, spec, ledger, source, target, memo=None):
     """`dprelease randomize` both tables of ``spec`` (favourite, then smokers) from the true
     answers in ``source`` into ``target``: answers the ledger registers (the second step keeps the
-    first's registration of the column it copies). ``memo``: a prefix of the two memo files."""
+    first's registration of the column it copies). ``memo``: a prefix of the two memo files. The
+    ledger at ``ledger`` is made on purpose first where there is none (randomize never makes one)."""
+    if not Path(ledger).exists():
+        make_ledger(ledger)
     step = target.with_name(target.stem + "-step.csv")
     results = []
     for table, src, dst in (("favourite", source, step), ("smokers", step, target)):
@@ -148,7 +152,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     ledger records each respondent's ε: 1 + ln 3 (rounded up) for the first wave."""
     true_answers(tmp_path / "true.csv")
     spec = write_spec(tmp_path)
-    ledger = tmp_path / "ledger.sqlite"
+    ledger = make_ledger(tmp_path / "ledger.sqlite")
     step = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "step.csv",
                "--id", "ID", "--memo", tmp_path / "memo.json", "--ledger", ledger)
     assert step.code == 0, step
@@ -246,7 +250,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
 def test_a_memoised_collection_needs_its_first_one(tmp_path, cli):
     true_answers(tmp_path / "answers.csv", n=100)
     spec = write_spec(tmp_path, memoised="true", collection="wave-2", data="answers.csv")
-    refused = cli("plan", spec, "--ledger", tmp_path / "ledger.sqlite")
+    refused = cli("plan", spec, "--ledger", make_ledger(tmp_path / "ledger.sqlite"))
     assert refused.code == 2 and "'wave-1' is not a recorded, non-memoised collection" in refused.stderr, refused
     text = spec.read_text()
     spec.write_text(text.replace("    memo_of: wave-1\n", "", 1))

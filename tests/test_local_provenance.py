@@ -19,6 +19,7 @@ from dprelease.data import file_fingerprint
 from dprelease.errors import LedgerError
 from dprelease.ledger import Ledger, LocalCollection, resolve_location
 from dprelease.mechanisms.local import coin_flip, randomize
+from tests.ledgers import untouched
 from tests.conftest import ROOT
 from tests.test_local import LETTERS, randomized_answers, read_csv, true_answers, write_spec
 from tests.test_run import run
@@ -266,8 +267,8 @@ def test_randomize_needs_a_pinned_ledger_and_leaves_no_answers_it_could_not_regi
     spec = write_spec(tmp_path)
     monkeypatch.delenv("DPRELEASE_LEDGER")
     refused = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "o.csv")
-    assert refused.code == 2 and "pin it in the spec" in refused.stderr, refused
-    assert not (tmp_path / "o.csv").exists() and not isolated_ledger.exists()  # the per-user default
+    assert refused.code == 2 and "pin it in the spec" in refused.stderr.lower(), refused
+    assert not (tmp_path / "o.csv").exists() and untouched(isolated_ledger)  # the per-user default
 
     def broken(self, entries, by=None):
         raise LedgerError("the ledger is unreachable")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, shipped_project
 
 PROBE = """
 import sys
@@ -27,7 +27,7 @@ def run_probe(*argvs: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_validate_help_and_plan_on_the_demo_do_not_import_prefect(tmp_path):
-    demo = str(ROOT / "configs" / "acs_demo.yaml")
+    demo = str(shipped_project(tmp_path) / "acs_demo.yaml")  # its own pinned ledger: plan reads it
     proc = run_probe(["validate", "--help"], ["validate", demo], ["plan", demo], ["plan", demo, "--json"],
                      ["ledger"], ["ledger", "--json"], ["postprocess", "--help"])
     assert proc.returncode == 0, proc.stderr

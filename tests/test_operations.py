@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
-from tests.conftest import ROOT
+from tests.conftest import ROOT, unpinned
 from tests.test_run import run
 from tests.ledgers import init_at
 
@@ -16,7 +16,7 @@ from tests.ledgers import init_at
 def demo_spec(tmp_path):
     """The shipped demo spec with absolute data paths, in tmp_path."""
     path = tmp_path / "demo.yaml"
-    path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
+    path.write_text(unpinned((ROOT / "configs" / "acs_demo.yaml").read_text())
                     .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                     .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
     return path

@@ -21,6 +21,7 @@ from dprelease.ledger import Ledger, resolve_location
 from tests.conftest import ROOT
 from tests.prefect_server import quiet_prefect_env
 from tests.test_run import _spec, child_env, run
+from tests.ledgers import make_ledger
 
 DATASET = "nist-acs-national-2019"
 RUN_SPECIFIC = ("run_id", "created_at")  # the manifest's keys that name the run itself
@@ -32,7 +33,8 @@ def _published(out: Path, release: str) -> tuple[list[str], dict]:  # type: igno
     manifest = json.loads((root / "manifest.json").read_text())
     for key in RUN_SPECIFIC:
         manifest.pop(key)
-    manifest["ledger"].pop("id")  # each run here has a ledger of its own ...
+    manifest["ledger"].pop("id")  # each run here has a ledger of its own (its id and time of birth) ...
+    manifest["ledger"]["born"].pop("at")
     manifest["ledger"]["location"] = Path(manifest["ledger"]["location"]).name  # ... in a directory of its own
     return files, manifest
 
@@ -51,7 +53,7 @@ def test_inline_and_prefect_publish_the_same_release(tmp_path, run_env):
     for mode in ("inline", "prefect"):
         ledger = tmp_path / mode / "ledger.sqlite"
         out = tmp_path / f"out-{mode}"
-        proc = run(spec, "--output-dir", out, "--orchestrator", mode, env={**run_env, "DPRELEASE_LEDGER": str(ledger)})
+        proc = run(spec, "--output-dir", out, "--orchestrator", mode, env={**run_env, "DPRELEASE_LEDGER": str(make_ledger(ledger))})
         assert proc.returncode == 0, proc.stderr
         record = json.loads((out / "_internal" / "same-either-way" / "run.json").read_text())
         results[mode] = (*_published(out, "same-either-way"), _ledger_rows(ledger), record)

@@ -12,6 +12,7 @@ import pytest
 
 from dprelease.lifecycle.prepare import output_location
 from dprelease.spec import fingerprint, load_spec
+from tests.ledgers import untouched
 from tests.conftest import SPECS
 
 MINIMAL = (SPECS / "good" / "minimal.yaml").read_text()
@@ -85,7 +86,7 @@ def test_a_bad_output_dir_is_refused_with_its_line_and_a_fix(tmp_path, cli, isol
     assert "e.g. output_dir: ../outputs" in checked.stderr, checked.stderr
     run = cli("run", spec, "--orchestrator", "inline")
     assert run.code == 2 and words in run.stderr, run
-    assert not (tmp_path / "proj" / "outputs").exists() and not isolated_ledger.exists()  # nothing spent
+    assert not (tmp_path / "proj" / "outputs").exists() and untouched(isolated_ledger)  # nothing spent
 
 
 def test_output_dir_is_not_part_of_the_fingerprint(tmp_path):

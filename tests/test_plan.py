@@ -10,8 +10,8 @@ import pytest
 from dprelease.accounting import PureDP
 from dprelease.ledger import resolve_location
 from dprelease.mechanisms.discrete_laplace import margin_of_error
-from tests.conftest import ROOT, SPECS, write_spec
-from tests.ledgers import init_at
+from tests.conftest import SPECS, write_spec, shipped_project
+from tests.ledgers import init_at, remove_ledger
 
 THREE = (SPECS / "good" / "three_tables.yaml").read_text()
 
@@ -50,7 +50,7 @@ def test_plan_succeeds_when_the_data_path_does_not_exist(tmp_path, cli_process):
 
 
 def test_plan_json_has_the_documented_fields(tmp_path, cli):
-    result, plan = plan_json(cli, ROOT / "configs" / "acs_demo.yaml")
+    result, plan = plan_json(cli, shipped_project(tmp_path) / "acs_demo.yaml")  # its own pinned ledger
     assert result.code == 0, result
     for key in ("fits", "total_epsilon", "release_budget", "lifetime", "fingerprint", "tables"):
         assert key in plan
@@ -69,7 +69,7 @@ def test_plan_json_has_the_documented_fields(tmp_path, cli):
 def test_printed_margins_match_the_pmf(tmp_path, cli):
     from tests.test_accuracy import brute_force_moe
 
-    result = cli("plan", ROOT / "configs" / "acs_demo.yaml")
+    result = cli("plan", shipped_project(tmp_path) / "acs_demo.yaml")
     assert result.code == 0
     rows = {line.split("│")[1].strip(): line.split("│")[-2].strip()
             for line in result.stdout.splitlines() if line.count("│") > 3}
@@ -142,11 +142,14 @@ def test_a_spec_asking_another_lifetime_budget_is_refused(tmp_path, cli):
 
 
 def test_plan_never_creates_the_ledger(tmp_path, cli, isolated_ledger):
+    """Where no ledger is, plan refuses as a run would (issue 27), naming the location and the
+    command that creates a ledger there; nothing is created."""
+    remove_ledger(isolated_ledger)
     result = cli("plan", write_spec(tmp_path, THREE))
-    assert result.code == 0
+    assert result.code == 2
     assert not isolated_ledger.exists()
-    assert f"ledger: sqlite:///{isolated_ledger}" in result.stderr
-    assert "none yet" in result.stderr
+    assert f"there is no ledger at sqlite:///{isolated_ledger}" in result.stderr
+    assert f"dprelease ledger init sqlite:///{isolated_ledger} --reason TEXT" in result.stderr
 
 
 def test_fingerprint_changes_with_a_domain_file_and_not_with_notation(tmp_path, cli):

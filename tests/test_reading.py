@@ -26,10 +26,11 @@ from dprelease.errors import UserError
 from dprelease.plan import plan_release
 from dprelease.reading import MANIFEST_FORMATS, NotARelease, read_release
 from dprelease.spec import load_spec
-from tests.conftest import ROOT
+from tests.conftest import ROOT, unpinned
+from tests.ledgers import make_ledger
 from tests.test_run import run
 
-DEMO = (ROOT / "configs" / "acs_demo.yaml").read_text()
+DEMO = unpinned((ROOT / "configs" / "acs_demo.yaml").read_text())
 OMIT = "    where: {AGEP: {ge: 18}}\n    epsilon: \"0.25\"\n"
 assert OMIT in DEMO
 
@@ -108,7 +109,8 @@ def measures(tmp_path_factory, run_env_module):
 def census(tmp_path_factory, run_env_module):
     tmp = tmp_path_factory.mktemp("census")
     spec = tmp / "census.yaml"
-    spec.write_text(_absolute((ROOT / "configs" / "acs_census_invariants.yaml").read_text()))
+    spec.write_text(_absolute(unpinned((ROOT / "configs" / "acs_census_invariants.yaml").read_text())))
+    make_ledger(tmp / "ledger.sqlite")  # an approval is recorded in an existing ledger only
     approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", spec, "--approve", "--by", "reviewer",
                               "--ledger", tmp / "ledger.sqlite"], capture_output=True, text=True, cwd=ROOT)
     assert approve.returncode == 0, approve.stderr  # exact publications need an approved plan

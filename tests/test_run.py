@@ -21,7 +21,8 @@ from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.plan.planner import measurement_plans
 from dprelease.spec import load_spec
-from tests.conftest import ROOT, write_spec
+from tests.conftest import shipped_project, ROOT, write_spec, unpinned
+from tests.ledgers import make_ledger
 
 DEMO = ROOT / "configs" / "acs_demo.yaml"
 
@@ -59,7 +60,9 @@ def ledger_state(dataset: str, url: str | None = None):
 
 def test_demo_release_is_published_whole(tmp_path, run_env):
     out = tmp_path / "out"
-    proc = run(DEMO, "--output-dir", out, env=run_env)
+    demo = shipped_project(tmp_path) / "acs_demo.yaml"  # the shipped spec; its pinned ledger, the copy's
+    ledger = str(tmp_path / "ledgers" / "nist-acs.sqlite")
+    proc = run(demo, "--output-dir", out, env=run_env)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     spec = load_spec(DEMO)
@@ -99,7 +102,7 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     published = "".join(p.read_text(errors="ignore") for p in release.rglob("*.json")) + report
     assert "27253" not in published and internal["data_fingerprint"] not in published
     assert "timings" not in published
-    state = ledger_state(spec.dataset.name)
+    state = ledger_state(spec.dataset.name, ledger)
     assert [(r.release, r.state, r.charge) for r in state.runs] == [(spec.release, "committed", PureDP(1))]
     assert state.runs[0].data_fingerprint == internal["data_fingerprint"]
 
@@ -118,14 +121,14 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     [progress] = flow_run_artifacts(run_env, "progress-acs-demo-2019", internal["prefect_flow_run_id"])
     assert progress["type"] == "progress" and float(progress["data"]) == 100.0
 
-    again = run(DEMO, "--output-dir", out, env=run_env)
+    again = run(demo, "--output-dir", out, env=run_env)
     assert again.returncode == 4, again.stderr
     assert str(release) in again.stderr and "Nothing was spent" in again.stderr
-    assert ledger_state(spec.dataset.name).spent == PureDP(1)
+    assert ledger_state(spec.dataset.name, ledger).spent == PureDP(1)
 
 
 def _spec(tmp_path: Path, release: str, epsilon: str = "0.5", lifetime: str = "4", data: str | None = None) -> Path:
-    body = (DEMO.read_text().replace("release: acs-demo-2019", f"release: {release}")
+    body = (unpinned(DEMO.read_text()).replace("release: acs-demo-2019", f"release: {release}")
             .replace("\nbudget: {epsilon: 1}", "\nbudget: {epsilon: 10}")
             .replace("lifetime_budget: {epsilon: 4}", f"lifetime_budget: {{epsilon: {lifetime}}}")
             .replace("domains/puma.txt", str(ROOT / "configs" / "domains" / "puma.txt"))
@@ -179,7 +182,7 @@ def test_four_racing_runs_for_one_budget_publish_exactly_once(tmp_path, run_env)
     for round_ in range(3):
         dataset_home = tmp_path / f"round{round_}"
         dataset_home.mkdir()
-        env = {**run_env, "DPRELEASE_LEDGER": str(dataset_home / "xdg" / "dprelease" / "ledger.sqlite")}
+        env = {**run_env, "DPRELEASE_LEDGER": str(make_ledger(dataset_home / "xdg" / "dprelease" / "ledger.sqlite"))}
         specs = [_spec(dataset_home, f"race-{round_}-{i}", epsilon="0.25", lifetime="1") for i in range(4)]
         for path in specs:  # 0.25 + 0.25 + 0.2 + 0.05: each release costs 3/4 of the lifetime 1
             path.write_text(path.read_text().replace("epsilon: 0.3\n", "epsilon: 0.05\n"))
@@ -233,9 +236,12 @@ def test_sigkill_during_noise_publishes_nothing_and_leaves_the_reservation_count
 def test_the_readme_command_runs_in_ephemeral_mode(tmp_path, orchestrator):
     """No server, a fresh PREFECT_HOME, as on a new machine: the default runs inline; forced to
     Prefect, the run starts a temporary server of its own (and stops it)."""
-    env = {"PREFECT_HOME": str(tmp_path / "prefect-home")}
-    proc = run(DEMO, "--output-dir", tmp_path / "out", "--orchestrator", orchestrator,
-               env={**env, "PREFECT_API_URL": None}, timeout=240)
+    env = {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": None}
+    demo = shipped_project(tmp_path, ledger=False) / "acs_demo.yaml"  # a fresh clone: its deliberate first step
+    born = subprocess.run([sys.executable, "-m", "dprelease", "ledger", "init", "--spec", str(demo), "--reason",
+                           "the demo's own budget"], capture_output=True, text=True, env=child_env(env), timeout=120)
+    assert born.returncode == 0, born.stderr
+    proc = run(demo, "--output-dir", tmp_path / "out", "--orchestrator", orchestrator, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "acs-demo-2019" / "manifest.json").exists()
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -26,7 +26,7 @@ from dprelease.plan.planner import measurement_plans
 from dprelease.plan.structural import satisfies
 from dprelease.postprocess import postprocess_release
 from dprelease.spec import Condition, load_spec
-from tests.conftest import ROOT, write_spec
+from tests.conftest import ROOT, write_spec, unpinned
 from tests.test_run import ledger_state, run
 
 DEMO = ROOT / "configs" / "acs_demo.yaml"
@@ -80,7 +80,7 @@ def test_the_demo_plan_lists_exactly_the_20_pumas_by_0_17_and_keeps_epsilon_and_
 
 
 def test_without_the_rule_the_marital_table_has_no_structural_cells(tmp_path):
-    text = DEMO.read_text()
+    text = unpinned(DEMO.read_text())
     start, end = text.index("rules:"), text.index("tables:")
     spec = load_spec(write_spec(tmp_path, text[:start].replace("domains/puma.txt", str(ROOT / "configs/domains/puma.txt"))
                                 + text[end:]))
@@ -207,7 +207,7 @@ def test_a_structural_cell_holding_rows_is_a_bug_caught_before_any_noise(monkeyp
 
 def test_consistent_post_processing_keeps_structural_cells_at_zero(tmp_path):
     """A census-style group (geography: STATE, PUMA) whose tables have structural cells."""
-    text = (ROOT / "configs" / "acs_census.yaml").read_text().replace("domains/puma.txt",
+    text = unpinned((ROOT / "configs" / "acs_census.yaml").read_text()).replace("domains/puma.txt",
                                                                      str(ROOT / "configs" / "domains" / "puma.txt"))
     text = text.replace("../data/nist_acs/national2019.csv", str(DATA))
     text = text.replace("    consistency: persons\n", "    consistency: persons\n    where: {AGEP: {ge: 18}, HISP: {ne: 0}}\n")
@@ -263,7 +263,7 @@ def test_the_msp_rule_holds_in_the_shipped_data():
 
 
 def test_a_run_whose_data_breaks_a_rule_is_refused_and_spends_nothing(tmp_path, run_env):
-    text = DEMO.read_text().replace("if: {AGEP: {lt: 15}}", "if: {AGEP: {lt: 16}}")
+    text = unpinned(DEMO.read_text()).replace("if: {AGEP: {lt: 15}}", "if: {AGEP: {lt: 16}}")
     text = text.replace("domains/puma.txt", str(ROOT / "configs" / "domains" / "puma.txt"))
     text = text.replace("../data/nist_acs/national2019.csv", str(DATA))
     spec = write_spec(tmp_path, text)
@@ -288,7 +288,7 @@ def demo_releases(tmp_path_factory, run_env_module):
     out, ledger = base / "out", base / "ledger.sqlite"
     releases = []
     for i in range(3):
-        text = (DEMO.read_text().replace("release: acs-demo-2019", f"release: structural-{i}")
+        text = (unpinned(DEMO.read_text()).replace("release: acs-demo-2019", f"release: structural-{i}")
                 .replace("domains/puma.txt", str(ROOT / "configs" / "domains" / "puma.txt"))
                 .replace("../data/nist_acs/national2019.csv", str(DATA)))
         spec = write_spec(base, text, f"spec-{i}.yaml")
@@ -374,7 +374,7 @@ def test_a_release_from_before_structural_zeros_is_post_processed_as_published(d
 def test_structural_zeros_omit_leaves_the_cells_out(tmp_path):
     from dprelease.publish import write_table
 
-    text = DEMO.read_text().replace('where: {AGEP: {ge: 18}}', 'where: {AGEP: {ge: 18}}\n    structural_zeros: omit')
+    text = unpinned(DEMO.read_text()).replace('where: {AGEP: {ge: 18}}', 'where: {AGEP: {ge: 18}}\n    structural_zeros: omit')
     text = text.replace("domains/puma.txt", str(ROOT / "configs" / "domains" / "puma.txt"))
     spec = load_spec(write_spec(tmp_path, text))
     table = next(t for t in spec.tables if t.name == "adults_by_puma_age_group")

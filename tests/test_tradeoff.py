@@ -26,7 +26,7 @@ from dprelease.plan.margins import margin_of
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace
 from dprelease.plan.tradeoff import FACTORS, MEAN_AT, MEAN_NOTE, MODE_NOTE, QUANTILE_NOTE, plan_curves, scaled
 from dprelease.spec import load_spec
-from tests.conftest import ROOT
+from tests.conftest import ROOT, unpinned
 from tests.test_operations import demo_spec
 from tests.test_report_budgets import spec_path
 
@@ -66,7 +66,7 @@ def specs(tmp_path):
     (ε, δ) releases of Gaussian and Laplace counts, means and modes, sums and the truncated
     geometric, with a contribution bound."""
     census = tmp_path / "census.yaml"
-    census.write_text((ROOT / "configs" / "acs_census.yaml").read_text()
+    census.write_text(unpinned((ROOT / "configs" / "acs_census.yaml").read_text())
                       .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                       .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
     paths = {"demo": demo_spec(tmp_path), "census": census, "sums": sums_spec(tmp_path),
@@ -409,7 +409,7 @@ def test_the_allocate_command_prints_a_spec_fragment(cli, tmp_path):
     as_json = json.loads(cli("plan", path, "--allocate", "--json").stdout)
     assert Fraction(as_json["total"]["epsilon"]) <= 1 and as_json["exponent"] == "1/3"
     census = tmp_path / "census.yaml"
-    census.write_text((ROOT / "configs" / "acs_census.yaml").read_text()
+    census.write_text(unpinned((ROOT / "configs" / "acs_census.yaml").read_text())
                       .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                       .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
     levels = yaml.safe_load(cli("plan", census, "--allocate").stdout)["tables"][0]["epsilon"]

@@ -25,6 +25,7 @@ from tests.conftest import ROOT
 from tests.prefect_server import quiet_prefect_env
 from tests.test_orchestrators import DATASET, _ledger_rows, _published
 from tests.test_run import _spec, child_env, run
+from tests.ledgers import make_ledger
 
 
 FAULTY = "tests.faulty_runner"  # the runner with tests/faulty_runner.py's hook: runs pause where a test says
@@ -68,7 +69,7 @@ def _paused_run(tmp_path: Path, env: dict[str, str], release: str, resume: bool 
     client, the run's PID, its ledger, its output directory). ``resume``: it goes on once
     ``tmp_path / "resume"`` exists."""
     flag, ledger, out = tmp_path / "flag", tmp_path / "l.sqlite", tmp_path / "out"
-    extra = {"DPRELEASE_LEDGER": str(ledger), "DPRELEASE_FAULT_AT": "histogram", "DPRELEASE_FAULT_FLAG": str(flag)}
+    extra = {"DPRELEASE_LEDGER": str(make_ledger(ledger)), "DPRELEASE_FAULT_AT": "histogram", "DPRELEASE_FAULT_FLAG": str(flag)}
     if resume:
         extra["DPRELEASE_FAULT_RESUME"] = str(tmp_path / "resume")
     client = subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(_spec(tmp_path, release)),
@@ -128,7 +129,7 @@ def test_a_run_handed_to_the_runner_publishes_what_an_inline_run_does(tmp_path, 
                   "file=sys.stderr)\nsys.exit(code)\n")
         proc = subprocess.run([sys.executable, "-c", script, "run", str(spec), "--output-dir", str(out),
                                "--orchestrator", mode], cwd=tmp_path, capture_output=True, text=True, timeout=180,
-                              env={**warm_env, "DPRELEASE_LEDGER": str(ledger)})
+                              env={**warm_env, "DPRELEASE_LEDGER": str(make_ledger(ledger))})
         assert proc.returncode == 0, proc.stderr
         record = json.loads((out / "_internal" / "warm-or-inline" / "run.json").read_text())
         results[mode] = (*_published(out, "warm-or-inline"), _ledger_rows(ledger), record, proc.stderr)
@@ -154,7 +155,7 @@ def test_the_childs_exit_code_and_streams_are_the_clients(tmp_path, warm_env):
               "except SystemExit as e:\n    code = e.code\nprint('typer' in sys.modules, file=sys.stderr)\n"
               "sys.exit(code)\n")
     proc = subprocess.run([sys.executable, "-c", script, "run", spec.name, "--output-dir", "here"], cwd=spec.parent,
-                          env={**warm_env, "DPRELEASE_LEDGER": str(tmp_path / "l.sqlite")}, capture_output=True,
+                          env={**warm_env, "DPRELEASE_LEDGER": str(make_ledger(tmp_path / "l.sqlite"))}, capture_output=True,
                           text=True, timeout=180)
     assert proc.returncode == 3, proc.stderr
     assert "The data was not read" in proc.stderr and "not using the warm runner" not in proc.stderr
@@ -230,7 +231,7 @@ def test_a_runner_for_other_settings_is_not_used(tmp_path, warm_env):
     settings runs here, saying why in one line."""
     out = tmp_path / "out"
     proc = run(_spec(tmp_path, "other-settings"), "--output-dir", out,
-               env={**warm_env, "DPRELEASE_LEDGER": str(tmp_path / "l.sqlite"), "PREFECT_LOGGING_LEVEL": "ERROR"})
+               env={**warm_env, "DPRELEASE_LEDGER": str(make_ledger(tmp_path / "l.sqlite")), "PREFECT_LOGGING_LEVEL": "ERROR"})
     assert proc.returncode == 0, proc.stderr
     runner = _runner(warm_env)
     assert proc.stderr.count(f"not using the warm runner (PID {runner.pid}): it was started for other dprelease code, "

@@ -17,7 +17,7 @@ from dprelease.ledger import Ledger, resolve_location
 from dprelease.measure import measure_counts
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec
-from tests.conftest import ROOT
+from tests.conftest import ROOT, unpinned
 from tests.stats import chi_square_pvalue, discrete_gaussian_pmf, opendp
 from tests.test_run import run
 from tests.ledgers import init_at
@@ -127,7 +127,7 @@ def test_ledgers_keep_their_unit(tmp_path, cli):
     """A pure release on a zCDP ledger is charged Σ ε²/2; a zCDP release on a pure ledger is refused."""
     zcdp = load_spec(write(tmp_path))
     pure_path = tmp_path / "pure.yaml"
-    pure_path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
+    pure_path.write_text(unpinned((ROOT / "configs" / "acs_demo.yaml").read_text())
                          .replace("nist-acs-national-2019", "nist-acs-zcdp")
                          .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                          .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
@@ -212,7 +212,7 @@ def test_a_pure_release_runs_on_zcdp_and_approx_ledgers(tmp_path, run_env):
     or (ε, δ) runs as planned: the reservation compares the spec's lifetime figure only with a
     cap of its own kind (it once compared ε = 4 with ρ = 2 and refused what the plan allowed)."""
     pure_path = tmp_path / "pure.yaml"
-    pure_path.write_text((ROOT / "configs" / "acs_demo.yaml").read_text()
+    pure_path.write_text(unpinned((ROOT / "configs" / "acs_demo.yaml").read_text())
                          .replace("../data/nist_acs/", str(ROOT / "data" / "nist_acs") + "/")
                          .replace("domains/", str(ROOT / "configs" / "domains") + "/"))
     pure = load_spec(pure_path)

@@ -14,7 +14,8 @@ import typer
 from rich.console import Console
 
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
-from dprelease.ledger import Ledger, LedgerLocation, resolve_location
+from dprelease.ledger import Birth, Ledger, LedgerLocation, resolve_location
+from dprelease.ledger.records import current_user, now
 from dprelease.notices import init_command, ledger_line, location_notes, refuse_ledger_choice
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -83,6 +84,13 @@ def spec_location(spec: Any, url: str | None) -> LedgerLocation:
     return resolve_location(url, spec.ledger, spec.source.resolve().parent)
 
 
+def ledger_exists(location: LedgerLocation) -> bool:
+    found = Ledger.open(location)
+    if found is not None:
+        found.close()
+    return found is not None
+
+
 @contextmanager
 def ledger_if_any(location: LedgerLocation) -> Iterator[Ledger | None]:
     """The ledger at ``location``, or None where there is none (nothing is created); which one it
@@ -109,15 +117,26 @@ def ledger_at(location: LedgerLocation, *, missing: str | None = None, quiet: bo
 
 @contextmanager
 def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] = lambda: None,
-                quiet: bool = False) -> Iterator[Ledger]:
-    """The ledger of the spec's dataset, for a command that records something in it: it must
-    exist (no command but `ledger init` creates one), and a --ledger away from the spec's pin
-    must name a ledger that records the dataset (:func:`dprelease.notices.refuse_ledger_choice`).
-    ``check`` runs once the ledger is found."""
+                quiet: bool = False, command: str | None = None) -> Iterator[Ledger]:
+    """The ledger of the spec's dataset, for ``command`` (e.g. ``"randomize"``) that records
+    something in it: it must exist, and a --ledger away from the spec's pin must name a ledger that
+    records the dataset (:func:`dprelease.notices.refuse_ledger_choice`). The one exception: a
+    ``--ledger`` typed for a spec that pins none (``location.may_create``) is created there, for a
+    ``command`` that records, its birth recorded and said first. ``check`` runs once the ledger
+    is found, before one is created."""
     found = Ledger.open(location)
+    for note in location_notes(spec, location):
+        say(note)
+    if found is None and command is not None and location.may_create:
+        check()
+        birth = Birth(now(), current_user(), f"`dprelease {command}` of {spec.source.resolve()} (dataset "
+                      f"{spec.dataset.name}, a spec that pins no ledger) named this location with --ledger",
+                      f"dprelease {command} --ledger")
+        with Ledger.init(location, birth) as created:
+            say(ledger_line(location, True, created=True, ledger_id=created.id))
+            yield created
+        return
     with found if found is not None else nullcontext():
-        for note in location_notes(spec, location):
-            say(note)
         refuse_ledger_choice(spec, location, found)
         assert found is not None
         check()

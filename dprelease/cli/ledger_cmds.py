@@ -257,7 +257,7 @@ def ledger_register_answers(
                         f", not {memo_of!r}: --memo-of names the collection whose memo the answers were produced from")
     if not (answers.is_file() or answers.is_dir()):  # a directory of answer files, as dataset.path may be
         raise UserError(f"--answers {answers} is not a file or directory")
-    with spec_ledger(spec, spec_location(spec, ledger or ctx.obj)) as opened:
+    with spec_ledger(spec, spec_location(spec, ledger or ctx.obj), command="ledger register-answers") as opened:
         keyed = opened.fingerprint(file_fingerprint(answers))
         done = opened.register_answers((AnswerSet(spec.dataset.name, local.collection, local.column,
                                                   protocol_key(spec, local), local.epsilon_bound, keyed, REGISTERED,

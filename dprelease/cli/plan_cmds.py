@@ -15,6 +15,7 @@ from dprelease.accounting import NotANumber, amount_text, compose, fraction_text
 from dprelease.cli.common import (
     LedgerOpt,
     handled,
+    ledger_exists,
     out,
     say,
     spec_ledger,
@@ -110,14 +111,14 @@ def plan(
     if confidence is not None:
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = spec_location(spec, ledger)
-    with spec_ledger(spec, location) as opened:  # where a run would spend, refused as a run would
-        exists, ledger_id = True, opened.id
-        state = opened.state(spec.dataset.name)
-        evaluations = tuple(opened.evaluations_of(spec.dataset.name))
-    if state is None and location.source == "default":  # a run would refuse it: so does its plan
-        from dprelease.lifecycle import refuse_unpinned_new_ledger
-
-        refuse_unpinned_new_ledger(spec, location)
+    exists, ledger_id, state, evaluations = False, None, None, ()
+    if location.may_create and not ledger_exists(location):  # a run given this --ledger creates it: no refusal
+        say(ledger_line(location, False))
+    else:
+        with spec_ledger(spec, location) as opened:  # where a run would spend, refused as a run would
+            exists, ledger_id = True, opened.id
+            state = opened.state(spec.dataset.name)
+            evaluations = tuple(opened.evaluations_of(spec.dataset.name))
     the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
     warnings = (large_delta_warnings(spec) + repeated_table_warnings(spec.release, [t.name for t in spec.tables], state)
                 + review_warnings(plan_facts(the_plan, spec.dataset.partition_note), state))
@@ -159,7 +160,7 @@ def plan(
             say("plan exceeds the " + " and the ".join(budget_overruns(spec, the_plan)))
         raise typer.Exit(ExitCode.OVER_BUDGET)
     if approve:
-        with spec_ledger(spec, location, quiet=True) as approver:
+        with spec_ledger(spec, location, quiet=True, command="plan --approve") as approver:
             granted = approver.approve(dataset=spec.dataset.base_name or spec.dataset.name, release=spec.release,
                                        spec_fingerprint=the_plan.fingerprint, by=by,
                                        spec_path=str(spec.source.resolve()))

@@ -247,8 +247,8 @@ def report(
         raise typer.BadParameter("use html, md or json", param_hint="--format")
     manifest = reporting.read_manifest(release_dir)
     recorded = (manifest.get("ledger") or {}).get("location")  # where the release's budget lives
-    location = resolve_location(ledger or (None if os.environ.get("DPRELEASE_LEDGER") else recorded))
-    if not ledger and recorded and not os.environ.get("DPRELEASE_LEDGER"):
+    location = resolve_location(ledger or recorded)  # the release's own ledger, like a pin: never the variable's
+    if not ledger and recorded:
         location = dataclasses.replace(location, source="manifest")
     with ledger_if_any(location) as opened:
         state = opened.state(manifest["dataset"]) if opened is not None else None

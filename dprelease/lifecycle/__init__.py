@@ -33,14 +33,13 @@ from dprelease.lifecycle.recover import resolve_run
 from dprelease.lifecycle.refusals import (
     budget_overruns,
     over_budget_message,
-    refuse_unpinned_new_ledger,
 )
 from dprelease.lifecycle.reserve import reserve, reserved_line
 from dprelease.lifecycle.settle import RunFailed, done_lines, finish
 from dprelease.lifecycle.voice import Voice
 from dprelease.notices import ledger_line
 
-__all__ = ["Orchestrator", "RunFailed", "Voice", "budget_overruns", "over_budget_message", "refuse_unpinned_new_ledger",
+__all__ = ["Orchestrator", "RunFailed", "Voice", "budget_overruns", "over_budget_message",
            "resolve_run", "run_spec"]
 
 

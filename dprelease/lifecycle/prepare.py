@@ -28,7 +28,6 @@ from dprelease.lifecycle.refusals import (
     refuse_before_spending,
     refuse_foreign_outputs,
     refuse_links,
-    refuse_unpinned_new_ledger,
 )
 from dprelease.lifecycle.voice import Say
 from dprelease.notices import large_delta_warnings, location_notes, refuse_ledger_choice
@@ -118,9 +117,7 @@ def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_a
     """Plan against the ledger, recover what earlier runs left, refuse (nothing spent) or return
     what the reservation needs; the data's fingerprint is taken here, before anything is spent."""
     spec, output_dir = request.spec, request.output_dir
-    state = ledger.state(spec.dataset.name)
-    if state is None:  # a new lifetime budget starts only in a pinned ledger, never a per-user default
-        refuse_unpinned_new_ledger(spec, request.location)
+    state = ledger.state(spec.dataset.name)  # (never a new one in the per-user default: open_ledger refused it)
     plan = plan_release(spec, state)
     refuse_links(spec, output_dir)
     final = complete_interrupted_publication(spec, plan, say)

@@ -29,7 +29,7 @@ from dprelease.errors import (
     OverBudgetError,
     UserError,
 )
-from dprelease.ledger import Approval, Ledger, LedgerLocation
+from dprelease.ledger import Approval, Ledger
 from dprelease.lifecycle.voice import Say
 from dprelease.plan import Plan
 from dprelease.spec import ROOT, Spec
@@ -118,20 +118,6 @@ def refuse_bad_inputs(spec: Spec) -> None:
     problem = engine_problem(spec)
     if problem:
         raise UserError(f"{problem}. Nothing was spent.")
-
-
-def refuse_unpinned_new_ledger(spec: Spec, location: LedgerLocation) -> None:
-    """A dataset's lifetime budget never starts in the per-user default ledger: another user, a CI
-    account or a container (another HOME) would start the same data from a fresh budget."""
-    if location.source != "default":
-        return
-    raise LedgerError(
-        f"{spec.source}: dataset {spec.dataset.name!r} has no lifetime budget in the per-user default ledger "
-        f"{location.shown}, and the spec does not say where its lifetime budget lives. A run never starts a budget "
-        "there: another user or machine would start the same data from a fresh budget. Pin it in the spec with "
-        "`ledger: PATH` (relative to the spec file, e.g. ledger: ../ledgers/ledger.sqlite, or a database URL such as "
-        "postgresql://host/ledger) and create that ledger with `dprelease ledger init --spec SPEC --reason TEXT`. "
-        "Nothing was spent.")
 
 
 def approval_of(spec: Spec, plan: Plan, ledger: Ledger, required_by_flag: bool, say: Say) -> Approval | None:
