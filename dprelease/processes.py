@@ -13,6 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
+from dprelease import files
+
 
 def data_dir() -> Path:
     """dprelease's per-user data directory: ``$XDG_DATA_HOME/dprelease`` (an absolute
@@ -72,6 +74,5 @@ def read_record(path: Path, make: Callable[..., R]) -> R | None:
 
 
 def write_record(path: Path, record: Any) -> None:
-    """Write a process record (a dataclass) to ``path``, owner-only."""
-    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-        json.dump(asdict(record), f, indent=2)
+    """Write a process record (a dataclass) to ``path``, whole and owner-only (:mod:`dprelease.files`)."""
+    files.write_text(path, json.dumps(asdict(record), indent=2))

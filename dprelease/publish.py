@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dprelease import files
 from dprelease.accounting import amount_text, fraction_text
 from dprelease.plan import TablePlan
 from dprelease.plan.local import LocalPlan
@@ -146,8 +146,6 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
     publish`` (the default) they are published as exact zeros (an empty mode or mean) and a last
     column ``structural`` (true/false) marks them, in tables that have any; with ``omit`` they are
     left out."""
-    from pyarrow import csv
-
     path = directory / table_path(table, level)
     columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
     if isinstance(table.measure, ModeMeasure):
@@ -169,9 +167,7 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
             arrow = arrow.filter(pa.array(~structural))
         else:
             arrow = arrow.append_column("structural", pa.array(structural, pa.bool_()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    csv.write_csv(arrow, path, csv.WriteOptions(quoting_style="needed"))
-    return path
+    return _write_csv(arrow, path)
 
 
 def write_local_table(spec: Spec, plan: LocalPlan, counts: np.ndarray, estimates: tuple[Any, Any],
@@ -179,8 +175,6 @@ def write_local_table(spec: Spec, plan: LocalPlan, counts: np.ndarray, estimates
     """``tables/<name>.csv`` of a local table: per category the randomized answers received, and
     the estimated share of true answers with its standard error, by iterative Bayesian update
     (``share``, ``se``) and by matrix inversion projected onto the simplex (``share_mi``, ``se_mi``)."""
-    from pyarrow import csv
-
     ibu, mi = estimates
     columns = {plan.column: pa.array(spec.column(plan.column).categories, pa.string()),
                "answers": pa.array(counts, pa.int64()),
@@ -188,10 +182,7 @@ def write_local_table(spec: Spec, plan: LocalPlan, counts: np.ndarray, estimates
                "se": pa.array(ibu.standard_errors, pa.float64(), from_pandas=True),
                "share_mi": pa.array(mi.proportions, pa.float64(), from_pandas=True),
                "se_mi": pa.array(mi.standard_errors, pa.float64(), from_pandas=True)}
-    path = directory / f"tables/{plan.name}.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
-    return path
+    return _write_csv(pa.table(columns), directory / f"tables/{plan.name}.csv")
 
 
 def invariant_path(level: str) -> str:
@@ -217,13 +208,16 @@ def read_invariant(spec: Spec, level: str, path: Path) -> np.ndarray:
 
 
 def _write_counts(spec: Spec, dims: tuple[str, ...], values: np.ndarray, path: Path, name: str = "count") -> Path:
-    from pyarrow import csv
-
     columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
     columns[name] = pa.array(values, pa.int64())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    csv.write_csv(pa.table(columns), path, csv.WriteOptions(quoting_style="needed"))
-    return path
+    return _write_csv(pa.table(columns), path)
+
+
+def _write_csv(arrow: pa.Table, path: Path) -> Path:
+    """A published CSV, owner-only (:mod:`dprelease.files`)."""
+    from pyarrow import csv
+
+    return files.write_with(path, lambda f: csv.write_csv(arrow, f, csv.WriteOptions(quoting_style="needed")))
 
 
 def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: TablePlan, noisy: np.ndarray,
@@ -252,10 +246,8 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
                                          "mechanism": plan.mechanism, "sensitivity": plan.shown_sensitivity,
                                          "scale": fraction_text(plan.shown_scale)})}
     arrow = pa.table(columns).replace_schema_metadata(metadata)
-    path = directory / table_path(table, plan.level, "measurements", "parquet")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(arrow, path)
-    return path
+    return files.write_with(directory / table_path(table, plan.level, "measurements", "parquet"),
+                            lambda f: pq.write_table(arrow, f))
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,17 +315,9 @@ def _same_data(record_path: Path, ledger: dict[str, Any], digest: str) -> bool |
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write through a fresh temporary file (created exclusively, owner-only, under a random
-    name: never through a link planted beside it), then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``data`` as JSON at ``path``, written whole and owner-only through a fresh temporary file
+    (:func:`dprelease.files.write_text`: never through a link planted there)."""
+    files.write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def move_into_place(layout: Layout) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dprelease import __version__
+from dprelease import __version__, files
 from dprelease.data import ExactCounts, count_exact, file_fingerprint
 from dprelease.errors import DataError, InternalError, LedgerError
 from dprelease.faults import checkpoint
@@ -181,7 +181,7 @@ class ReleaseRun:
         start = time.perf_counter()
         staging = self.layout.staging
         discard_staging(self.layout)
-        staging.mkdir(parents=True, mode=0o700)
+        files.make_dirs(staging)
         for table in self.spec.tables:
             for level, dims, _ in table.measured():
                 table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
@@ -199,7 +199,7 @@ class ReleaseRun:
         write_json(staging / "manifest.json", record)
         write_json(staging / "spec.json", canonical(self.spec))  # public: domains, tables, budgets
         self.report_md = budget_report_md(record, self.caps)
-        (staging / "budget_report.md").write_text(self.report_md, encoding="utf-8")
+        files.write_text(staging / "budget_report.md", self.report_md)
         sync_tree(staging)
         checkpoint("publish")
         ledger = Ledger.open(self.location)
@@ -244,8 +244,7 @@ class ReleaseRun:
 
     def write_internal_record(self) -> Path:
         path = self.layout.internal / "run.json"
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_json(path, self.internal_record())  # created 0600 (mkstemp), never through a link
+        write_json(path, self.internal_record())  # 0600 in 0700 directories, never through a link (dprelease.files)
         return path
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from dprelease import files
 from dprelease.errors import UserError
 from dprelease.processes import alive, data_dir, pid_exists, process_start, read_record, write_record
 
@@ -172,8 +173,7 @@ def _spawn(port: int, log: Path, *, with_parent: bool = False,
     """``prefect server start`` on 127.0.0.1:port in a process group of its own; with
     ``with_parent`` it is also sent SIGTERM if this process dies (Linux), so a run killed even
     with SIGKILL leaves no server behind."""
-    log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as sink:
+    with files.open_truncated(log) as sink:  # 0600, in a 0700 directory
         return subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                                  "--port", str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
                                 env={**_prefect_env(), **extra_env}, start_new_session=True,

@@ -48,6 +48,10 @@ RULES = (
     Rule("dprelease.accounting.* imports nothing of dprelease but dprelease.accounting",
          lambda module: within(module, "dprelease.accounting"),
          lambda name: within(name, "dprelease") and not within(name, "dprelease.accounting")),
+    Rule("dprelease.files (the one file-mode rule, used by every writer, processes.py's cheap import among them) "
+         "imports nothing of dprelease",
+         lambda module: module == "dprelease.files",
+         lambda name: within(name, "dprelease") and name != "dprelease.files"),
     Rule("only dprelease/reading.py imports pandas (imported on first use of read_release; the CLI never pays for it)",
          lambda module: module != "dprelease.reading", lambda name: within(name, "pandas")),
     Rule("dprelease.reading reads published files only: it never imports dprelease.data, dprelease.ledger or "
@@ -128,6 +132,7 @@ def test_the_checker_catches_each_rule():
         "dprelease.accounting.budgets": ("from dprelease.errors import InternalError\n", False),
         "dprelease.cli.render": ("def table():\n    import pandas as pd\n", False),
         "dprelease.reading": ("from dprelease.data import encode\n", False),
+        "dprelease.files": ("from dprelease.errors import UserError\n", False),
     }
     found = violations(broken)
     for module in broken:

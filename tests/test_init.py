@@ -1,17 +1,28 @@
 """``dprelease init``: a starter spec from a data file and its dictionary, which validates and
-plans; domains come from the dictionary only (codes the data adds are reported, never added);
-without a dictionary, TODOs; never overwrites; a bad dictionary is a clear exit 2."""
+plans; domains come from the dictionary only (codes the data adds are reported on the terminal,
+never added and never written: the spec holds no data value and no count); written owner-only;
+its ledger and outputs pinned beside the spec's folder (git-ignored in the project's layout),
+the terminal naming the ledger and how to create it; without a dictionary, TODOs; never
+overwrites; a bad dictionary is a clear exit 2."""
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import shutil
+import stat
+import subprocess
 
+import pytest
 import yaml
 
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
+from tests.ledgers import make_ledger
 
 NIST = ROOT / "data" / "nist_acs"
+DICTIONARY = NIST / "data_dictionary.json"
 
 
 def test_init_on_the_nist_file_validates_and_plans(tmp_path, cli):
@@ -23,9 +34,12 @@ def test_init_on_the_nist_file_validates_and_plans(tmp_path, cli):
     assert not list(tmp_path.rglob("*.sqlite")), "init created a ledger"
     validated = cli("validate", spec)
     assert validated.code == 0, validated.output
-    planned = cli("plan", spec, "--ledger", tmp_path / "l.sqlite")
+    refused = cli("plan", spec)  # its pinned ledger is not there yet: refused, nothing created
+    assert refused.code == 2 and f"dprelease ledger init --spec {spec}" in refused.stderr, refused.output
+    assert not list(tmp_path.rglob("*.sqlite")), "plan created a ledger"
+    assert cli("ledger", "init", "--spec", spec, "--reason", "the starter's budget").code == 0
+    planned = cli("plan", spec)
     assert planned.code == 0, planned.output
-    assert not (tmp_path / "l.sqlite").exists()
 
     doc = yaml.safe_load(spec.read_text())
     dictionary = json.loads((NIST / "data_dictionary.json").read_text())
@@ -39,7 +53,7 @@ def test_init_on_the_nist_file_validates_and_plans(tmp_path, cli):
     assert doc["dataset"]["na_values"] == ["N"]
     assert doc["dataset"]["format"] == "csv"
     assert (spec.parent / doc["dataset"]["path"]).resolve() == (NIST / "national2019.csv").resolve()
-    assert doc["ledger"] == "ledgers/national2019.sqlite" and doc["output_dir"] == "outputs"
+    assert doc["ledger"] == "../ledgers/national2019.sqlite" and doc["output_dir"] == "../outputs"
     assert doc["privacy"] == {"definition": "pure", "unit": "row"} and doc["budget"] == {"epsilon": 1}
     assert "lifetime_budget" in doc["dataset"]
     assert len(doc["tables"]) == 1 and "EXAMPLE" in spec.read_text()
@@ -69,7 +83,7 @@ def test_codes_the_dictionary_lacks_are_reported_never_added(tmp_path, cli):
     assert doc["columns"]["COLOR"]["domain"] == ["1", "2"]
     assert doc["columns"]["COLOR"]["labels"] == ["Red", "Blue"]
     assert doc["columns"]["COLOR"]["missing"] == "N/A (none)"
-    assert "# REPORTED by init: 3 row(s)" in spec.read_text()
+    assert "REPORTED" not in spec.read_text() and "'9'" not in spec.read_text()  # the terminal only
     assert "reported: SEX" not in result.stdout and "reported: AGE" not in result.stdout
     assert cli("validate", spec).code == 0
 
@@ -125,3 +139,115 @@ def test_init_does_not_import_prefect(tmp_path):
                       "--output", str(tmp_path / "nist.yaml")])
     assert proc.returncode == 0, proc.stderr
     assert "NO-PREFECT-OK" in proc.stdout and (tmp_path / "nist.yaml").exists()
+
+
+def reviewers_copy(path, drop=0):
+    """The NIST national 2019 excerpt as the reviewer changed it: one person's income outside the
+    dictionary's range (PINCP 1523456 > 1341000) and an age of 104 (AGEP > 99); the last
+    ``drop`` rows left out (so every row count differs too)."""
+    with (NIST / "national2019.csv").open(newline="") as f:
+        rows = list(csv.reader(f))
+    header, first = rows[0], rows[1]
+    first[header.index("PINCP")], first[header.index("AGEP")] = "1523456", "104"
+    with path.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows[:len(rows) - drop])
+
+
+def test_init_writes_no_data_value_and_no_count(tmp_path, cli):
+    """What init finds in the data is on the terminal; the spec is the same whatever the rows
+    hold: byte for byte the spec of the unchanged file, with 1000 fewer rows and two values out
+    of the dictionary's ranges."""
+    data = tmp_path / "data" / "national2019.csv"
+    data.parent.mkdir()
+    shutil.copy(NIST / "national2019.csv", data)
+    spec = tmp_path / "project" / "configs" / "nist.yaml"
+    clean = cli("init", data, "--dictionary", DICTIONARY, "--output", spec)
+    assert clean.code == 0, clean.output
+    assert "reported:" not in clean.stdout
+    as_shipped = spec.read_text()
+    reviewers_copy(data, drop=1000)
+    changed = cli("init", data, "--dictionary", DICTIONARY, "--output", spec, "--force")
+    assert changed.code == 0, changed.output
+    assert "reported: PINCP: 1 row(s)" in changed.stdout and "'1523456'" in changed.stdout
+    assert "reported: AGEP: 1 row(s)" in changed.stdout and "'104'" in changed.stdout
+    written = [p for p in (tmp_path / "project").rglob("*") if p.is_file()]
+    assert written == [spec]
+    assert "1523456" not in spec.read_text() and "REPORTED" not in spec.read_text()
+    assert spec.read_text() == as_shipped  # no value, no count: nothing of the rows
+
+
+def test_init_writes_owner_only_whatever_the_umask(tmp_path, cli):
+    spec = tmp_path / "project" / "configs" / "nist.yaml"
+    previous = os.umask(0o022)
+    try:
+        first = cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY, "--output", spec)
+        shared = tmp_path / "shared.yaml"  # a spec someone left readable by all, replaced with --force
+        shared.write_text("old\n")
+        os.chmod(shared, 0o644)
+        forced = cli("init", NIST / "national2019.csv", "--output", shared, "--force")
+    finally:
+        os.umask(previous)
+    assert first.code == 0 and forced.code == 0, first.output + forced.output
+    mode = {p.relative_to(tmp_path).as_posix(): oct(stat.S_IMODE(os.lstat(p).st_mode))
+            for p in (tmp_path / "project", spec.parent, spec, shared)}
+    assert mode == {"project": "0o700", "project/configs": "0o700", "project/configs/nist.yaml": "0o600",
+                    "shared.yaml": "0o600"}
+
+
+def test_init_pins_the_ledger_and_outputs_beside_the_spec_folder_and_says_where(tmp_path, cli, monkeypatch):
+    spec = tmp_path / "project" / "configs" / "nist.yaml"
+    result = cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY, "--output", spec)
+    assert result.code == 0, result.output
+    doc = yaml.safe_load(spec.read_text())
+    assert doc["ledger"] == "../ledgers/national2019.sqlite" and doc["output_dir"] == "../outputs"
+    ledger = (tmp_path / "project" / "ledgers" / "national2019.sqlite").resolve()
+    outputs = (tmp_path / "project" / "outputs").resolve()
+    assert f"ledger: {ledger} (ledger: ../ledgers/national2019.sqlite; not created" in result.stdout
+    assert f"outputs: {outputs} (output_dir: ../outputs)" in result.stdout
+    assert f"  dprelease ledger init --spec {spec} --reason " in result.stdout
+    assert not ledger.exists() and [p.name for p in spec.parent.iterdir()] == ["nist.yaml"]
+    monkeypatch.delenv("DPRELEASE_LEDGER")
+    assert load_spec(spec).output_path == outputs
+    planned = cli("plan", spec)  # where a run would spend from: the pin, resolved as init said
+    assert planned.code == 0 and f"sqlite:///{ledger} (chosen by the spec's ledger: key)" in planned.output
+    make_ledger(ledger)
+    again = cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY, "--output", spec, "--force")
+    assert f"ledger: {ledger} (ledger: ../ledgers/national2019.sqlite; exists" in again.stdout
+    assert "dprelease ledger init" not in again.stdout
+
+
+def git(project, *args):
+    return subprocess.run(["git", "-C", str(project), *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_in_a_git_work_tree_the_ledger_and_outputs_stay_out_of_git(tmp_path, cli):
+    """The reviewer's case: `git status` showed `?? configs/ledgers/` with the ledger's key in it.
+    In the project's layout (its .gitignore) nothing of the ledger shows; without one, init warns."""
+    project = tmp_path / "project"
+    project.mkdir()
+    git(project, "init", "-q")
+    spec = project / "configs" / "nist.yaml"
+    bare = cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY, "--output", spec)
+    assert bare.code == 0, bare.output
+    assert ("WARNING: git would not ignore ledgers/national2019.sqlite, ledgers/national2019.sqlite.key, "
+            f"outputs/national2019-release-1 in the work tree {project.resolve()}: add ledgers/ and outputs/ to "
+            f"{project.resolve() / '.gitignore'}") in bare.stderr
+    shutil.copy(ROOT / ".gitignore", project / ".gitignore")
+    ignored = cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY, "--output", spec, "--force")
+    assert ignored.code == 0 and "WARNING" not in ignored.stderr, ignored.output
+    make_ledger(project / "ledgers" / "national2019.sqlite")  # where `dprelease ledger init --spec` creates it
+    assert (project / "ledgers" / "national2019.sqlite.key").exists()
+    status = git(project, "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert sorted(status) == ["?? .gitignore", "?? configs/nist.yaml"]
+
+
+def test_init_never_fails_for_want_of_git(tmp_path, cli, monkeypatch):
+    project = tmp_path / "project"
+    project.mkdir()
+    if shutil.which("git"):
+        git(project, "init", "-q")  # a work tree init cannot ask about
+    monkeypatch.setenv("PATH", str(tmp_path / "no-programs-here"))
+    result = cli("init", NIST / "national2019.csv", "--output", project / "configs" / "nist.yaml")
+    assert result.code == 0, result.output
+    assert "WARNING" not in result.stderr and "dprelease ledger init --spec" in result.stdout

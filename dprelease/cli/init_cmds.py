@@ -1,13 +1,22 @@
 """``dprelease init``: a starter spec from a data file and its dictionary. Spends nothing,
-creates no ledger, never imports Prefect."""
+creates no ledger, never imports Prefect.
+
+What it finds in the data goes to the terminal only; the spec holds no data value and no count
+(:mod:`dprelease.spec.starter`), and is written owner-only (:mod:`dprelease.files`). Its ledger
+and output directory are pinned beside the spec's folder; the terminal says where they resolve,
+how to create the ledger deliberately, and whether git would see them.
+"""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from dprelease import files
 from dprelease.cli.common import handled, say, show
 from dprelease.errors import UserError
 
@@ -23,8 +32,10 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing SPEC.")] = False,
 ) -> None:
     """Write a starter release spec: every dictionary column with its domain and labels or range,
-    the dataset, a pinned ledger, a release budget and one example table. Codes the data uses that
-    the dictionary lacks are reported, never added. Spends nothing; creates no ledger."""
+    the dataset, a pinned ledger and output directory (../ledgers/, ../outputs beside the spec's
+    folder), a release budget and one example table. Codes the data uses that the dictionary
+    lacks are reported on the terminal, never added and never written to the spec. Spends
+    nothing; creates no ledger; writes the spec owner-only (0600)."""
     from dprelease.spec.starter import starter
 
     target = output if output is not None else Path(f"{data.stem}.yaml")
@@ -35,8 +46,7 @@ def init(
         raise UserError(f"{target}: is a directory; pass --output FILE.yaml")
     result = starter(data, target, dictionary)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(result.text, encoding="utf-8")
+        files.write_text(target, result.text)
     except OSError as exc:
         raise UserError(f"{target}: cannot write the spec ({exc.strerror}); pass --output a writable path") from None
     declared = [c for c in result.columns if c.skipped is None]
@@ -48,11 +58,53 @@ def init(
             show(f"  not declared: {c.name}: {c.skipped}")
     for note in result.notes:
         show(f"  note: {note}")
-    for f in result.findings:
-        show(f"  reported: {f.column}: {f.rows} row(s) with {f.what}, e.g. {', '.join(repr(v) for v in f.examples)}")
+    for f in result.findings:  # the terminal only: never into the spec
+        show(f"  reported: {f.column}: {f.rows} row(s) with {f.what}, e.g. {', '.join(repr(v) for v in f.examples)}; "
+             "a run refuses them unless you declare them or set on_out_of_domain: drop")
     if not result.complete:
         say("note: the spec has TODOs (columns without a domain): it will not validate until each `COLUMN: {}` "
             "is given domain: [...] or range: [lo, hi]")
+    ledger, outputs = _where(target, result.ledger, result.output_dir)
+    show(f"ledger: {ledger} (ledger: {result.ledger}; "
+         + ("exists: this spec spends from it)" if ledger.exists() else "not created: `dprelease ledger init` below)"))
+    show(f"outputs: {outputs} (output_dir: {result.output_dir})")
+    _warn_if_not_ignored(target, [ledger, ledger.with_name(ledger.name + ".key"), outputs / result.release])
     show("next:")
     show(f"  dprelease validate {target}")
     show(f"  dprelease plan {target}")
+    if not ledger.exists():
+        show(f'  dprelease ledger init --spec {target} --reason "TEXT: why this dataset\'s lifetime budget starts"')
+
+
+def _where(spec: Path, ledger: str, output_dir: str) -> tuple[Path, Path]:
+    """The pins as a run resolves them: against the spec file's real directory."""
+    base = spec.resolve().parent
+    return (base / ledger).resolve(), (base / output_dir).resolve()
+
+
+def _warn_if_not_ignored(spec: Path, paths: list[Path]) -> None:
+    """Where the spec is in a git work tree, a warning naming the ``paths`` inside that tree
+    that git would not ignore (a ledger, its key and unpublished outputs are never to be
+    committed). Silent without git, outside a work tree, or when git cannot tell."""
+    root = _git(spec.resolve().parent, "rev-parse", "--show-toplevel")
+    if root is None or root.returncode != 0:
+        return
+    top = Path(root.stdout.strip()).resolve()
+    seen = [p for p in paths if p.is_relative_to(top)]
+    loose = [p for p in seen if (r := _git(top, "check-ignore", "-q", str(p))) is not None and r.returncode == 1]
+    if not loose:
+        return
+    patterns = sorted({f"{p.parent.relative_to(top).as_posix()}/" for p in loose})
+    say(f"WARNING: git would not ignore {', '.join(str(p.relative_to(top)) for p in loose)} in the work tree {top}: "
+        f"add {' and '.join(patterns)} to {top / '.gitignore'} before the ledger is created (a ledger, its key and "
+        "unpublished outputs must never be committed)")
+
+
+def _git(where: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        return subprocess.run([git, "-C", str(where), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dprelease import files
 from dprelease.errors import UserError
 from dprelease.reporting import read_release_json
 from dprelease.postprocess import Invariants, check_invariants, postprocess_release
@@ -75,7 +76,7 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     final = versions / f"{number}-{label}"
     staging = versions / f".{number}-{label}.staging"
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    files.make_dirs(staging)  # 0700, and postprocessed/ too if new (the tables in it 0600: dprelease.files)
     margins = _margin_columns(manifest)
     for table in spec.tables:
         for level, dims, _ in table.measured():

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 from pyarrow import csv
 
+from dprelease import files
 from dprelease.data import file_fingerprint
 from dprelease.errors import DataError, LedgerError, UserError
 from dprelease.plan.local import randomizer_of
@@ -119,8 +120,8 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
         if memo is not None and memo_path is not None:  # the memo before the answers: none out without it
             _write_private(memo_path, json.dumps(memo, ensure_ascii=False, sort_keys=True))
 
-    _write_new(target, lambda tmp: csv.write_csv(pa.table(out_columns), tmp,
-                                                 csv.WriteOptions(quoting_style="needed")), register_then_memo)
+    _write_new(target, lambda f: csv.write_csv(pa.table(out_columns), f,
+                                               csv.WriteOptions(quoting_style="needed")), register_then_memo)
     return codes.size, reused, registered
 
 
@@ -189,7 +190,7 @@ def _load_memo(path: Path, table: LocalTable, key: str) -> dict[str, Any]:
 def _write_new(target: Path, write, before_link) -> None:  # type: ignore[no-untyped-def]
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        write(tmp)
+        files.write_with(tmp, write)  # 0600, whatever the umask
         before_link(tmp)  # registered (and the memo written) before the answers appear
         os.link(tmp, target)  # fails if the target appeared meanwhile: never overwrite
     except FileExistsError:
@@ -201,12 +202,7 @@ def _write_new(target: Path, write, before_link) -> None:  # type: ignore[no-unt
 
 
 def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        files.write_text(path, text)  # owner-only, never through a link at path
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write the memo {path}: {exc}") from None

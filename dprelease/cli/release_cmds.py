@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from dprelease import files
 from dprelease.cli.common import (
     LedgerOpt,
     OutputDirOpt,
@@ -264,7 +265,7 @@ def report(
         sys.stdout.write(text)
         return
     try:
-        output.write_text(text, encoding="utf-8")
+        files.write_text(output, text)  # owner-only, like every file dprelease writes
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc}") from None
     out.print(f"wrote {output}", markup=False)

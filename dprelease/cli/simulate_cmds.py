@@ -4,7 +4,6 @@ post-processing methods against it (NOT PRIVATE: its output describes the exact 
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from dprelease import files
 from dprelease.cli.common import (
     LedgerOpt,
     handled,
@@ -131,12 +131,9 @@ def _trial_progress(description: str, total: int) -> Iterator[Callable[[int], No
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a new or replaced owner-only file (it describes the exact data)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``text`` to a new or replaced owner-only file (it describes the exact data), never
+    through a link planted at ``path`` (:func:`dprelease.files.write_text`)."""
     try:
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        files.write_text(path, text)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)

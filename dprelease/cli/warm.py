@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dprelease import files
 from dprelease.processes import alive, data_dir, process_start, read_record, write_record
 
 START_TIMEOUT = 60.0  # seconds for the runner to import Prefect and answer
@@ -70,10 +71,7 @@ def socket_path() -> Path:
         return home / name
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     base = Path(runtime) if runtime and Path(runtime).is_dir() else Path("/tmp") / f"dprelease-{os.getuid()}"
-    try:
-        base.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
+    files.make_dirs(base)  # 0700 when new; an existing one is checked:
     info = os.lstat(base)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() \
             or info.st_mode & 0o077:
@@ -97,9 +95,8 @@ def start(api: str, module: str = "dprelease.cli.warm_loop") -> tuple[Runner | N
     except OSError as exc:
         return None, f"warm runner: not started ({exc}); runs import Prefect themselves"
     home = data_dir()
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
     log = home / "runner.log"
-    with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as sink:
+    with files.open_truncated(log) as sink:  # 0600, in a 0700 directory
         process = subprocess.Popen([sys.executable, "-m", module, str(path)], cwd=home,
                                    stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
                                    env={**os.environ, "PREFECT_API_URL": api}, start_new_session=True)

@@ -21,6 +21,7 @@ import os
 import secrets
 from pathlib import Path
 
+from dprelease import files
 from dprelease.errors import LedgerError
 from dprelease.ledger.location import LedgerLocation
 
@@ -75,11 +76,11 @@ def read_key(path: Path) -> bytes | None:
 def create_key(path: Path) -> bytes:
     """A new key, written owner-only and linked into place whole (never half-written); where
     another process won the race, its key."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    files.make_dirs(path.parent)  # 0700, its missing parents too
     key = secrets.token_bytes(32)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.new")
     try:
-        fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, files.FILE_MODE)
         with os.fdopen(fd, "w", encoding="ascii") as f:
             f.write(key.hex() + "\n")
             f.flush()

@@ -16,6 +16,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from dprelease import files
 from dprelease.errors import LedgerError, first_line
 from dprelease.ledger import keys
 from dprelease.ledger.location import LedgerLocation
@@ -366,9 +367,9 @@ def _create_sqlite_ledger(location: LedgerLocation, birth: Birth) -> bool:
     path = location.sqlite_path
     assert path is not None
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        files.make_dirs(path.parent)  # 0700, its missing parents too
         temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
-        os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, files.FILE_MODE))
     except OSError as exc:
         raise LedgerError(f"cannot create the ledger at {location.shown}: {exc.strerror or exc}") from None
     try:

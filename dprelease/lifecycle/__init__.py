@@ -27,6 +27,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from dprelease import files
 from dprelease.lifecycle.execute import Orchestrator, execute
 from dprelease.lifecycle.prepare import Completed, load, open_ledger, prepare
 from dprelease.lifecycle.recover import resolve_run
@@ -52,7 +53,7 @@ def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *
     else ./outputs (:func:`dprelease.lifecycle.prepare.output_location`). ``typed_ledger``: the
     ``ledger_url`` was typed on ``dprelease run``'s command line, the one source (for a spec
     that pins none) from which a run may create its ledger; a scheduled run never does."""
-    previous = os.umask(0o077)
+    previous = os.umask(files.UMASK)  # besides dprelease.files: what third-party code creates (SQLite's journal)
     try:
         _run_spec(spec_path, ledger_url, output_dir, orchestrate=orchestrate, voice=voice,
                   require_approval=require_approval, run_date=run_date, dask_address=dask_address,

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from dprelease import files
 from dprelease.accounting import ApproxDP, amount_text, fraction_text, subtract
 from dprelease.data.rules import check_rules
 from dprelease.errors import (
@@ -218,7 +219,7 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
 def _check_writable(output_dir: Path) -> None:
     for directory in (output_dir, output_dir / ".staging", output_dir / "_internal"):
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            files.make_dirs(directory)  # 0700 (dprelease.files)
             with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
                 pass
         except OSError as exc:

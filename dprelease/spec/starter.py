@@ -8,6 +8,15 @@ and whose label starts with "N/A" is a missing value (``na_values`` and the colu
 ``missing:`` category). Domains come from the dictionary only: the data is read (streamed) to
 *report* the codes it uses that the dictionary lacks, per column, never to add them. Nothing is
 spent and no ledger is created.
+
+The spec is a file to review and commit, so it holds nothing read from the data's rows: its
+text is a function of the dictionary, the data's header (column names), the file's name and
+format, and the paths alone. What the scan finds (:class:`Finding`: the values and how many rows
+have them) is for the terminal only, as ``dprelease check`` shows it.
+
+Its ledger and output directory are pinned beside the spec's folder, never in it (the shipped
+specs' convention: ``ledger: ../ledgers/NAME.sqlite``, ``output_dir: ../outputs``, relative to the
+spec file), so a spec kept in ``configs/`` puts them in the project's ``ledgers/`` and ``outputs/``.
 """
 
 from __future__ import annotations
@@ -51,11 +60,20 @@ class Finding:
 
 @dataclass
 class Starter:
-    text: str
+    text: str  # nothing from the data's rows (the module's docstring)
     columns: list[StarterColumn]
-    findings: list[Finding]
+    findings: list[Finding]  # for the terminal only
     notes: list[str]
     complete: bool  # every column declared (a dictionary was given)
+    release: str
+    ledger: str  # the pins as written, relative to the spec file
+    output_dir: str
+
+
+def pins(dataset: str) -> tuple[str, str]:
+    """The starter spec's ``ledger:`` and ``output_dir:`` for ``dataset``: beside the spec's
+    folder, as the shipped specs pin theirs (``configs/acs_demo.yaml``)."""
+    return f"../ledgers/{dataset}.sqlite", "../outputs"
 
 
 # ---------------------------------------------------------------- the dictionary
@@ -256,6 +274,8 @@ def starter(data: Path, output: Path, dictionary: Path | None = None) -> Starter
     na_values = sorted({code for c in columns if c.skipped is None for code in c.na_codes})
     findings = scan(data, columns, set(na_values)) if columns else []
     name = dataset_name(data)
+    release = f"{name}-release-1"
+    ledger, output_dir = pins(name)
     rel = os.path.relpath(data.resolve(), output.resolve().parent)
     lines = [
         f"# A starter release spec for {data.name}, written by `dprelease init`"
@@ -263,10 +283,14 @@ def starter(data: Path, output: Path, dictionary: Path | None = None) -> Starter
         "# Domains, labels and ranges come from the dictionary only, never from the data."
         if dictionary is not None else
         "# No dictionary was given: every column below needs its domain (see the TODOs).",
-        "# Check it with `dprelease validate SPEC`, see what it would spend with `dprelease plan SPEC`.",
-        f"release: {name}-release-1",
-        f"ledger: ledgers/{name}.sqlite       # the dataset's lifetime budget (relative to this file)",
-        "output_dir: outputs                  # where releases land (relative to this file)",
+        "# What init found in the data's rows went to its terminal only: this file holds no data value and",
+        "# no count. Check it with `dprelease validate SPEC`, see what it would spend with `dprelease plan SPEC`.",
+        f"release: {release}",
+        "# Where the dataset's lifetime budget lives and where releases land: beside this file's folder,",
+        "# never in it (relative to this file; keep both out of version control). `dprelease ledger init",
+        "# --spec SPEC --reason TEXT` creates the ledger: every release of this dataset spends from that one.",
+        f"ledger: {ledger}",
+        f"output_dir: {output_dir}",
         "dataset:",
         f"  name: {name}                       # the ledger key",
         f"  path: {_q(rel)}",
@@ -283,7 +307,7 @@ def starter(data: Path, output: Path, dictionary: Path | None = None) -> Starter
         "columns:",
     ]
     for c in columns:
-        lines += _column_lines(c, findings)
+        lines += _column_lines(c)
     for n in undocumented:
         lines.append(f"  {n}: {{}}   # TODO: declare domain: [...] or range: [lo, hi]")
     lines += ["", "tables:"]
@@ -318,7 +342,8 @@ def starter(data: Path, output: Path, dictionary: Path | None = None) -> Starter
         lines.append(f"  #   where: {{{rng[0].name}: {{ge: {(lo + hi) // 2}}}}}   # ge gt le lt: range columns only")
     lines += ['  #   epsilon: "1/4"', ""]
     return Starter("\n".join(lines), columns, findings, notes,
-                   complete=dictionary is not None and not undocumented)
+                   complete=dictionary is not None and not undocumented, release=release, ledger=ledger,
+                   output_dir=output_dir)
 
 
 def _example_column(columns: list[StarterColumn]) -> StarterColumn | None:
@@ -326,7 +351,8 @@ def _example_column(columns: list[StarterColumn]) -> StarterColumn | None:
     return min(cat, key=lambda c: len(c.domain), default=None)  # type: ignore[arg-type]
 
 
-def _column_lines(c: StarterColumn, findings: list[Finding]) -> list[str]:
+def _column_lines(c: StarterColumn) -> list[str]:
+    """The column's declaration, from the dictionary alone."""
     lines = []
     if c.skipped is not None:
         lines.append(f"  # {c.name}: not declared: {c.skipped}" + (f" ({c.description})" if c.description else ""))
@@ -345,9 +371,4 @@ def _column_lines(c: StarterColumn, findings: list[Finding]) -> list[str]:
         lines.append(f"    range: [{lo}, {hi}]{note}")
     if c.missing is not None:
         lines.append(f"    missing: {_q(c.missing)}   # the code(s) {', '.join(c.na_codes)}")
-    for f in findings:
-        if f.column == c.name:
-            lines.append(f"    # REPORTED by init: {f.rows} row(s) with {f.what}, e.g. "
-                         f"{', '.join(repr(v) for v in f.examples)}; a run refuses them unless you declare them or "
-                         "set on_out_of_domain: drop")
     return lines
