@@ -208,9 +208,11 @@ def test_init_pins_the_ledger_and_outputs_beside_the_spec_folder_and_says_where(
     assert not ledger.exists() and [p.name for p in spec.parent.iterdir()] == ["nist.yaml"]
     monkeypatch.delenv("DPRELEASE_LEDGER")
     assert load_spec(spec).output_path == outputs
-    planned = cli("plan", spec)  # where a run would spend from: the pin, resolved as init said
-    assert planned.code == 0 and f"sqlite:///{ledger} (chosen by the spec's ledger: key)" in planned.output
+    planned = cli("plan", spec)  # where a run would spend from: the pin, resolved as init said (none yet: refused)
+    assert planned.code == 2 and f"pins its dataset's ledger at sqlite:///{ledger}" in planned.output
     make_ledger(ledger)
+    planned = cli("plan", spec)
+    assert planned.code == 0 and f"sqlite:///{ledger} (chosen by the spec's ledger: key)" in planned.output
     again = cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY, "--output", spec, "--force")
     assert f"ledger: {ledger} (ledger: ../ledgers/national2019.sqlite; exists" in again.stdout
     assert "dprelease ledger init" not in again.stdout
