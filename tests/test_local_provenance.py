@@ -270,7 +270,7 @@ def test_randomize_needs_a_pinned_ledger_and_leaves_no_answers_it_could_not_regi
     assert refused.code == 2 and "pin it in the spec" in refused.stderr.lower(), refused
     assert not (tmp_path / "o.csv").exists() and untouched(isolated_ledger)  # the per-user default
 
-    def broken(self, entries, by=None):
+    def broken(self, entries, by=None, respondents=None):
         raise LedgerError("the ledger is unreachable")
 
     monkeypatch.setattr(Ledger, "register_answers", broken)

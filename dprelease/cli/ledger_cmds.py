@@ -234,15 +234,22 @@ def ledger_register_answers(
     by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who registers (default: the login name).")] = None,
     memo_of: Annotated[Optional[str], typer.Option(
         "--memo-of", metavar="COLLECTION", help="The answers repeat each respondent's first randomized answer from "
-        "this collection (a memoised collection: no new ε).")] = None,
+        "this collection (a memoised collection: no new ε); checked respondent by respondent against it.")] = None,
+    id_column: Annotated[Optional[str], typer.Option(
+        "--id", metavar="COLUMN", help="The respondent id column: the ledger keeps a keyed digest per respondent, "
+        "what a later memoised collection is checked against (with --memo-of: default, the column COLLECTION's "
+        "answers were registered with).")] = None,
     ledger: LedgerOpt = None,
 ) -> None:
     """Register answers randomized elsewhere (on the respondents' devices) for a local table:
     a recorded statement of who randomized them and how. A kind: local table reads only
-    registered answers; `dprelease randomize` registers its own output."""
+    registered answers; `dprelease randomize` registers its own output. With --id the ledger
+    keeps each respondent's answer as a keyed digest; with --memo-of the answers must repeat
+    that collection's, respondent by respondent, or nothing is registered."""
     from dprelease.cli.randomizing import protocol_key
     from dprelease.data import file_fingerprint
     from dprelease.ledger import REGISTERED, AnswerSet
+    from dprelease.lifecycle.memos import answers_source, read_respondents, registered_id_column
     from dprelease.spec import load_spec
 
     if not statement.strip():
@@ -259,13 +266,20 @@ def ledger_register_answers(
         raise UserError(f"--answers {answers} is not a file or directory")
     with spec_ledger(spec, spec_location(spec, ledger or ctx.obj), command="ledger register-answers") as opened:
         keyed = opened.fingerprint(file_fingerprint(answers))
+        column = id_column or (registered_id_column(opened, spec.dataset.name, memo_of, local.column) if memo_of
+                               else None)
+        respondents = (read_respondents(spec, answers_source(spec, answers), column, [local.column]) if column
+                       else None)
         done = opened.register_answers((AnswerSet(spec.dataset.name, local.collection, local.column,
                                                   protocol_key(spec, local), local.epsilon_bound, keyed, REGISTERED,
-                                                  memo_of=memo_of, statement=statement.strip()),), by=by)
+                                                  memo_of=memo_of, statement=statement.strip()),), by=by,
+                                       respondents=respondents)
     a = done[0]
+    kept = (f"; each respondent's answer repeats {a.memo_of}'s (checked by {column})" if a.memo_of and column
+            else f"; a keyed digest per respondent kept (by {column})" if column else "")
     out.print(f"registered {answers} as the answers to {a.question} of collection {a.collection} of dataset "
               f"{a.dataset} ({a.protocol}" + (f", from the memo of {a.memo_of}" if a.memo_of else "")
-              + f"), by {a.registered_by}: {a.statement}", markup=False)
+              + f"), by {a.registered_by}: {a.statement}{kept}", markup=False)
 
 
 @handled

@@ -29,10 +29,12 @@ from pyarrow import csv
 
 from dprelease import files
 from dprelease.data import file_fingerprint
+from dprelease.data.scan import Source
 from dprelease.errors import DataError, LedgerError, UserError
+from dprelease.lifecycle.memos import read_respondents
 from dprelease.plan.local import randomizer_of
-from dprelease.ledger import RANDOMIZED, AnswerSet, Ledger
-from dprelease.spec import LocalTable, Spec
+from dprelease.ledger import RANDOMIZED, AnswerSet, Ledger, Respondents
+from dprelease.spec import CategoricalColumn, LocalTable, Spec
 
 MEMO_FORMAT = 1
 
@@ -116,13 +118,26 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
         entries = (AnswerSet(spec.dataset.name, table.collection, table.column, key, table.epsilon_bound, answers,
                              RANDOMIZED, memo_of=table.memo_of if table.memoised else None),)
         entries += tuple(dataclasses.replace(a, answers=answers) for a in carried)
-        registered = ledger.register_answers(entries)
+        registered = ledger.register_answers(entries, respondents=_respondents(spec, tmp, id_column, entries, carried))
         if memo is not None and memo_path is not None:  # the memo before the answers: none out without it
             _write_private(memo_path, json.dumps(memo, ensure_ascii=False, sort_keys=True))
 
     _write_new(target, lambda f: csv.write_csv(pa.table(out_columns), f,
                                                csv.WriteOptions(quoting_style="needed")), register_then_memo)
     return codes.size, reused, registered
+
+
+def _respondents(spec: Spec, output: Path, id_column: str | None, entries: tuple[AnswerSet, ...],
+                 carried: tuple[AnswerSet, ...]) -> Respondents | None:
+    """The output's answers to each registered question with their respondent ids (by --id, else
+    the column a copied registration was kept by), read back from the written file: what the
+    ledger keeps digests of, or checks a memo with. None without an id column."""
+    column = id_column or next((a.respondent_id for a in carried if a.respondent_id), None)
+    if column is None:
+        return None
+    declared = {c.name for c in spec.columns if isinstance(c, CategoricalColumn)}
+    questions = list(dict.fromkeys(e.question for e in entries if e.question in declared))
+    return read_respondents(spec, Source(output, "csv", spec.dataset.na_values), column, questions)
 
 
 def _provenance_of_input(spec: Spec, table: LocalTable, source: Path, ledger: Ledger) -> tuple[AnswerSet, ...]:

@@ -22,11 +22,12 @@ from dprelease.ledger.records import (
     LocalRecord,
     Policy,
     Reservation,
+    Respondents,
     RunRecord,
 )
 from dprelease.ledger.store import Ledger
 
 __all__ = [
-    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "Birth", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
+    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "Birth", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "Respondents", "RunRecord",
     "check_lifetime_matches", "local_charge", "memo_honoured", "provenance_of", "unregistered_message", "default_path", "over_lifetime_message", "resolve_location", "typed_location",
 ]

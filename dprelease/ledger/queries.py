@@ -30,6 +30,7 @@ from dprelease.ledger.schema import (
     events_t,
     local_t,
     policies_t,
+    respondent_sets_t,
     runs_t,
 )
 
@@ -122,13 +123,16 @@ def other_dataset_with(conn: Connection, dataset: str, data_fingerprint: str) ->
 def answer_sets(conn: Connection, dataset: str | None, answers: str | None) -> tuple[AnswerSet, ...]:
     if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger: none yet
         return ()
-    query = sa.select(answer_sets_t).order_by(answer_sets_t.c.id)
+    kept = respondent_sets_t  # schema 6: the id column of a registration kept per respondent
+    query = (sa.select(answer_sets_t, kept.c.id_column).select_from(
+        answer_sets_t.outerjoin(kept, kept.c.answer_set == answer_sets_t.c.id)).order_by(answer_sets_t.c.id))
     if dataset is not None:
         query = query.where(answer_sets_t.c.dataset == dataset)
     if answers is not None:
         query = query.where(answer_sets_t.c.answers == answers)
     return tuple(AnswerSet(r.dataset, r.collection, r.question, r.protocol, parse_exact(r.epsilon), r.answers, r.how,
-                           r.memo_of, r.statement, r.registered_by, r.registered_at) for r in conn.execute(query))
+                           r.memo_of, r.statement, r.registered_by, r.registered_at, r.id_column)
+                 for r in conn.execute(query))
 
 
 def central_releases(conn: Connection, dataset: str, data_fingerprint: str | None) -> list[tuple[str, str]]:

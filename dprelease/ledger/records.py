@@ -175,6 +175,20 @@ class AnswerSet:
     statement: str | None = None
     registered_by: str = ""
     registered_at: str = ""
+    respondent_id: str | None = None  # the respondent id column, where the registration was kept per respondent
+
+
+@dataclass(frozen=True, slots=True)
+class Respondents:
+    """Each respondent's answers in one file of answers, in this process's memory only: what
+    registering or estimating a collection gives the ledger, which keeps (or checks) keyed
+    digests of them and never the values (see :mod:`dprelease.ledger.memos`). Ids are text
+    exactly as written; an answer is its declared value's text."""
+
+    id_column: str
+    ids: tuple[str, ...]  # one a row
+    answers: dict[str, tuple[str, ...]]  # question → one answer a row, in the rows' order
+    domains: dict[str, tuple[str, ...]]  # question → its declared values
 
 
 

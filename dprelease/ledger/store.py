@@ -43,6 +43,7 @@ from dprelease.ledger.records import (
     LocalCollection,
     Policy,
     Reservation,
+    Respondents,
     RunRecord,
     current_user,
     now,
@@ -122,9 +123,12 @@ class Ledger:
 
     def fingerprint(self, plain: str) -> str:
         """The keyed fingerprint (see :mod:`dprelease.ledger.keys`) of a plain ``sha256:`` one."""
+        return keys.keyed(self._fingerprint_key(), plain)
+
+    def _fingerprint_key(self) -> bytes:
         if self._key is None:
             self._key = schema.read_checked_key(self.location, self.id, self._meta("key_check"))
-        return keys.keyed(self._key, plain)
+        return self._key
 
     def close(self) -> None:
         self.engine.dispose()
@@ -265,18 +269,25 @@ class Ledger:
         with self.engine.connect() as conn:
             return queries.answer_sets(conn, dataset, answers)
 
-    def register_answers(self, entries: tuple[AnswerSet, ...], *, by: str | None = None) -> tuple[AnswerSet, ...]:
+    def register_answers(self, entries: tuple[AnswerSet, ...], *, by: str | None = None,
+                         respondents: Respondents | None = None) -> tuple[AnswerSet, ...]:
         """Record the provenance of answer files (append-only, one transaction). Refused: answers
         of a dataset with central releases, or the data of a central release under any name (a
         column of confidential records is never local answers); answers already registered for
-        the same collection and question; a registration without a statement of how."""
+        the same collection and question; a registration without a statement of how.
+
+        ``respondents``: the file's answers with their respondent ids (in memory only). A
+        registration randomized afresh keeps their keyed, padded digests (what a later memo of
+        it is checked against); a memoised one (``memo_of``) is refused unless every answer
+        repeats the same respondent's in a registration of ``memo_of`` with digests
+        (:mod:`dprelease.ledger.memos`)."""
         by = by or current_user()
         if not by.strip():
             raise LedgerError("say who registers the answers: --by NAME")
         at = now()
         done = tuple(replace(e, registered_by=by, registered_at=at) for e in entries)
         with self._write() as conn:
-            transactions.register_answers(conn, done)
+            transactions.register_answers(conn, done, respondents, self._fingerprint_key)
         return done
 
     def central_releases(self, dataset: str, data_fingerprint: str | None = None) -> list[tuple[str, str]]:
@@ -317,7 +328,7 @@ class Ledger:
                 spec_path: str | None = None, output_dir: str | None = None,
                 terms: Terms = Terms("pure"), by: str | None = None,
                 local: tuple[LocalCollection, ...] = (), data_fingerprint: str | None = None,
-                approval: Approval | None = None) -> Reservation:
+                approval: Approval | None = None, respondents: Respondents | None = None) -> Reservation:
         """Reserve ``charges`` — (measurement, its charge) — for ``release`` atomically.
 
         Every charge, and the spec's lifetime budget (recorded as the cap of a dataset new to the
@@ -331,6 +342,9 @@ class Ledger:
         time is created with the spec's lifetime budget. ``data_fingerprint`` (keyed) is refused
         when a live run of another dataset read the same data: one set of people, one lifetime
         budget, whatever the dataset is called. ``approval``: the one the run was checked against.
+        ``respondents``: the answers of the run's data with their ids (in memory only); a
+        memoised local collection is refused unless each repeats the same respondent's answer
+        in the registration its ``memo_of``'s estimate read (:mod:`dprelease.ledger.memos`).
         """
         by = by or current_user()
         typed = [_typed_charge(item, terms) for item in charges]
@@ -350,7 +364,8 @@ class Ledger:
             state = transactions.reserve(
                 conn, run_id, dataset=dataset, release=release, charges=typed, spec_fingerprint=spec_fingerprint,
                 lifetime_from_spec=lifetime_from_spec, spec_path=spec_path, output_dir=output_dir,
-                terms=terms, by=by, local=local, data_fingerprint=data_fingerprint, approval=approval)
+                terms=terms, by=by, local=local, data_fingerprint=data_fingerprint, approval=approval,
+                respondents=respondents, key=self._fingerprint_key)
         return Reservation(run_id, state.spent, state.budget)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None,

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from dprelease.accounting import ApproxDP, Budget, Terms, add, compose, fraction_text, within
 from dprelease.errors import AlreadyReleasedError, InternalError, LedgerError, OverBudgetError
-from dprelease.ledger import keys, lease, queries
+from dprelease.ledger import keys, lease, memos, queries
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.policy import (
     check_lifetime_matches,
@@ -29,6 +29,7 @@ from dprelease.ledger.records import (
     DatasetState,
     LocalCollection,
     LocalRecord,
+    Respondents,
     current_user,
     now,
     of_terms,
@@ -61,11 +62,14 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
             charges: list[tuple[str, Budget]], spec_fingerprint: str,
             lifetime_from_spec: Budget | None, spec_path: str | None, output_dir: str | None,
             terms: Terms, by: str, local: tuple[LocalCollection, ...], data_fingerprint: str | None,
-            approval: Approval | None) -> DatasetState:
+            approval: Approval | None, respondents: Respondents | None = None,
+            key: memos.Key | None = None) -> DatasetState:
     """The body of :meth:`dprelease.ledger.store.Ledger.reserve` after its locks: check, then
     record the run, its charges, its lease and its local collections. ``charges`` and
-    ``lifetime_from_spec`` are of ``terms``' kind (checked by the caller). Returns the dataset's
-    state the reservation was checked against."""
+    ``lifetime_from_spec`` are of ``terms``' kind (checked by the caller). ``respondents``: the
+    run's answers, checked against the digests of what a memoised collection repeats (``key``:
+    the ledger's fingerprint key). Returns the dataset's state the reservation was checked
+    against."""
     total = compose((b for _, b in charges), terms.kind)
     state = queries.dataset_state(conn, dataset)
     if state is None:
@@ -91,6 +95,9 @@ def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,
     if not within(add(state.spent, total), state.budget):  # one kind: under approx, ε and δ
         raise OverBudgetError(over_lifetime_message(state, total))
     _check_answers(conn, dataset, local, bool(charges), data_fingerprint)  # local answers carry provenance
+    for asked in local:  # a memo repeats its origin's answers, respondent by respondent
+        if asked.memoised:
+            memos.check_run(conn, _needed(key), dataset, asked, respondents)
     at = now()
     conn.execute(runs_t.insert().values(run_id=run_id, dataset=dataset, release=release,
                                         spec_fingerprint=spec_fingerprint, spec_path=spec_path,
@@ -154,8 +161,12 @@ def transition(conn: Connection, location: LedgerLocation, run_id: str, state: s
                                           reason=reason, data_fingerprint=data_fingerprint))
 
 
-def register_answers(conn: Connection, done: tuple[AnswerSet, ...]) -> None:
-    """Append the registrations ``done`` (already stamped with who and when), or refuse them all."""
+def register_answers(conn: Connection, done: tuple[AnswerSet, ...], respondents: Respondents | None = None,
+                     key: memos.Key | None = None) -> None:
+    """Append the registrations ``done`` (already stamped with who and when), or refuse them all.
+    With ``respondents`` (the file's answers, in memory) a registration randomized afresh keeps
+    their keyed digests, and a memoised one must repeat its origin's (:mod:`~dprelease.ledger.memos`;
+    ``key``: the ledger's fingerprint key)."""
     if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger
         answer_sets_t.create(conn)
     for e in done:
@@ -179,10 +190,24 @@ def register_answers(conn: Connection, done: tuple[AnswerSet, ...]) -> None:
                               "estimated from other answers: one collection has one set of answers. Answers "
                               "collected anew are a new collection: give them a new collection: name in the "
                               "spec (each respondent's ε of it is recorded too). Nothing was registered.")
-        conn.execute(answer_sets_t.insert().values(
+        if e.memo_of is not None:
+            memos.check_registration(conn, _needed(key), e, respondents)
+        inserted = conn.execute(answer_sets_t.insert().values(
             dataset=e.dataset, collection=e.collection, question=e.question, protocol=e.protocol,
             epsilon=fraction_text(e.epsilon), answers=e.answers, memo_of=e.memo_of, how=e.how,
             statement=e.statement, registered_by=e.registered_by, registered_at=e.registered_at))
+        if respondents is not None and e.question in respondents.answers:
+            answer_set = inserted.inserted_primary_key[0]
+            if e.memo_of is None:
+                memos.keep(conn, _needed(key)(), answer_set, e.question, respondents)
+            else:
+                memos.keep_checked(conn, answer_set, respondents)
+
+
+def _needed(key: memos.Key | None) -> memos.Key:
+    if key is None:
+        raise InternalError("a per-respondent check without the ledger's fingerprint key")
+    return key
 
 
 def _lock_dataset(conn: Connection, dataset: str) -> None:

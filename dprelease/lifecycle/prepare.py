@@ -16,8 +16,9 @@ from typing import Callable
 from dprelease.accounting import fraction_text
 from dprelease.data import file_fingerprint
 from dprelease.errors import InternalError
-from dprelease.ledger import Approval, Birth, Ledger, LedgerLocation, resolve_location
+from dprelease.ledger import Approval, Birth, Ledger, LedgerLocation, Respondents, resolve_location
 from dprelease.ledger.records import current_user, now
+from dprelease.lifecycle.memos import run_respondents
 from dprelease.lifecycle.recover import (
     complete_interrupted_publication,
     discard_stale_staging,
@@ -55,6 +56,7 @@ class Prepared:
     data_digest: str  # plain SHA-256 of the data: this process's memory only
     data_fingerprint: str  # keyed with the ledger's key: what the ledger and the run record hold
     fingerprint_seconds: float
+    respondents: Respondents | None = None  # memoised local tables' answers and ids: this process's memory only
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,12 @@ def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_a
     fingerprint_seconds = time.perf_counter() - started
     fingerprint = ledger.fingerprint(digest)
     refuse_foreign_outputs(spec, output_dir, ledger, digest)
+    respondents = None
     if plan.local:  # local answers carry provenance: the data file must be registered answers
         plan = with_provenance(spec, plan, state, ledger.answer_sets(spec.dataset.name, fingerprint), fingerprint)
         _say_provenance(plan, say)
-    return Prepared(request, plan, approval, digest, fingerprint, fingerprint_seconds)
+        respondents = run_respondents(spec, plan, state, ledger)  # a memo is checked at the reservation
+    return Prepared(request, plan, approval, digest, fingerprint, fingerprint_seconds, respondents)
 
 
 def _say_provenance(plan: Plan, say: Say) -> None:

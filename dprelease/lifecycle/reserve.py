@@ -33,7 +33,7 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
                              spec_fingerprint=plan.fingerprint, lifetime_from_spec=life,
                              local=local, data_fingerprint=prepared.data_fingerprint, approval=prepared.approval,
                              spec_path=str(spec.source.resolve()), output_dir=str(request.output_dir),
-                             terms=plan.terms)
+                             terms=plan.terms, respondents=prepared.respondents)
     state = ledger.state(spec.dataset.name)
     if state is None:
         raise InternalError(f"dataset {spec.dataset.name!r} is not in the ledger that just reserved run {granted.run_id}")
