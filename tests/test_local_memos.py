@@ -307,7 +307,7 @@ def test_a_schema_5_ledger_gains_the_tables_of_digests(tmp_path):
     """A ledger of schema 5 (before per-respondent digests) migrates to 6: the two tables appear,
     empty, and nothing recorded changes."""
     path = make_ledger(tmp_path / "l.sqlite")
-    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    ledger = Ledger.open(resolve_location(str(path)))
     ledger.set_budget("d", PureDP(1), reason="test")
     before = ledger.state("d")
     ledger.close()
@@ -316,7 +316,7 @@ def test_a_schema_5_ledger_gains_the_tables_of_digests(tmp_path):
         conn.execute("DROP TABLE respondent_sets")
         conn.execute("UPDATE dprelease_meta SET value = '5' WHERE key = 'schema_version'")
     for _ in range(2):
-        ledger = Ledger.open(resolve_location(str(path)), create=False)
+        ledger = Ledger.open(resolve_location(str(path)))
         assert ledger.state("d") == before
         ledger.close()
         with sqlite3.connect(path) as conn:
