@@ -20,12 +20,13 @@ from dprelease.ledger.records import (
     LocalCollection,
     LocalRecord,
     Policy,
+    RecordIdentity,
     Reservation,
     RunRecord,
 )
 from dprelease.ledger.store import Ledger
 
 __all__ = [
-    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
+    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "CapChange", "DatasetState", "Evaluation", "Policy", "RecordIdentity", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "RunRecord",
     "check_lifetime_matches", "local_charge", "memo_honoured", "provenance_of", "unregistered_message", "default_path", "over_lifetime_message", "resolve_location",
 ]

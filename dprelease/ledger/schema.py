@@ -19,9 +19,10 @@ from dprelease.ledger import keys
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.records import now
 
-SCHEMA_VERSION = 5  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
+SCHEMA_VERSION = 6  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
 # 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval;
-# 5: typed terms (guarantee, change_one_record, unit_id) and caps and charges in `amount` (ρ under zCDP terms)
+# 5: typed terms (guarantee, change_one_record, unit_id) and caps and charges in `amount` (ρ under zCDP terms);
+# 6: data identities (a run's data by its records, keyed and sealed)
 CREATION_WAIT = 15.0  # seconds a creator waits for another process's ledger to appear beside its key
 
 metadata = sa.MetaData()
@@ -126,6 +127,14 @@ answer_sets_t = sa.Table("answer_sets", metadata,  # provenance of local answers
                         sa.Column("registered_by", sa.String(200), nullable=False),
                         sa.Column("registered_at", sa.String(40), nullable=False),
                         sa.Index("ix_answer_sets_answers", "answers"))
+identities_t = sa.Table("data_identities", metadata,  # a run's data by its records (data/identity.py)
+                        sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), primary_key=True),
+                        sa.Column("dataset", sa.String(100), nullable=False),
+                        sa.Column("records", sa.String(80), nullable=False),  # keyed: the records' exact digest
+                        # sealed (keys.seal), of a fixed size; NULL where an earlier row of the dataset holds the
+                        # same records' (one sketch per dataset and data)
+                        sa.Column("sketch", sa.Text),
+                        sa.Index("ix_identities_records", "dataset", "records"))
 events_t = sa.Table("run_events", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
@@ -203,7 +212,7 @@ def _check_version(engine: Engine, location: LedgerLocation) -> None:
     with engine.connect() as conn:
         row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
     version = int(row[0]) if row else 0
-    if version in (1, 2, 3, 4):
+    if version in (1, 2, 3, 4, 5):
         _migrate(engine, location)
         version = SCHEMA_VERSION
     if version != SCHEMA_VERSION:
@@ -212,7 +221,7 @@ def _check_version(engine: Engine, location: LedgerLocation) -> None:
 
 
 def _migrate(engine: Engine, location: LedgerLocation) -> None:
-    """Schema 1, 2, 3 or 4 → 5, in one locked transaction; nothing recorded changes, and a second
+    """Schema 1, 2, 3, 4 or 5 → 6, in one locked transaction; nothing recorded changes, and a second
     process finds it done. 1 → 2: the (NULL) δ columns of caps and charges, a wider terms column.
     2 → 3: the tables of plan approvals and of local collections, or, where a pre-release 2
     had the latter, its answers fingerprint (NULL: such a collection counts as having unknown
@@ -221,14 +230,15 @@ def _migrate(engine: Engine, location: LedgerLocation) -> None:
     nothing is lost); the tables of evaluations and policies; a run's data and approval. 4 → 5:
     each dataset's one-string terms parsed into typed columns (:class:`~dprelease.accounting.Terms`),
     and the caps' and charges' ``epsilon`` column, which holds ρ under zCDP terms, renamed
-    ``amount``: every figure stays as it was."""
+    ``amount``: every figure stays as it was. 5 → 6: the table of data identities (runs recorded
+    before it have none: their data is recognised by its bytes only)."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
             row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
-            if row is None or row[0] not in ("1", "2", "3", "4"):
+            if row is None or row[0] not in ("1", "2", "3", "4", "5"):
                 return
             if row[0] == "1":
                 conn.execute(sa.text("ALTER TABLE budget_caps ADD COLUMN delta VARCHAR(200)"))
@@ -242,11 +252,13 @@ def _migrate(engine: Engine, location: LedgerLocation) -> None:
                     local_t.create(conn)
                 elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
                     conn.execute(sa.text("ALTER TABLE local_collections ADD COLUMN answers VARCHAR(80)"))
-            if row[0] != "4":
+            if row[0] not in ("4", "5"):
                 if conn.dialect.name == "sqlite":  # the plain hashes replaced below leave no copy in freed pages
                     conn.exec_driver_sql("PRAGMA secure_delete = ON")
                 _migrate_to_4(conn, location)
-            _migrate_to_5(conn)
+            if row[0] != "5":
+                _migrate_to_5(conn)
+            _migrate_to_6(conn)
             conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
     if engine.dialect.name == "sqlite":  # nor in the journal's or the file's slack: rewrite the file
         raw = engine.raw_connection()  # outside SQLAlchemy's transaction (VACUUM refuses one)
@@ -302,6 +314,12 @@ def _migrate_to_5(conn: Connection) -> None:
     for table in ("budget_caps", "charges"):
         if "epsilon" in {c["name"] for c in sa.inspect(conn).get_columns(table)}:
             conn.execute(sa.text(f"ALTER TABLE {table} RENAME COLUMN epsilon TO amount"))
+
+
+def _migrate_to_6(conn: Connection) -> None:
+    """The table of data identities, where it is missing. Idempotent."""
+    if not sa.inspect(conn).has_table(identities_t.name):
+        identities_t.create(conn)
 
 
 def _key_for_new_ledger(location: LedgerLocation, ledger_id: str) -> bytes:

@@ -1,0 +1,321 @@
+"""A dataset's identity is its records, not its bytes: the same people are recognised in any file.
+
+Model. The data is a multiset of records (:mod:`dprelease.data.record_hash`: every column,
+values canonicalised, column order free), so rows reordered, line endings, quoting, CSV ↔
+Parquet, or a column added, dropped or changed in one column, leave most records recognisable.
+Two data sets share people when they share most of their records: a re-export that drops or
+adds a tenth of the rows shares about 90% of them; two samples of different people share almost
+none (the shipped NIST excerpts: 0.03% at most, `benchmarks/identity.py`).
+
+Algorithm: bottom-k (MinHash) sketches of multisets, one pass over the data.
+
+* ``records``: the :data:`K_RECORDS` smallest distinct record hashes and each one's count: a
+  uniform sample of the distinct records, with their multiplicities (so duplicates count).
+* one sketch of :data:`K_COLUMN` per column, of the records WITHOUT that column (the row's
+  hash sum less the column's hash): how a dropped, added, renamed or recoded column is still
+  recognised (the records are compared on the columns both data sets have).
+* ``digest``: the exact multiset (two 64-bit sums of mixed record hashes, the row count and
+  the columns): "the same records exactly".
+
+The share of data set A's rows whose records are in B (containment, with multiplicity:
+Σ min(count_A, count_B) / Σ count_A) is estimated on A's sampled records whose hash is at most
+B's k-th smallest (below it, B's sketch holds every record of B, so each is known to be in B or
+not): exact for data of fewer than k distinct records, about ±0.03 (k = 1024) otherwise. It needs
+:data:`MIN_SAMPLES` such records, so data sets more than about k / 16 times the other's size are
+not compared. Records that recur within a data set (a file of a few coded columns) say nothing
+about people: a share is taken beyond the chance level ρ, the share of the searched data set's
+rows whose record recurs in it, as ``(share − ρ) / (1 − ρ)``.
+
+Threshold: refused at :data:`THRESHOLD` = 1/2 either way ("most records"): the new data's
+records mostly in the released data, or the released data's mostly in the new. A tenth dropped
+or added gives about 0.9; different people about 0; the estimates' error (±0.03) is far from
+both. Below one half the overlap is a minority of people, which this does not catch (see
+docs/ledger.md, "What identity cannot catch").
+
+Cost: per row and column, a hash gather and an addition; per row and column again, one
+subtraction, one mix and one comparison for the column's sketch; measured in
+``benchmarks/identity.py``.
+
+Assumes: the batches are every row of the data (all its columns). Guarantees: nothing here is
+keyed; an :class:`Identity` is as sensitive as the data (a sketch of a small file holds every
+distinct record). It stays in memory; the ledger and the run record hold it only sealed under
+the ledger's key (:meth:`Identity.plain` is fixed-size for a given number of columns, whatever
+the rows), and the digest only HMAC-ed. Imports numpy, pyarrow and the record hashes only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dprelease.data.record_hash import Missing, column_hashes, column_seed, mix
+from dprelease.data.scan import Source, every_column
+
+K_RECORDS = 1024  # the full records' sketch
+GROUPS = 4  # the columns fall in four groups by name; a sketch of the records without each
+K_GROUP = 256  # each group-left-out sketch
+THRESHOLD = 0.5  # most records: refused at or above
+MIN_SAMPLES = 16  # fewer sampled records below the other's threshold: not compared
+_WRAP = 1 << 64
+_TOP = np.uint64(0xFFFFFFFFFFFFFFFF)
+_MAGIC = b"dprid\x00\x00\x01"
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """The k smallest distinct hashes of a multiset (ascending) and each one's count."""
+
+    k: int
+    hashes: np.ndarray  # uint64
+    counts: np.ndarray  # int64, ≥ 1
+
+    @property
+    def threshold(self) -> np.uint64:
+        """The largest hash the sketch is complete up to: every element of the multiset with a
+        hash at most this is in it (all of it, when it holds fewer than k)."""
+        return self.hashes[-1] if self.hashes.size == self.k else _TOP
+
+    def recurring(self) -> float:
+        """The share of the sampled rows whose record occurs more than once (the chance level)."""
+        total = int(self.counts.sum())
+        return float(self.counts[self.counts > 1].sum() / total) if total else 0.0
+
+    def within(self, other: Sketch) -> tuple[float, int]:
+        """(the estimated share of this multiset's rows whose records are in ``other``, beyond
+        chance; how many sampled records it rests on)."""
+        below = self.hashes <= other.threshold
+        mine, counts = self.hashes[below], self.counts[below]
+        if not mine.size:
+            return 0.0, 0
+        theirs = np.zeros(mine.size, dtype=np.int64)
+        at = np.searchsorted(other.hashes, mine)
+        found = at < other.hashes.size
+        found[found] = other.hashes[at[found]] == mine[found]
+        theirs[found] = other.counts[at[found]]
+        share = float(np.minimum(counts, theirs).sum() / counts.sum())
+        chance = other.recurring()
+        return (0.0 if chance >= 1 else max(0.0, (share - chance) / (1 - chance))), int(mine.size)
+
+    def top(self, k: int) -> Sketch:
+        """The same multiset's sketch with a smaller k."""
+        return Sketch(k, self.hashes[:k], self.counts[:k])
+
+
+class _Bottom:
+    """A streaming bottom-k sketch: every occurrence of a value at most the threshold is counted."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.hashes = np.empty(0, dtype=np.uint64)
+        self.counts = np.empty(0, dtype=np.int64)
+        self.few = False  # the data so far has fewer than k distinct values: count every batch whole
+
+    def add(self, x: np.ndarray) -> None:
+        if self.hashes.size == self.k:
+            x = x[x <= self.hashes[-1]]
+        elif x.size > 8 * self.k and not self.few:  # not full yet: the batch's smallest, enough to fill it
+            smallest = x[x <= np.partition(x, 4 * self.k)[4 * self.k]]
+            values, counts = _value_counts(smallest)
+            if values.size >= self.k:
+                self._merge(values, counts)
+                return
+        values, counts = _value_counts(x)
+        if values.size > self.k:  # only the k smallest distinct values can stay
+            keep = np.argpartition(values, self.k - 1)[:self.k]
+            values, counts = values[keep], counts[keep]
+        self._merge(values, counts)
+
+    def _merge(self, values: np.ndarray, counts: np.ndarray) -> None:
+        if not values.size:
+            return
+        merged, inverse = np.unique(np.concatenate([self.hashes, values]), return_inverse=True)
+        total = np.zeros(merged.size, dtype=np.int64)
+        np.add.at(total, inverse.ravel(), np.concatenate([self.counts, counts]))
+        self.few = merged.size < self.k
+        self.hashes, self.counts = merged[:self.k], total[:self.k]
+
+    def sketch(self) -> Sketch:
+        return Sketch(self.k, self.hashes, self.counts)
+
+
+def _value_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``x`` and their counts (Arrow's hash table: no sort of x)."""
+    if x.size < 4096:
+        values, counts = np.unique(x, return_counts=True)
+        return values, counts.astype(np.int64)
+    found = pc.value_counts(pa.array(x, pa.uint64()))
+    return (np.asarray(found.field("values").to_numpy(zero_copy_only=False), dtype=np.uint64),
+            np.asarray(found.field("counts").to_numpy(zero_copy_only=False), dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Why two data sets are taken for the same people."""
+
+    share: float  # the larger of the two containments, beyond chance (1.0 for the same records)
+    how: str  # for the operator: e.g. "about 90% of its records are records of that data"
+
+
+@dataclass(frozen=True)
+class Group:
+    """The records without one group of columns: the group's columns (their seeds, hashed) and
+    the sketch of the records on every other column."""
+
+    names: bytes  # 8 bytes: the group's column names
+    sketch: Sketch
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The records of one data set, sketched (plain: this process's memory only)."""
+
+    digest: str  # records-sha256:…, the exact multiset
+    records: Sketch
+    groups: tuple[Group, ...]  # GROUPS of them
+
+    def plain(self) -> bytes:
+        """A fixed-size form for sealing (:data:`PLAIN_BYTES`, whatever the data)."""
+        parts = [_MAGIC, bytes.fromhex(self.digest.removeprefix("records-sha256:")), _packed(self.records, K_RECORDS)]
+        for group in self.groups:
+            parts += [group.names, _packed(group.sketch, K_GROUP)]
+        return b"".join(parts)
+
+    @classmethod
+    def from_plain(cls, data: bytes) -> Identity:
+        if len(data) != PLAIN_BYTES or data[:8] != _MAGIC:
+            raise ValueError("not a record identity of this version")
+        digest = "records-sha256:" + data[8:40].hex()
+        records, at = _unpacked(data, 40, K_RECORDS)
+        groups = []
+        for _ in range(GROUPS):
+            sketch, end = _unpacked(data, at + 8, K_GROUP)
+            groups.append(Group(data[at:at + 8], sketch))
+            at = end
+        return cls(digest, records, tuple(groups))
+
+    def overlap(self, other: Identity) -> Overlap | None:
+        """Whether this data and ``other`` are the same people: the same records exactly, or at
+        least :data:`THRESHOLD` of either's records among the other's, on every column, or on
+        every column but one group's where the two differ in that group's columns only."""
+        if self.digest == other.digest:
+            return Overlap(1.0, "the same records exactly")
+        best: Overlap | None = None
+        for mine, theirs, apart in self._pairs(other):
+            for share, samples, how in ((*mine.within(theirs), "of its records are records of that data"),
+                                        (*theirs.within(mine), "of that data's records are in it")):
+                if samples >= MIN_SAMPLES and share >= THRESHOLD and (best is None or share > best.share):
+                    best = Overlap(share, f"about {share:.0%} {how}{apart}")
+        return best
+
+    def matches(self, other_plain: bytes) -> str | None:
+        """For the ledger (which holds sealed identities and never imports this module): why the
+        data of ``other_plain`` is the same people as this, or None."""
+        found = self.overlap(Identity.from_plain(other_plain))
+        return None if found is None else found.how
+
+    def _pairs(self, other: Identity) -> list[tuple[Sketch, Sketch, str]]:
+        """The sketches to compare: the full records; and the records without group j wherever
+        the two data sets' columns agree outside group j (a column dropped, added or renamed
+        there; with the same columns, a column's values changed in any group)."""
+        pairs = [(self.records, other.records, "")]
+        apart = " (compared without a quarter of the columns, where the two differ)"
+        differ = [j for j in range(GROUPS) if self.groups[j].names != other.groups[j].names]
+        for j in range(GROUPS):
+            if not differ or differ == [j]:
+                pairs.append((self.groups[j].sketch, other.groups[j].sketch, apart))
+        return pairs
+
+
+def _packed(sketch: Sketch, k: int) -> bytes:
+    """k hashes and k counts, the unused slots zero (count 0)."""
+    hashes = np.zeros(k, dtype="<u8")
+    counts = np.zeros(k, dtype="<u4")
+    hashes[:sketch.hashes.size] = sketch.hashes
+    counts[:sketch.counts.size] = np.minimum(sketch.counts, 0xFFFFFFFF)
+    return hashes.tobytes() + counts.tobytes()
+
+
+def _unpacked(data: bytes, at: int, k: int) -> tuple[Sketch, int]:
+    hashes = np.frombuffer(data, dtype="<u8", count=k, offset=at).astype(np.uint64)
+    counts = np.frombuffer(data, dtype="<u4", count=k, offset=at + 8 * k).astype(np.int64)
+    used = counts > 0
+    return Sketch(k, hashes[used], counts[used]), at + 12 * k
+
+
+PLAIN_BYTES = 8 + 32 + 12 * K_RECORDS + GROUPS * (8 + 12 * K_GROUP)
+
+
+class Sketcher:
+    """Builds an :class:`Identity` from batches of rows, in one pass (the batches' order is free)."""
+
+    def __init__(self, na_values: tuple[str, ...] = ()):
+        self.missing = Missing(na_values)
+        self.records = _Bottom(K_RECORDS)
+        self.groups = [_Bottom(K_GROUP) for _ in range(GROUPS)]
+        self.names: set[str] = set()
+        self.rows = 0
+        self.sums = [0, 0]  # Σ record hash and Σ its square, mod 2**64: the exact multiset's digest
+        self._buffers = np.empty((GROUPS + 3, 0), dtype=np.uint64)
+        self.seconds = 0.0  # spent in add (the reading of the batches excepted)
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Every column of ``batch`` (a column some file lacks is left out of that file's rows)."""
+        started = time.perf_counter()
+        names = [n.strip() for n in batch.schema.names]
+        self.names.update(names)
+        n = batch.num_rows
+        if self._buffers.shape[1] < n:  # reused from batch to batch: fresh large arrays cost page faults
+            self._buffers = np.empty((GROUPS + 3, n), dtype=np.uint64)
+        *parts, total, column, scratch = (b[:n] for b in self._buffers)
+        for part in parts:
+            part.fill(0)
+        for i, name in enumerate(names):
+            part = parts[group_of(name)]
+            np.add(part, column_hashes(batch.column(i), name, self.missing, out=column), out=part)
+        np.add(parts[0], parts[1], out=total)
+        for part in parts[2:]:
+            np.add(total, part, out=total)
+        record = mix(total, out=column, scratch=scratch)
+        self.records.add(record)
+        self.sums[0] = (self.sums[0] + int(record.sum(dtype=np.uint64))) % _WRAP
+        self.sums[1] = (self.sums[1] + int(np.multiply(record, record, out=scratch).sum(dtype=np.uint64))) % _WRAP
+        self.rows += n
+        for j, part in enumerate(parts):
+            self.groups[j].add(mix(np.subtract(total, part, out=part), out=part, scratch=scratch))
+        self.seconds += time.perf_counter() - started
+
+    def identity(self) -> Identity:
+        seeds = [sorted(int(column_seed(n)) for n in self.names if group_of(n) == j) for j in range(GROUPS)]
+        names = [hashlib.blake2b(struct.pack(f"<{len(s)}Q", *s), digest_size=8).digest() for s in seeds]
+        digest = hashlib.sha256(_MAGIC + struct.pack("<Q", self.rows) + struct.pack("<QQ", *self.sums)
+                                + b"".join(names)).hexdigest()
+        return Identity("records-sha256:" + digest, self.records.sketch(),
+                        tuple(Group(n, b.sketch()) for n, b in zip(names, self.groups)))
+
+
+def group_of(name: str) -> int:
+    """The column's group: a fixed function of its name."""
+    return int(column_seed(name)) % GROUPS
+
+
+def identity_of(src: Source, *, read: Callable[[int], None] | None = None) -> Identity:
+    """The identity of the data at ``src``: every column of every row of every file, one pass.
+    ``read`` (a progress bar) is told the bytes read so far across all files."""
+    sketcher = Sketcher(src.na_values)
+    done = 0
+    for piece in src.files():
+        size = os.stat(piece.path).st_size
+        progress = None if read is None else (lambda n, before=done: read(before + min(n, size)))
+        names = every_column(src, piece)
+        for _, batch in src.batches(piece, names, names, read=progress):
+            sketcher.add(batch)
+        done += size
+    return sketcher.identity()
