@@ -344,7 +344,7 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     con.execute("ALTER TABLE charges DROP COLUMN delta")
     con.execute("UPDATE dprelease_meta SET value = '1' WHERE key = 'schema_version'")
     con.commit()
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     con.close()
     reopened = Ledger.open(resolve_location(str(path)), create=False)
     state = reopened.state("d")

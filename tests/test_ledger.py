@@ -115,7 +115,7 @@ def test_amounts_are_stored_as_exact_text(url):
     reserve(ledger, charges=[("t", PureDP(Fraction(1, 3)))])
     with ledger.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT amount FROM charges")).scalar_one() == "1/3"
-        assert conn.execute(sa.text("SELECT value FROM dprelease_meta WHERE key = 'schema_version'")).scalar_one() == "5"
+        assert conn.execute(sa.text("SELECT value FROM dprelease_meta WHERE key = 'schema_version'")).scalar_one() == "6"
     ledger.close()
 
 

@@ -167,3 +167,57 @@ def test_evaluate_never_writes_among_published_files(released, tmp_path):
     fine = dp("evaluate", spec, "--trials", "1", "--output", tmp_path / "evaluation.md")
     assert fine.code == 0, fine.output
     assert (tmp_path / "evaluation.md").exists()
+
+
+def test_a_schema_5_ledger_gains_the_table_of_identities(tmp_path):
+    """Schema 5 → 6 adds the table (idempotent: a second opening finds it done); a run reserved
+    after it records its data's identity, keyed and sealed."""
+    import sqlite3
+
+    from dprelease.accounting import PureDP
+
+    path = make_ledger(tmp_path / "l.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE data_identities")
+        conn.execute("UPDATE dprelease_meta SET value = '5' WHERE key = 'schema_version'")
+    identity = identity_of(Source(NIST / "ma2019.csv", "csv", ("N",)))
+    for _ in range(2):
+        ledger = Ledger.open(resolve_location(str(path)), create=False)
+        assert ledger is not None
+        ledger.close()
+    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    try:
+        ledger.reserve(dataset="d", release="r", charges=[("t", PureDP(1))], spec_fingerprint="x",
+                       lifetime_from_spec=PureDP(2), identity=identity)
+        assert ledger.same_people(identity) == ("d", "the same records exactly")
+        assert ledger.same_people(identity, "d") is None  # its own dataset's data
+    finally:
+        ledger.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM dprelease_meta WHERE key = 'schema_version'").fetchone() == ("6",)
+        (records, sketch), = conn.execute("SELECT records, sketch FROM data_identities").fetchall()
+    assert records.startswith("hmac-sha256:") and sketch.startswith("sealed-aes256gcm:")
+
+
+def test_values_are_canonical_whatever_the_file_writes():
+    """One record written in many ways is one record: numbers as numbers (5000.0 = 5000 = int
+    5000, +5 = 5, 1.50 = 1.5, 007 = 7, -0 = 0), text trimmed, an empty value, a null, a NaN and
+    the spec's na_values one null, the column order free; a different value is another record."""
+    import pyarrow as pa
+
+    from dprelease.data.identity import Sketcher
+
+    def digest(table: pa.Table, na: tuple[str, ...] = ("N",)) -> str:
+        sketcher = Sketcher(na)
+        sketcher.add(table)
+        return sketcher.identity().digest
+
+    text = pa.table({"INC": ["5000.0", "+5", "1.50", "007", "-0"], "CODE": [" ab", "N", "", None, "x "]})
+    typed = pa.table({"CODE": pa.array(["ab", None, None, None, "x"]).dictionary_encode(),
+                      "INC": pa.array([5000, 5, 1.5, 7, 0], pa.float64())})
+    ints = pa.table({"INC": pa.array([5000, 5, 1, 7, 0], pa.int16()), "CODE": ["ab", "N", "", None, "x"]})
+    assert digest(text) == digest(typed)
+    assert digest(ints) != digest(text)  # 1 is not 1.5
+    assert digest(ints.set_column(0, "INC", pa.array([5000, 5, 1, 7, 0], pa.int64()))) == digest(ints)
+    assert digest(ints.set_column(0, "INC", pa.array(["5000", "5", "1", "7", "0"]))) == digest(ints)
+    assert digest(text, na=()) != digest(text)  # "N" is a value unless the spec says it marks a missing one

@@ -50,13 +50,13 @@ import os
 import struct
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dprelease.data.record_hash import Missing, column_hashes, column_seed, mix
+from dprelease.data.record_hash import Lookup, Missing, column_hashes, column_seed, mix
 from dprelease.data.scan import Source, every_column
 
 K_RECORDS = 1024  # the full records' sketch
@@ -64,9 +64,18 @@ GROUPS = 4  # the columns fall in four groups by name; a sketch of the records w
 K_GROUP = 256  # each group-left-out sketch
 THRESHOLD = 0.5  # most records: refused at or above
 MIN_SAMPLES = 16  # fewer sampled records below the other's threshold: not compared
+CHUNK_ROWS = 1 << 16  # rows hashed and sketched at a time: a few arrays of this size stay in cache
 _WRAP = 1 << 64
 _TOP = np.uint64(0xFFFFFFFFFFFFFFFF)
 _MAGIC = b"dprid\x00\x00\x01"
+
+
+class Share(NamedTuple):
+    """One data set's rows found in another's, estimated from their sketches."""
+
+    raw: float  # Σ min(count here, count there) / Σ count here, over the sampled records
+    beyond_chance: float  # (raw − ρ) / (1 − ρ), ρ the other's recurring share: what the threshold is applied to
+    samples: int  # the sampled records it rests on
 
 
 @dataclass(frozen=True)
@@ -88,13 +97,12 @@ class Sketch:
         total = int(self.counts.sum())
         return float(self.counts[self.counts > 1].sum() / total) if total else 0.0
 
-    def within(self, other: Sketch) -> tuple[float, int]:
-        """(the estimated share of this multiset's rows whose records are in ``other``, beyond
-        chance; how many sampled records it rests on)."""
+    def within(self, other: Sketch) -> Share:
+        """The estimated share of this multiset's rows whose records are in ``other``."""
         below = self.hashes <= other.threshold
         mine, counts = self.hashes[below], self.counts[below]
         if not mine.size:
-            return 0.0, 0
+            return Share(0.0, 0.0, 0)
         theirs = np.zeros(mine.size, dtype=np.int64)
         at = np.searchsorted(other.hashes, mine)
         found = at < other.hashes.size
@@ -102,7 +110,7 @@ class Sketch:
         theirs[found] = other.counts[at[found]]
         share = float(np.minimum(counts, theirs).sum() / counts.sum())
         chance = other.recurring()
-        return (0.0 if chance >= 1 else max(0.0, (share - chance) / (1 - chance))), int(mine.size)
+        return Share(share, 0.0 if chance >= 1 else max(0.0, (share - chance) / (1 - chance)), int(mine.size))
 
     def top(self, k: int) -> Sketch:
         """The same multiset's sketch with a smaller k."""
@@ -207,13 +215,28 @@ class Identity:
         every column but one group's where the two differ in that group's columns only."""
         if self.digest == other.digest:
             return Overlap(1.0, "the same records exactly")
-        best: Overlap | None = None
+        best = max(self._estimates(other), default=None, key=lambda e: e[0])
+        if best is None or best[0] < THRESHOLD:
+            return None
+        return Overlap(best[0], f"about {best[0]:.0%} {best[1]}")
+
+    def shares(self, other: Identity, *, raw: bool = False) -> tuple[float, float]:
+        """(the estimated share of this data's rows whose records are in ``other``, of ``other``'s
+        in this), beyond chance (``raw``: not), the largest over the comparisons :meth:`overlap`
+        makes (for reports: the figures the threshold is applied to)."""
+        if self.digest == other.digest:
+            return 1.0, 1.0
+        found = [(e[3].raw if raw else e[0], e[2]) for e in self._estimates(other)]
+        return max((f for f, way in found if way == 0), default=0.0), max((f for f, way in found if way == 1), default=0.0)
+
+    def _estimates(self, other: Identity) -> Iterator[tuple[float, str, int, Share]]:
+        """(share beyond chance, what it is of, 0: this data's rows in ``other``, 1: the other
+        way, the estimate) of every comparison that rests on :data:`MIN_SAMPLES` sampled records."""
         for mine, theirs, apart in self._pairs(other):
-            for share, samples, how in ((*mine.within(theirs), "of its records are records of that data"),
-                                        (*theirs.within(mine), "of that data's records are in it")):
-                if samples >= MIN_SAMPLES and share >= THRESHOLD and (best is None or share > best.share):
-                    best = Overlap(share, f"about {share:.0%} {how}{apart}")
-        return best
+            for way, share, what in ((0, mine.within(theirs), "of its records are records of that data"),
+                                     (1, theirs.within(mine), "of that data's records are in it")):
+                if share.samples >= MIN_SAMPLES:
+                    yield share.beyond_chance, what + apart, way, share
 
     def matches(self, other_plain: bytes) -> str | None:
         """For the ledger (which holds sealed identities and never imports this module): why the
@@ -263,7 +286,7 @@ class Sketcher:
         self.names: set[str] = set()
         self.rows = 0
         self.sums = [0, 0]  # Σ record hash and Σ its square, mod 2**64: the exact multiset's digest
-        self._buffers = np.empty((GROUPS + 3, 0), dtype=np.uint64)
+        self._buffers = np.empty((GROUPS + 3, CHUNK_ROWS), dtype=np.uint64)
         self.seconds = 0.0  # spent in add (the reading of the batches excepted)
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -271,26 +294,27 @@ class Sketcher:
         started = time.perf_counter()
         names = [n.strip() for n in batch.schema.names]
         self.names.update(names)
-        n = batch.num_rows
-        if self._buffers.shape[1] < n:  # reused from batch to batch: fresh large arrays cost page faults
-            self._buffers = np.empty((GROUPS + 3, n), dtype=np.uint64)
-        *parts, total, column, scratch = (b[:n] for b in self._buffers)
+        columns = [(group_of(n), column_hashes(batch.column(i), n, self.missing)) for i, n in enumerate(names)]
+        for start in range(0, batch.num_rows, CHUNK_ROWS):  # rows in chunks that stay in the CPU's cache
+            self._add_rows(columns, start, min(CHUNK_ROWS, batch.num_rows - start))
+        self.rows += batch.num_rows
+        self.seconds += time.perf_counter() - started
+
+    def _add_rows(self, columns: list[tuple[int, Lookup]], start: int, n: int) -> None:
+        *parts, total, record, scratch = (b[:n] for b in self._buffers)
         for part in parts:
             part.fill(0)
-        for i, name in enumerate(names):
-            part = parts[group_of(name)]
-            np.add(part, column_hashes(batch.column(i), name, self.missing, out=column), out=part)
+        for group, lookup in columns:
+            lookup.add_to(parts[group], start, scratch)
         np.add(parts[0], parts[1], out=total)
         for part in parts[2:]:
             np.add(total, part, out=total)
-        record = mix(total, out=column, scratch=scratch)
+        mix(total, out=record, scratch=scratch)
         self.records.add(record)
         self.sums[0] = (self.sums[0] + int(record.sum(dtype=np.uint64))) % _WRAP
         self.sums[1] = (self.sums[1] + int(np.multiply(record, record, out=scratch).sum(dtype=np.uint64))) % _WRAP
-        self.rows += n
         for j, part in enumerate(parts):
             self.groups[j].add(mix(np.subtract(total, part, out=part), out=part, scratch=scratch))
-        self.seconds += time.perf_counter() - started
 
     def identity(self) -> Identity:
         seeds = [sorted(int(column_seed(n)) for n in self.names if group_of(n) == j) for j in range(GROUPS)]

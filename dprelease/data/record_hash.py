@@ -33,7 +33,9 @@ sealed under the ledger's key (:mod:`dprelease.ledger.keys`). Imports numpy and 
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -83,45 +85,64 @@ class Missing:
         self.numbers = np.unique(np.asarray([float(v) for v in numeric], dtype=np.float64) + 0.0)
 
 
-def column_hashes(arr: pa.Array | pa.ChunkedArray, name: str, missing: Missing,
-                  out: np.ndarray | None = None) -> np.ndarray:
-    """The hash of every value of one column (uint64, one per row; into ``out`` if given): see
-    the module docstring."""
+@dataclass(frozen=True)
+class Lookup:
+    """One column's value hashes, row by row: ``table[index - offset]`` (a dictionary's or a
+    small integer range's hashes, gathered), or ``table`` itself where ``index`` is None."""
+
+    table: np.ndarray  # uint64
+    index: np.ndarray | None = None
+    offset: int = 0
+
+    def add_to(self, total: np.ndarray, start: int, scratch: np.ndarray) -> None:
+        """Add rows ``start`` to ``start + len(total)`` of the column's hashes into ``total``
+        (``scratch``: a buffer of its size)."""
+        stop = start + total.size
+        if self.index is None:
+            np.add(total, self.table[start:stop], out=total)
+            return
+        index = self.index[start:stop]
+        np.take(self.table, index - index.dtype.type(self.offset) if self.offset else index, out=scratch)
+        np.add(total, scratch, out=total)
+
+
+def column_hashes(arr: pa.Array | pa.ChunkedArray, name: str, missing: Missing) -> Lookup:
+    """The hash of every value of one column (see the module docstring), as a :class:`Lookup`."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     seed = column_seed(name)
     null = mix(np.array([seed ^ _NULL], dtype=np.uint64))[0]
     kind = arr.type
     if pa.types.is_dictionary(kind):
-        return _through(arr, _distinct_hashes(arr.dictionary, seed, missing, null), null, out)
+        return _through(arr, _distinct_hashes(arr.dictionary, seed, missing, null), null)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
             or pa.types.is_large_binary(kind):
         encoded = pc.dictionary_encode(arr)
-        return _through(encoded, _distinct_hashes(encoded.dictionary, seed, missing, null), null, out)
+        return _through(encoded, _distinct_hashes(encoded.dictionary, seed, missing, null), null)
     if pa.types.is_integer(kind):
-        return _integer_hashes(arr, seed, missing, null, out)
+        return _integer_lookup(arr, seed, missing, null)
     if pa.types.is_floating(kind):
         values = np.asarray(arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
-        return _placed(_number_hashes(values, seed, missing, null), out)
+        return Lookup(_number_hashes(values, seed, missing.numbers, null))
     if pa.types.is_null(kind):
-        return _placed(np.full(len(arr), null, dtype=np.uint64), out)
-    return column_hashes(_as_text(arr), name, missing, out)
+        return Lookup(np.full(len(arr), null, dtype=np.uint64))
+    return column_hashes(_as_text(arr), name, missing)
 
 
-def _placed(hashes: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    if out is None:
-        return hashes
-    out[...] = hashes
+def hashes_of(lookup: Lookup, rows: int) -> np.ndarray:
+    """A lookup's hashes as one array (for small data and tests)."""
+    out = np.zeros(rows, dtype=np.uint64)
+    lookup.add_to(out, 0, np.empty(rows, dtype=np.uint64))
     return out
 
 
-def _through(encoded: pa.DictionaryArray, table: np.ndarray, null: np.uint64, out: np.ndarray | None) -> np.ndarray:
+def _through(encoded: pa.DictionaryArray, table: np.ndarray, null: np.uint64) -> Lookup:
     """A dictionary array's hashes: its dictionary's (``table``), gathered by index."""
     indices = encoded.indices
     if indices.null_count:
         table = np.append(table, null)  # the last entry: a null index
         indices = indices.fill_null(len(table) - 1)
-    return np.take(table, indices.to_numpy(zero_copy_only=False), out=out)
+    return Lookup(table, indices.to_numpy(zero_copy_only=False))
 
 
 def _distinct_hashes(values: pa.Array, seed: np.uint64, missing: Missing, null: np.uint64) -> np.ndarray:
@@ -139,7 +160,7 @@ def _distinct_hashes(values: pa.Array, seed: np.uint64, missing: Missing, null: 
     if numeric.any():
         picked = pc.filter(trimmed, pa.array(numeric))
         numbers = np.asarray(pc.cast(picked, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
-        out[numeric] = _number_hashes(numbers, seed, missing, null)
+        out[numeric] = _number_hashes(numbers, seed, missing.numbers, null)
     out[is_null] = null
     return out
 
@@ -147,42 +168,51 @@ def _distinct_hashes(values: pa.Array, seed: np.uint64, missing: Missing, null: 
 def _typed_distinct(values: pa.Array, seed: np.uint64, missing: Missing, null: np.uint64) -> np.ndarray:
     """A dictionary of numbers (or other types): hashed as the column type would be."""
     if pa.types.is_integer(values.type):
-        return _integer_hashes(values, seed, missing, null)
+        return hashes_of(_integer_lookup(values, seed, missing, null), len(values))
     if pa.types.is_floating(values.type):
         numbers = np.asarray(values.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False),
                              dtype=np.float64)
-        return _number_hashes(numbers, seed, missing, null)
+        return _number_hashes(numbers, seed, missing.numbers, null)
     return _distinct_hashes(_as_text(values), seed, missing, null)
 
 
-def _integer_hashes(arr: pa.Array, seed: np.uint64, missing: Missing, null: np.uint64,
-                    out: np.ndarray | None = None) -> np.ndarray:
-    """Integers as numbers: through a table of their range when it is small (one gather)."""
-    valid = None if arr.null_count == 0 else np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    values = np.asarray((arr.fill_null(0) if valid is not None else arr).to_numpy(zero_copy_only=False))
-    if values.size == 0:
-        return np.empty(0, dtype=np.uint64)
+def _integer_lookup(arr: pa.Array, seed: np.uint64, missing: Missing, null: np.uint64) -> Lookup:
+    """Integers as numbers: through a table of their range when it is small (one gather per row)."""
+    values = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count
+                        else arr.to_numpy(zero_copy_only=False))
+    if arr.null_count or values.size == 0:  # rare: hashed one by one, nulls put back
+        out = _number_hashes(values.astype(np.float64), seed, missing.numbers, null)
+        if arr.null_count:
+            out[~np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)] = null
+        return Lookup(out)
     if values.dtype.itemsize <= 2:  # every value of the type in one table, indexed by its bits
-        unsigned = np.dtype(f"u{values.dtype.itemsize}")
-        every = np.arange(1 << (8 * values.dtype.itemsize), dtype=np.int64).astype(unsigned).view(values.dtype)
-        out = np.take(_number_hashes(every.astype(np.float64), seed, missing, null), values.view(unsigned), out=out)
-    elif (span := int(values.max()) - (low := int(values.min()))) < _SMALL_RANGE and values.size > 2 * span:
-        table = _number_hashes(np.arange(low, low + span + 1, dtype=np.float64), seed, missing, null)
-        out = np.take(table, values - values.dtype.type(low), out=out)
-    else:
-        out = _placed(_number_hashes(values.astype(np.float64), seed, missing, null), out)
-    if valid is not None:
-        out[~valid] = null
-    return out
+        table = _type_table(int(seed), values.dtype.str, tuple(missing.numbers.tolist()))
+        return Lookup(table, values.view(np.dtype(f"u{values.dtype.itemsize}")))
+    low, high = int(values.min()), int(values.max())
+    if high - low < _SMALL_RANGE and values.size > 2 * (high - low + 1):
+        return Lookup(_number_hashes(np.arange(low, high + 1, dtype=np.float64), seed, missing.numbers, null), values, low)
+    return Lookup(_number_hashes(values.astype(np.float64), seed, missing.numbers, null))
 
 
-def _number_hashes(values: np.ndarray, seed: np.uint64, missing: Missing, null: np.uint64) -> np.ndarray:
-    """float64 numbers: -0 is 0, NaN and the numeric na_values are nulls."""
+@functools.lru_cache(maxsize=256)
+def _type_table(seed: int, dtype: str, na_numbers: tuple[float, ...]) -> np.ndarray:
+    """The hash of every value of a one- or two-byte integer type, indexed by its bits (the same
+    for every batch of a column: kept)."""
+    kind = np.dtype(dtype)
+    every = np.arange(1 << (8 * kind.itemsize), dtype=np.int64).astype(f"u{kind.itemsize}").view(kind)
+    null = mix(np.array([np.uint64(seed) ^ _NULL], dtype=np.uint64))[0]
+    table = _number_hashes(every.astype(np.float64), np.uint64(seed), np.asarray(na_numbers, dtype=np.float64), null)
+    table.setflags(write=False)
+    return table
+
+
+def _number_hashes(values: np.ndarray, seed: np.uint64, na_numbers: np.ndarray, null: np.uint64) -> np.ndarray:
+    """float64 numbers: -0 is 0, NaN and the numeric na_values (``na_numbers``) are nulls."""
     values = values + 0.0  # -0.0 + 0.0 is +0.0
     out = mix(values.view(np.uint64) ^ (seed ^ _NUMBER))
     gone = np.isnan(values)
-    if missing.numbers.size:
-        gone |= np.isin(values, missing.numbers)
+    if na_numbers.size:
+        gone |= np.isin(values, na_numbers)
     out[gone] = null
     return out
 
