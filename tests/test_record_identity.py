@@ -129,6 +129,20 @@ def test_the_identity_does_not_depend_on_the_file(tmp_path):
     assert THRESHOLD == 0.5
 
 
+def test_a_reexport_in_another_ledger_beside_the_release_is_refused(released, tmp_path):
+    """The rows reordered, under a new name, with a fresh ledger of its own, into the output
+    directory of the first release: its run record's sealed identity (under the first ledger's
+    key, readable here) is the same people; refused, nothing reserved in either ledger."""
+    make_ledger(tmp_path / "ledger.sqlite")
+    spec = sex_spec(tmp_path, released["variants"]["reordered"], "elsewhere", "elsewhere")
+    result = dp("run", spec, "--output-dir", released["out"], "--orchestrator", "inline")
+    print(result.stderr.strip().splitlines()[-1])
+    assert result.code == 2, result.output
+    assert f"holds release 'first' of the same data (as dataset '{FIRST}')" in result.stderr
+    assert ledger_runs(tmp_path / "ledger.sqlite") == []
+    assert ledger_runs(released["ledger"]) == [(FIRST, "first", "committed")]
+
+
 def test_evaluate_recognises_released_data_in_another_file(released, tmp_path):
     """`evaluate` (NOT PRIVATE) of the released data with its rows reordered, under a new name:
     refused, nothing recorded."""
