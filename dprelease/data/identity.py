@@ -1,46 +1,59 @@
 """A dataset's identity is its records, not its bytes: the same people are recognised in any file.
 
-Model. The data is a multiset of records (:mod:`dprelease.data.record_hash`: every column,
-values canonicalised, column order free), so rows reordered, line endings, quoting, CSV ↔
-Parquet, or a column added, dropped or changed in one column, leave most records recognisable.
-Two data sets share people when they share most of their records: a re-export that drops or
-adds a tenth of the rows shares about 90% of them; two samples of different people share almost
-none (the shipped NIST excerpts: 0.03% at most, `benchmarks/identity.py`).
+Model. The data is a multiset of records (:mod:`dprelease.data.record_hash`: a row's values in
+every column, canonicalised, column order free), so rows reordered, line endings, quoting, CSV
+↔ Parquet leave the records exactly as they were, and a column added, dropped, renamed or
+recoded leaves them equal on the other columns. Two data sets are taken for the same people
+when they share most of their records: a re-export that drops or adds a tenth of the rows shares
+about 90% of them; two samples of different people share almost none (the shipped NIST
+excerpts: 0.03% at most, ``benchmarks/identity.py``). Every column, not the spec's declared
+ones: a person's full record (23 columns of the NIST excerpts, exact income and weights
+included) is nearly unique, while a few declared columns (PUMA × SEX × AGEP …) repeat across
+people, so two years of one survey would share most projected records (measured there too).
 
-Algorithm: bottom-k (MinHash) sketches of multisets, one pass over the data.
+Algorithm: bottom-k (MinHash) sketches of multisets, in one pass over the data.
 
 * ``records``: the :data:`K_RECORDS` smallest distinct record hashes and each one's count: a
   uniform sample of the distinct records, with their multiplicities (so duplicates count).
-* one sketch of :data:`K_COLUMN` per column, of the records WITHOUT that column (the row's
-  hash sum less the column's hash): how a dropped, added, renamed or recoded column is still
-  recognised (the records are compared on the columns both data sets have).
-* ``digest``: the exact multiset (two 64-bit sums of mixed record hashes, the row count and
-  the columns): "the same records exactly".
+* the columns fall in :data:`GROUPS` groups, by a hash of their names; for each group, the
+  :data:`K_GROUP` smallest hashes of the records WITHOUT that group's columns (the row's hash
+  sum less the group's part: a subtraction). Two data sets whose columns differ in one group
+  only (a column dropped, added or renamed there), or whose values differ in one group only (a
+  column recoded), are compared on the other three quarters of their columns.
+* ``digest``: the exact multiset (the row count, the columns, two sums mod 2**64 of the record
+  hashes and of their squares): "the same records exactly".
 
-The share of data set A's rows whose records are in B (containment, with multiplicity:
-Σ min(count_A, count_B) / Σ count_A) is estimated on A's sampled records whose hash is at most
-B's k-th smallest (below it, B's sketch holds every record of B, so each is known to be in B or
-not): exact for data of fewer than k distinct records, about ±0.03 (k = 1024) otherwise. It needs
-:data:`MIN_SAMPLES` such records, so data sets more than about k / 16 times the other's size are
-not compared. Records that recur within a data set (a file of a few coded columns) say nothing
-about people: a share is taken beyond the chance level ρ, the share of the searched data set's
-rows whose record recurs in it, as ``(share − ρ) / (1 − ρ)``.
+Estimate. The share of data set A's rows whose records are in B (containment, with
+multiplicity: Σ min(count_A, count_B) / Σ count_A) is estimated on A's sampled records whose
+hash is at most B's k-th smallest: below it B's sketch holds every record of B, so each is
+known to be in B or not. Exact for data of fewer than k distinct records; otherwise a proportion
+of about k samples (standard error at most 0.016 at k = 1024, 0.031 at k = 256). It needs
+:data:`MIN_SAMPLES` samples, so a data set more than about k / 16 times the other's size (64×
+for the full records) is not compared. Records that recur within a data set (a file of a few
+coded columns: many people, one record) say nothing about people: a share counts beyond the
+chance level ρ, the share of the searched data set's rows whose record recurs in it, as
+``(share − ρ) / (1 − ρ)`` (0 when every record recurs: such data is recognised only when its
+records are the same exactly).
 
-Threshold: refused at :data:`THRESHOLD` = 1/2 either way ("most records"): the new data's
-records mostly in the released data, or the released data's mostly in the new. A tenth dropped
-or added gives about 0.9; different people about 0; the estimates' error (±0.03) is far from
-both. Below one half the overlap is a minority of people, which this does not catch (see
-docs/ledger.md, "What identity cannot catch").
+Threshold: refused at :data:`THRESHOLD` = 1/2 either way, "most records": most of the new
+data's rows are rows of released data, or most of a released data set's rows are in the new
+one. Most of the people of one of the two would then spend a second lifetime budget. A tenth of
+the rows dropped or added gives about 0.9, different people about 0; the estimates' error is a
+few hundredths, far from 1/2 either way. A minority overlap (a small sample of released data
+mixed into other data) is not caught: docs/ledger.md, "What identity cannot catch".
 
-Cost: per row and column, a hash gather and an addition; per row and column again, one
-subtraction, one mix and one comparison for the column's sketch; measured in
-``benchmarks/identity.py``.
+Cost: per row and column, one gather of a value hash and one addition; per row, five mixes (the
+record, the four groups) and the comparisons with the sketches' thresholds: measured in
+``benchmarks/identity.py`` (the rows are read by the data check's pass whenever it reads every
+row, so the identity adds no reading there).
 
-Assumes: the batches are every row of the data (all its columns). Guarantees: nothing here is
-keyed; an :class:`Identity` is as sensitive as the data (a sketch of a small file holds every
-distinct record). It stays in memory; the ledger and the run record hold it only sealed under
-the ledger's key (:meth:`Identity.plain` is fixed-size for a given number of columns, whatever
-the rows), and the digest only HMAC-ed. Imports numpy, pyarrow and the record hashes only.
+Assumes: the batches are every row of the data, every column. Guarantees: the same multiset of
+records gives the same identity whatever the batches' order. Nothing here is keyed: an
+:class:`Identity` is as sensitive as the data (a sketch of a small file holds every distinct
+record, with its count). It stays in this process's memory; the ledger and the run record hold
+it only sealed under the ledger's key (:meth:`Identity.plain` is :data:`PLAIN_BYTES` long,
+whatever the data), and its digest only HMAC-ed (:mod:`dprelease.ledger.keys`). Imports numpy,
+pyarrow and the data layer's scan and record hashes only.
 """
 
 from __future__ import annotations

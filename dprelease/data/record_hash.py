@@ -12,23 +12,28 @@ hashed, so that a re-export that keeps the values keeps the hashes:
 * anything else is its text (a Parquet date, decimal or boolean as Arrow writes it as text).
 
 Algorithm (additive tabulation, then a mix). Each (column, value) gets a 64-bit hash from a
-fixed, public function (:func:`mix`, splitmix64's finaliser, of the value's canonical bits or
-bytes, seeded with a hash of the column's name); a row's sum ``S`` of its columns' hashes mod
-2**64 does not depend on column order, and ``S - h(column)`` is the same row without that
-column, for the cost of a subtraction (how one dropped, added or changed column is
-recognised: :mod:`dprelease.data.identity`). ``mix(S)`` breaks the sum's linearity before
-sketches select records by their smallest hashes. Work on distinct values where it pays: text
-is dictionary-encoded (Arrow) and each distinct value hashed once; small integer ranges go
-through a table; everything is vectorised numpy, never a Python loop over rows.
+fixed, public function (:func:`mix`, splitmix64's finaliser, of the value's canonical bits, or
+of its UTF-8 bytes eight at a time, seeded with a hash of the column's name); a row's sum ``S``
+of its columns' hashes mod 2**64 does not depend on column order, and ``S`` less the part of some
+columns is the same row without them, for the cost of a subtraction (how a dropped, added or
+changed column is recognised: :mod:`dprelease.data.identity`). ``mix(S)`` breaks the sum's
+linearity before sketches select records by their smallest hashes. Work on distinct values
+where it pays: text is dictionary-encoded (Arrow) and each distinct value hashed once, and so
+are one- and two-byte integers (a table of every value of the type, kept) and small integer
+ranges; a column is then a :class:`Lookup`, a table and an index gathered row by row;
+everything is vectorised numpy, never a Python loop over rows.
 
-Cost: per 2**20-row batch and column, a dictionary encoding (text) or a table lookup (small
-integers) or one mix (other numbers), then an addition.
+Cost: per batch and column, a dictionary encoding (text) or a mix (floats and wide integer
+ranges) or nothing (the others); then, per row and column, a gather and an addition.
 
 Assumes: values are what a reader of the file gets (CSV as text, Parquet as its types).
 Guarantees: the same multiset of records gives the same hashes whatever the row order, line
 endings, quoting, column order, CSV or Parquet; the hashes are NOT keyed (anyone can compute
 them), so they are as sensitive as the data and never leave this process: what is stored is
-sealed under the ledger's key (:mod:`dprelease.ledger.keys`). Imports numpy and pyarrow only.
+sealed under the ledger's key (:mod:`dprelease.ledger.keys`). Unkeyed on purpose, like the plain
+SHA-256 of a file: one plain identity is compared with any ledger's sealed ones (a release of
+another ledger in the output directory is unsealed with that ledger's key), and the key guards
+what leaves the process, not what stays in it. Imports numpy and pyarrow only.
 """
 
 from __future__ import annotations
