@@ -5,6 +5,9 @@ Connection (the caller holds the transaction and any lock); nothing here writes.
 
 from __future__ import annotations
 
+import hmac
+from typing import Callable
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -18,6 +21,7 @@ from dprelease.ledger.records import (
     Evaluation,
     LocalRecord,
     Policy,
+    RecordIdentity,
     RunRecord,
     budget_from_row,
 )
@@ -135,6 +139,22 @@ def identities(conn: Connection, base: str | None) -> list[tuple[str, str, str]]
         if (d, r) in pairs:
             sketches.setdefault((d, r), sketch)
     return sorted((d, r, s) for (d, r), s in sketches.items())
+
+
+def same_people(conn: Connection, identity: RecordIdentity, keyed: str, dataset: str | None,
+                unseal: Callable[[str], bytes | None]) -> tuple[str, str] | None:
+    """(dataset, why) of the first stored identity, of a run not voided, of a dataset outside
+    ``dataset``'s family (None: any), that is the same people as ``identity`` (whose records'
+    digest is ``keyed``): the same records' digest, or what its sealed sketch (``unseal``-ed)
+    matches."""
+    for other, records, sealed in identities(conn, None if dataset is None else dataset.partition("/")[0]):
+        if hmac.compare_digest(records, keyed):
+            return other, "the same records exactly"
+        plain = unseal(sealed)
+        why = None if plain is None else identity.matches(plain)
+        if why is not None:
+            return other, why
+    return None
 
 
 def has_sketch(conn: Connection, dataset: str, records: str) -> bool:

@@ -200,18 +200,7 @@ class Ledger:
         (:meth:`RecordIdentity.matches`), among datasets outside ``dataset``'s family (None: any)."""
         keyed = self.fingerprint(identity.digest)
         with self.engine.connect() as conn:
-            return self._same_people(conn, identity, keyed, dataset)
-
-    def _same_people(self, conn: Connection, identity: RecordIdentity, keyed: str,
-                     dataset: str | None) -> tuple[str, str] | None:
-        for other, records, sealed in queries.identities(conn, None if dataset is None else dataset.partition("/")[0]):
-            if not keys.keys_differ(records, keyed):
-                return other, "the same records exactly"
-            plain = self.unseal(sealed)
-            why = None if plain is None else identity.matches(plain)
-            if why is not None:
-                return other, why
-        return None
+            return queries.same_people(conn, identity, keyed, dataset, self.unseal)
 
     def output_dirs(self) -> list[str]:
         """Every output directory a run of this ledger published (or would publish) to."""
@@ -367,7 +356,7 @@ class Ledger:
                     raise LedgerError(same_people_message((other, "the same file, byte for byte"), self.id))
             if identity is not None and records is not None:
                 transactions.lock_records(conn)
-                same = self._same_people(conn, identity, records, dataset)
+                same = queries.same_people(conn, identity, records, dataset, self.unseal)
                 if same is not None:
                     raise LedgerError(same_people_message(same, self.id))
             state = transactions.reserve(
