@@ -331,7 +331,10 @@ def _same_data(record_path: Path, ledger: dict[str, Any], digest: str,
     if any(keys.keyed(k, digest) == theirs for k in found):
         return True
     plain = [p for p in (keys.unseal(k, str(ledger["id"]), sealed) for k in found) if p is not None] if sealed else []
-    return identity is not None and any(identity.matches(p) is not None for p in plain)
+    try:
+        return identity is not None and any(identity.matches(p) is not None for p in plain)
+    except ValueError:  # an identity of another version: cannot be told
+        return None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -29,7 +29,8 @@ hash is at most B's k-th smallest: below it B's sketch holds every record of B, 
 known to be in B or not. Exact for data of fewer than k distinct records; otherwise a proportion
 of about k samples (standard error at most 0.016 at k = 1024, 0.031 at k = 256). It needs
 :data:`MIN_SAMPLES` samples, so a data set more than about k / 16 times the other's size (64×
-for the full records) is not compared. Records that recur within a data set (a file of a few
+for the full records) is not compared, nor one of fewer than 16 distinct records (a handful of
+rows shares records with other data by chance) but for the same records exactly. Records that recur within a data set (a file of a few
 coded columns: many people, one record) say nothing about people: a share counts beyond the
 chance level ρ, the share of the searched data set's rows whose record recurs in it, as
 ``(share − ρ) / (1 − ρ)`` (0 when every record recurs: such data is recognised only when its
@@ -124,10 +125,6 @@ class Sketch:
         share = float(np.minimum(counts, theirs).sum() / counts.sum())
         chance = other.recurring()
         return Share(share, 0.0 if chance >= 1 else max(0.0, (share - chance) / (1 - chance)), int(mine.size))
-
-    def top(self, k: int) -> Sketch:
-        """The same multiset's sketch with a smaller k."""
-        return Sketch(k, self.hashes[:k], self.counts[:k])
 
 
 class _Bottom:
