@@ -13,11 +13,13 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from dprelease.data import Encoded, ExactCounts, count_exact
 from dprelease.data.count import count_encoded
+from dprelease.errors import UserError
 from dprelease.measure import measure_counts
 from dprelease.plan.planner import measurement_plans
 from dprelease.postprocess import Invariants, postprocess_release
@@ -89,6 +91,24 @@ def evaluate(spec: Spec, trials: int, on_trial: Callable[[int], None] | None = N
         rows.append(Row(table, level, method, float(cells.mean()), float(np.quantile(cells, 0.95)),
                         float(np.concatenate(total_errors[(table, level, method)]).mean())))
     return rows
+
+
+def refuse_report_among_releases(output: Path, output_dirs: list[str]) -> None:
+    """An evaluation's report describes the exact data: it is never written inside a published
+    release (a directory holding a ``manifest.json``, at any depth above it) or an output
+    directory releases are published to (``output_dirs``: the ledger's runs', the spec's),
+    where it would travel with the published files. A UserError (exit 2) before anything is read."""
+    target = output.expanduser().resolve()
+    fix = (f"an evaluation's report describes the exact data ({NOT_PRIVATE}) and is never written among published "
+           "files. Write it outside every output directory (e.g. --output ~/evaluations/" + output.name + "). Nothing "
+           "was read, recorded or written.")
+    release = next((d for d in target.parents if (d / "manifest.json").is_file()), None)
+    if release is not None:
+        raise UserError(f"--output {output}: {release} is a published release (it holds manifest.json); {fix}")
+    for directory in output_dirs:
+        root = Path(directory).expanduser().resolve()
+        if target.is_relative_to(root):
+            raise UserError(f"--output {output}: {root} is an output directory that releases are published to; {fix}")
 
 
 def report_md(spec: Spec, rows: list[Row], trials: int, command: str) -> str:

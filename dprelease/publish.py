@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,9 @@ from dprelease.plan import TablePlan
 from dprelease.plan.local import LocalPlan
 from dprelease.plan.margins import Margin
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, Table
+
+if TYPE_CHECKING:
+    from dprelease.ledger import RecordIdentity
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,11 +260,13 @@ class ForeignRelease:
     ledger: str  # its ledger's id and location, as its manifest states them
 
 
-def foreign_releases(output_dir: Path, known_run_ids: set[str], dataset: str, digest: str) -> list[ForeignRelease]:
+def foreign_releases(output_dir: Path, known_run_ids: set[str], dataset: str, digest: str,
+                     identity: RecordIdentity | None = None) -> list[ForeignRelease]:
     """Releases in ``output_dir`` whose run the ledger in use does not record (``known_run_ids``)
-    and that are of ``dataset`` (by name, periods included) or of the same data: their internal
-    record's keyed fingerprint, under their own ledger's key where this process can read it,
-    matches the plain ``digest``. Reads manifests and internal records, never data."""
+    and that are of ``dataset`` (by name, periods included) or of the same data: under their own
+    ledger's key, where this process can read it, their internal record's keyed fingerprint
+    matches the plain ``digest``, or their sealed identity is the same people as ``identity``
+    (the data's records). Reads manifests and internal records, never data."""
 
     found = []
     base = dataset.partition("/")[0]
@@ -279,7 +284,7 @@ def foreign_releases(output_dir: Path, known_run_ids: set[str], dataset: str, di
         if name.partition("/")[0] == base:
             found.append(ForeignRelease(manifest_path.parent.name, f"dataset {name!r}", shown))
             continue
-        same = _same_data(output_dir / "_internal" / manifest_path.parent.name / "run.json", ledger, digest)
+        same = _same_data(output_dir / "_internal" / manifest_path.parent.name / "run.json", ledger, digest, identity)
         if same is not False:  # the same data, or data that cannot be compared: refused either way
             found.append(ForeignRelease(manifest_path.parent.name, f"the same data (as dataset {name!r})" if same else
                                         f"dataset {name!r}, whose data cannot be compared with this one (its "
@@ -287,15 +292,19 @@ def foreign_releases(output_dir: Path, known_run_ids: set[str], dataset: str, di
     return found
 
 
-def _same_data(record_path: Path, ledger: dict[str, Any], digest: str) -> bool | None:
-    """Whether another ledger's release read the data whose plain SHA-256 is ``digest``: its
-    internal record's keyed fingerprint under that ledger's key (beside it, or at the usual key
-    path); None when it cannot be told (fail closed: the caller refuses)."""
+def _same_data(record_path: Path, ledger: dict[str, Any], digest: str,
+               identity: RecordIdentity | None) -> bool | None:
+    """Whether another ledger's release read the data whose plain SHA-256 is ``digest``, or data
+    of the same people as ``identity``: its internal record's keyed fingerprint, or its sealed
+    identity, under that ledger's key (beside it, or at the usual key path); None when it cannot
+    be told (fail closed: the caller refuses)."""
     from dprelease.errors import LedgerError
     from dprelease.ledger import keys, resolve_location
 
     try:
-        theirs = str(json.loads(record_path.read_text("utf-8")).get("data_fingerprint") or "")
+        record = json.loads(record_path.read_text("utf-8"))
+        theirs = str(record.get("data_fingerprint") or "")
+        sealed = str(record.get("data_identity") or "")
     except (OSError, ValueError, AttributeError):
         return None
     if not theirs.startswith(keys.PREFIX):
@@ -311,7 +320,13 @@ def _same_data(record_path: Path, ledger: dict[str, Any], digest: str) -> bool |
         return None
     if not found:
         return None
-    return any(keys.keyed(k, digest) == theirs for k in found)
+    if any(keys.keyed(k, digest) == theirs for k in found):
+        return True
+    plain = [p for p in (keys.unseal(k, str(ledger["id"]), sealed) for k in found) if p is not None] if sealed else []
+    try:
+        return identity is not None and any(identity.matches(p) is not None for p in plain)
+    except ValueError:  # an identity of another version: cannot be told
+        return None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

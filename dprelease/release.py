@@ -39,7 +39,7 @@ from dprelease.publish import (
 from dprelease.report import budget_report_md
 from dprelease.spec import ModeMeasure, Spec, canonical
 
-STAGE_TIMINGS = ("fingerprint", "load", "histogram", "noise", "postprocess", "publish")
+STAGE_TIMINGS = ("check", "identity", "fingerprint", "load", "histogram", "noise", "postprocess", "publish")
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,8 @@ class ReleaseRun:
     stage: str = "reserved"
     counts: ExactCounts | None = None  # exact (confidential); each histogram is dropped once measured
     data_fingerprint: str | None = None  # keyed (the ledger's key): what the ledger and run.json hold
+    data_records: str | None = None  # the records' digest, keyed: what run.json holds (data/identity.py)
+    data_identity: str | None = None  # the records' sketches, sealed under the ledger's key (ledger/keys.py)
     noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
     invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
     published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)
@@ -226,6 +228,8 @@ class ReleaseRun:
             "spec_fingerprint": self.plan.fingerprint,
             "data_file": str(self.spec.dataset.resolved_path.resolve()),
             "data_fingerprint": self.data_fingerprint,  # keyed with the ledger's key: see ledger/keys.py
+            "data_records": self.data_records,  # keyed too
+            "data_identity": self.data_identity,  # sealed under the ledger's key: another ledger's run compares it
             **({"ledger_id": self.record.ledger_id} if self.record else {}),
             "rows": {"read": data.rows_read, "dropped": data.rows_dropped, "over_contribution_bound": data.rows_over_bound,
                      "used": data.rows} if data else None,

@@ -227,6 +227,35 @@ def adversary(known: bytes, outputs: list[bytes]) -> list[tuple[int, int]]:
     return found
 
 
+def record_adversary(known: bytes, outputs: list[bytes], directory: Path) -> list[tuple[int, int]]:
+    """The same adversary against the data's identity by its records (data/identity.py): for
+    each candidate file, its exact records' digest, its sketches (raw, hex, base64) and, for a
+    candidate row unlike every known row, that row's own record hash (raw and hex), looked for
+    in everything shown."""
+    import base64
+
+    from dprelease.data.identity import identity_of
+    from dprelease.data.scan import Source
+
+    directory.mkdir(exist_ok=True)
+    seen = set(known.decode().splitlines()[1:])
+    found = []
+    for sex in (1, 2):
+        for age in range(100):
+            path = directory / "candidate.csv"
+            path.write_bytes(candidate_file(known, sex, age))
+            plain = identity_of(Source(path, "csv"))
+            path.write_bytes(b"SEX,AGEP\n" + f"{sex},{age}\n".encode())
+            row = identity_of(Source(path, "csv")).records.hashes[0]
+            needles = [plain.digest.encode(), plain.digest.removeprefix("records-sha256:").encode(),
+                       plain.plain(), plain.plain().hex().encode(), base64.b64encode(plain.plain())]
+            if f"{sex},{age}" not in seen:  # a known row's hash is there whoever the last person is
+                needles += [int(row).to_bytes(8, "little"), int(row).to_bytes(8, "big"), f"{int(row):016x}".encode()]
+            if any(needle in out for needle in needles for out in outputs):
+                found.append((sex, age))
+    return found
+
+
 def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, monkeypatch):
     """All rows but one known (200 of 201): the ledger's listing, its database file, the manifest,
     the reports and the internal run record do not identify the last row among its 200
@@ -254,6 +283,24 @@ def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, 
     assert found == []
     plain = file_fingerprint(tmp_path / "tiny.csv")
     assert adversary(known, [plain.encode()]) == [secret]  # the control: a plain hash gives it away
+    # the identity by its records: a keyed digest and sealed sketches in the ledger and the run record
+    internal = json.loads((out / "_internal" / "tiny-1" / "run.json").read_text())
+    assert internal["data_records"].startswith("hmac-sha256:") and internal["data_identity"].startswith("sealed-")
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
+        stored = conn.execute("SELECT records, sketch FROM data_identities").fetchall()
+    assert len(stored) == 1 and stored[0][0].startswith("hmac-sha256:") and stored[0][1].startswith("sealed-")
+    found = record_adversary(known, outputs, tmp_path / "adversary")
+    print(f"record adversary: 200 candidates' record digests, sketches and row hashes, {len(found)} found in "
+          f"{len(outputs)} outputs")
+    assert found == []
+    from dprelease.data.identity import identity_of
+    from dprelease.data.scan import Source
+
+    unsealed = identity_of(Source(tmp_path / "tiny.csv", "csv"))  # the control: the identity unkeyed, unsealed
+    assert record_adversary(known, [unsealed.digest.encode()], tmp_path / "adversary") == [secret]
+    assert record_adversary(known, [unsealed.plain()], tmp_path / "adversary") == [secret]
+    sketch = unsealed.records.hashes.astype("<u8").tobytes()  # the raw bottom-k hashes alone give it away too
+    assert record_adversary(known, [sketch], tmp_path / "adversary") == [secret]
     # the ledger holds the keyed form, which only the key's holders can compute
     ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")))
     try:
@@ -263,6 +310,12 @@ def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, 
         ledger.close()
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     assert key_file.read_text().strip().encode() not in (tmp_path / "ledger.sqlite").read_bytes()
+    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=False)
+    try:  # sealed under the ledger's key: the key's holders (who read the data) get the identity back
+        assert ledger.unseal(stored[0][1]) == unsealed.plain()
+        assert ledger.fingerprint(unsealed.digest) == stored[0][0]
+    finally:
+        ledger.close()
 
 
 def test_plain_fingerprints_are_keyed_when_an_old_ledger_migrates(tmp_path):

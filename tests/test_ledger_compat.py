@@ -51,8 +51,9 @@ def test_a_ledger_of_e617fc4_prints_the_same_figures(tmp_path, cli):
                   for d in json.loads(shown.stdout)["datasets"]}  # each table's charge names its unit too
         assert all(set(c) == {"rho"} for _, c in tables["nist-acs-ma-2019"]) and tables["nist-acs-ma-2019"]
         assert all(c == {"epsilon": e} for e, c in tables["nist-acs-national-2019"]) and tables["nist-acs-national-2019"]
-    with sqlite3.connect(ledger) as conn:  # migrated to schema 6: typed terms, figures under `amount` (5)
+    with sqlite3.connect(ledger) as conn:  # migrated to schema 6: typed terms, figures under `amount`, identities
         assert conn.execute("SELECT value FROM dprelease_meta WHERE key = 'schema_version'").fetchone() == ("6",)
+        assert conn.execute("SELECT COUNT(*) FROM data_identities").fetchone() == (0,)  # none: recorded before
         assert dict(conn.execute("SELECT name, guarantee || '/' || change_one_record || '/' || coalesce(unit_id, '') "
                                  "FROM datasets")) == {"nist-acs-ma-2019": "zcdp/0/", "nist-acs-national-2019": "pure/0/",
                                                        "survey-panel": "pure/1/", "synthetic-persons": "pure/0/PID"}

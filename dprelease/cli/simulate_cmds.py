@@ -69,8 +69,10 @@ def evaluate(
     """NOT PRIVATE: simulate releases on test data and compare clamp with consistent post-processing.
 
     Reads the data and reports errors against it, so its output is confidential. Refuses data
-    released under any dataset name in the ledger (and a dataset name with releases); records
-    the evaluation in the ledger (who, when, which data; nothing spent) and publishes nothing.
+    released under any dataset name in the ledger, by its bytes or its records (and a dataset
+    name with releases), and an --output inside a published release or an output directory of
+    the ledger's releases; records the evaluation in the ledger (who, when, which data; nothing
+    spent) and publishes nothing.
     """
     from dprelease.evaluate import NOT_PRIVATE, evaluate as run_evaluation, report_md
     from dprelease.spec import load_spec
@@ -87,7 +89,12 @@ def evaluate(
 
     with spec_ledger(spec, location, check=refuse_no_file, command="evaluate") as opened:
         from dprelease.data import file_fingerprint
+        from dprelease.data.identity import identity_of
+        from dprelease.data.load import source
+        from dprelease.evaluate import refuse_report_among_releases
 
+        if output is not None:  # before the data is read: nothing recorded, nothing written
+            refuse_report_among_releases(output, [*opened.output_dirs(), *filter(None, [spec.output_path])])
         fingerprint = opened.fingerprint(file_fingerprint(spec.dataset.resolved_path))
         state = opened.state(spec.dataset.name)
         released = sorted(set(opened.runs_with_data(fingerprint))
@@ -97,6 +104,11 @@ def evaluate(
             raise UserError(f"dataset {dataset!r} (release {release!r}) was released from this data or under this "
                             f"name in the ledger at {location.shown}: data under protection is not evaluated in the "
                             "open. Evaluate test data.")
+        same = opened.same_people(identity_of(source(spec)))  # the same people in any file, under any name
+        if same is not None:
+            raise UserError(f"dataset {same[0]!r} was released from data of the same people in the ledger at "
+                            f"{location.shown} ({same[1]}): data under protection is not evaluated in the open, "
+                            "however its file is written. Evaluate test data. Nothing was recorded.")
         opened.record_evaluation(dataset=spec.dataset.name, data_fingerprint=fingerprint, trials=trials,
                                  spec_path=str(spec.source.resolve()))
     say(f"{NOT_PRIVATE}: {trials} simulated releases of {spec.release}; recorded in the ledger as an evaluation in "

@@ -39,7 +39,8 @@ from dprelease.data.load import (
     whole_numbers,
 )
 from dprelease.data.rules import with_rule_columns
-from dprelease.data.scan import Piece, Source, csv_header
+from dprelease.data.identity import Sketcher
+from dprelease.data.scan import Piece, Source, csv_header, every_column
 from dprelease.errors import DataError, first_line
 from dprelease.spec import BinnedColumn, Column, RangeColumn, RollupColumn, Spec
 
@@ -110,11 +111,15 @@ class DataCheck:
         return [f for f in self.findings if f.column == column]
 
 
-def check_data(spec: Spec, *, full: bool = True, read: Callable[[int], None] | None = None) -> DataCheck:
+def check_data(spec: Spec, *, full: bool = True, read: Callable[[int], None] | None = None,
+               records: Sketcher | None = None) -> DataCheck:
     """Check the release's data against ``spec``: every row (``full``), or each file's header
     (or Parquet schema) only. Never raises for a problem in the data: the problems are returned,
     counted per column (a run refuses the data if there is any). ``read`` is told the bytes
-    read so far across all files (see :func:`data_bytes`), for a progress bar.
+    read so far across all files (see :func:`data_bytes`), for a progress bar. With ``records``
+    (and ``full``), every column of every row is read and added to it in the same pass (the
+    data's identity, :mod:`dprelease.data.identity`): complete whenever the check finds the data
+    fit (a file it could not read whole is a problem).
 
     Assumes: the spec validated (its domains, ranges and ``na_values`` are the declared ones; no
     domain is ever read off the data). Guarantees: reads the data only (no noise, no file written,
@@ -143,9 +148,12 @@ def check_data(spec: Spec, *, full: bool = True, read: Callable[[int], None] | N
             continue
         size = os.stat(piece.path).st_size
         progress = None if read is None else (lambda n, before=done: read(before + min(n, size)))
+        wanted = present if records is None else list(dict.fromkeys(present + every_column(src, piece)))
         try:  # the columns the file has: one that lacks a column still has its other columns checked
-            for first_row, batch in src.batches(piece, present, text, read=progress):
+            for first_row, batch in src.batches(piece, wanted, text, read=progress):
                 _check_batch(reading, declared, batch, piece.path, first_row, result)
+                if records is not None:
+                    records.add(batch)
         except DataError as exc:  # a file that cannot be read past some point: the rest of it is not checked
             result.files.append(f"{exc}; the rows after it were not checked")
         done += size

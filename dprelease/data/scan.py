@@ -168,6 +168,18 @@ def csv_header(path: str | Path, delimiter: str) -> list[str]:
     return list(reader.schema.names)
 
 
+def every_column(src: Source, piece: Piece) -> list[str]:
+    """Every column of a piece that its file names once (a name given twice is ambiguous: left
+    out), and its Hive keys."""
+    try:
+        names = list(pq.ParquetFile(piece.path).schema_arrow.names) if src.format == "parquet" \
+            else csv_header(piece.path, src.delimiter)
+    except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{piece.path}: cannot read as {src.format}: {first_line(exc)}") from None
+    keys = [key for key, _ in piece.keys]
+    return [n for n in names if names.count(n) == 1 and n not in keys] + keys
+
+
 def require(where: str | Path, header: list[str], names: list[str]) -> None:
     """Every needed column present, and none of them twice."""
     missing = [n for n in names if n not in header]

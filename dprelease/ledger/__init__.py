@@ -21,6 +21,7 @@ from dprelease.ledger.records import (
     LocalCollection,
     LocalRecord,
     Policy,
+    RecordIdentity,
     Reservation,
     Respondents,
     RunRecord,
@@ -28,6 +29,6 @@ from dprelease.ledger.records import (
 from dprelease.ledger.store import Ledger
 
 __all__ = [
-    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "Birth", "CapChange", "DatasetState", "Evaluation", "Policy", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "Respondents", "RunRecord",
+    "ENV", "RANDOMIZED", "REGISTERED", "AnswerSet", "Approval", "Birth", "CapChange", "DatasetState", "Evaluation", "Policy", "RecordIdentity", "Ledger", "LedgerLocation", "LocalCollection", "LocalRecord", "Reservation", "Respondents", "RunRecord",
     "check_lifetime_matches", "local_charge", "memo_honoured", "provenance_of", "unregistered_message", "default_path", "over_lifetime_message", "resolve_location", "typed_location",
 ]

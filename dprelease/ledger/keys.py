@@ -8,6 +8,12 @@ stored in the ledger: it lives in a file of its own, owner-only, readable by tho
 read the data (they compute fingerprints), beside a SQLite ledger (``<ledger>.key``) or, for
 a database URL, at ``$DPRELEASE_LEDGER_KEY`` or ``~/.config/dprelease/keys/<ledger id>.key``.
 
+Larger data-dependent records (a data set's identity by its records: sketches of its record
+hashes, :mod:`dprelease.data.identity`) are stored sealed: AES-256-GCM under a key derived from
+the fingerprint key (HKDF-SHA256), a fresh random nonce each time, the ledger's id as associated
+data, the plaintext of a fixed size. Without the key a sealed record is indistinguishable from
+random bytes of that size: it says nothing of the data, not even how many rows it has.
+
 The ledger records a check value (an HMAC of a constant under the key, which says nothing of
 any data) so that a wrong or missing key is refused instead of silently producing fingerprints
 that match nothing: two keys would mean the same data no longer looks the same.
@@ -15,11 +21,18 @@ that match nothing: two keys would mean the same data no longer looks the same.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import os
 import secrets
 from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from dprelease import files
 from dprelease.errors import LedgerError
@@ -28,6 +41,9 @@ from dprelease.ledger.location import LedgerLocation
 KEY_ENV = "DPRELEASE_LEDGER_KEY"
 PREFIX = "hmac-sha256:"
 _CHECK = b"dprelease ledger fingerprint key check:"
+SEALED = "sealed-aes256gcm:"
+_SEALING = b"dprelease ledger: the key that seals data identities"
+_SEALED_FOR = b"dprelease sealed data identity, ledger "
 
 
 def key_path(location: LedgerLocation, ledger_id: str) -> Path:
@@ -54,6 +70,28 @@ def keyed(key: bytes, plain: str) -> str:
     if plain.startswith(PREFIX):
         raise ValueError("already keyed")
     return PREFIX + hmac.new(key, plain.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def seal(key: bytes, ledger_id: str, plain: bytes) -> str:
+    """``plain`` sealed under the ledger's key (see the module docstring): what the ledger may hold."""
+    nonce = secrets.token_bytes(12)
+    sealed = AESGCM(_sealing_key(key)).encrypt(nonce, plain, _SEALED_FOR + ledger_id.encode())
+    return SEALED + base64.b64encode(nonce + sealed).decode("ascii")
+
+
+def unseal(key: bytes, ledger_id: str, sealed: str) -> bytes | None:
+    """What :func:`seal` sealed, or None: another key, another ledger, or not a sealed record."""
+    if not sealed.startswith(SEALED):
+        return None
+    try:
+        raw = base64.b64decode(sealed.removeprefix(SEALED), validate=True)
+        return AESGCM(_sealing_key(key)).decrypt(raw[:12], raw[12:], _SEALED_FOR + ledger_id.encode())
+    except (InvalidTag, ValueError, binascii.Error):
+        return None
+
+
+def _sealing_key(key: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SEALING).derive(key)
 
 
 def read_key(path: Path) -> bytes | None:

@@ -102,3 +102,13 @@ def over_lifetime_message(state: DatasetState, requested: Budget) -> str:
     return (f"over the lifetime budget of dataset {state.name!r}: requested {state.terms.symbol} = "
             f"{amount_text(requested)}, remaining {amount_text(state.remaining)} (cap {amount_text(state.budget)}, "
             f"spent {amount_text(state.spent)}); over by {amount_text(over)}")
+
+
+def same_people_message(same: tuple[str, str], ledger_id: str) -> str:
+    """The refusal of data that is the same people as an earlier dataset's: which, why, the fix."""
+    other, why = same
+    return (f"this data was already released as dataset {other!r} in this ledger (id {ledger_id}): {why}. The same "
+            "people have one lifetime budget, whatever the dataset is called and however its file is written (rows "
+            f"reordered, another format, a column more or less, some rows dropped or added). Release it as "
+            f"dataset.name: {other.partition('/')[0]}, which shares that budget (`dprelease ledger --dataset {other}`)."
+            " Nothing was reserved or spent.")

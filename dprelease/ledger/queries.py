@@ -5,6 +5,9 @@ Connection (the caller holds the transaction and any lock); nothing here writes.
 
 from __future__ import annotations
 
+import hmac
+from typing import Callable
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -18,6 +21,7 @@ from dprelease.ledger.records import (
     Evaluation,
     LocalRecord,
     Policy,
+    RecordIdentity,
     RunRecord,
     budget_from_row,
 )
@@ -28,6 +32,7 @@ from dprelease.ledger.schema import (
     datasets_t,
     evaluations_t,
     events_t,
+    identities_t,
     local_t,
     policies_t,
     respondent_sets_t,
@@ -118,6 +123,51 @@ def other_dataset_with(conn: Connection, dataset: str, data_fingerprint: str) ->
     """A dataset (not ``dataset`` or one of its periods) with a live run that read this data."""
     base = dataset.partition("/")[0]
     return next((d for d, _ in runs_with_data(conn, data_fingerprint) if d.partition("/")[0] != base), None)
+
+
+def identities(conn: Connection, base: str | None) -> list[tuple[str, str, str]]:
+    """(dataset, keyed records digest, sealed sketch) of the data of every run not voided, once
+    per dataset and data, of datasets outside ``base``'s family (periods included; None: all)."""
+    if not sa.inspect(conn).has_table(identities_t.name):
+        return []
+    live = identities_t.c.run_id.not_in(sa.select(events_t.c.run_id).where(events_t.c.state == "voided"))
+    pairs = set(conn.execute(sa.select(identities_t.c.dataset, identities_t.c.records).where(live)).all())
+    if base is not None:
+        pairs = {(d, r) for d, r in pairs if d.partition("/")[0] != base}
+    sketches = {}
+    for d, r, sketch in conn.execute(sa.select(identities_t.c.dataset, identities_t.c.records, identities_t.c.sketch)
+                                     .where(identities_t.c.sketch.is_not(None)).order_by(identities_t.c.run_id)):
+        if (d, r) in pairs:
+            sketches.setdefault((d, r), sketch)
+    return sorted((d, r, s) for (d, r), s in sketches.items())
+
+
+def same_people(conn: Connection, identity: RecordIdentity, keyed: str, dataset: str | None,
+                unseal: Callable[[str], bytes | None]) -> tuple[str, str] | None:
+    """(dataset, why) of the first stored identity, of a run not voided, of a dataset outside
+    ``dataset``'s family (None: any), that is the same people as ``identity`` (whose records'
+    digest is ``keyed``): the same records' digest, or what its sealed sketch (``unseal``-ed)
+    matches."""
+    for other, records, sealed in identities(conn, None if dataset is None else dataset.partition("/")[0]):
+        if hmac.compare_digest(records, keyed):
+            return other, "the same records exactly"
+        plain = unseal(sealed)
+        why = None if plain is None else identity.matches(plain)
+        if why is not None:
+            return other, why
+    return None
+
+
+def has_sketch(conn: Connection, dataset: str, records: str) -> bool:
+    """Whether a sketch of these records of ``dataset`` is stored already."""
+    return conn.execute(sa.select(identities_t.c.run_id).where(
+        identities_t.c.dataset == dataset, identities_t.c.records == records,
+        identities_t.c.sketch.is_not(None))).first() is not None
+
+
+def output_dirs(conn: Connection) -> list[str]:
+    """Every output directory a run of this ledger published (or would publish) to."""
+    return sorted({r[0] for r in conn.execute(sa.select(runs_t.c.output_dir).where(runs_t.c.output_dir.is_not(None)))})
 
 
 def answer_sets(conn: Connection, dataset: str | None, answers: str | None) -> tuple[AnswerSet, ...]:

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from fractions import Fraction
+from typing import Protocol
 
 from dprelease.accounting import (
     Budget,
@@ -86,6 +87,23 @@ def of_terms(budget: Budget, terms: Terms, what: str) -> Budget:
         raise TypeError(f"{what} is {found}, but the dataset's ledger terms are {terms.text!r}: the ledger records "
                         f"only {terms.shown} budgets there (convert explicitly first)")
     return budget
+
+
+class RecordIdentity(Protocol):
+    """A data set's identity by its records (:class:`dprelease.data.identity.Identity`, plain:
+    the memory of the process that read the data). The ledger stores it only keyed (the digest,
+    HMAC-ed) and sealed (:meth:`plain`, under the ledger's key), and asks it to compare itself
+    with what it stored: the ledger never imports the data layer."""
+
+    @property
+    def digest(self) -> str:
+        """The exact records' plain digest."""
+
+    def plain(self) -> bytes:
+        """The sketches, of a fixed size, to seal."""
+
+    def matches(self, other_plain: bytes) -> str | None:
+        """Why the data whose :meth:`plain` is ``other_plain`` is the same people, or None."""
 
 
 @dataclass(frozen=True, slots=True)

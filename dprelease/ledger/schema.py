@@ -25,7 +25,8 @@ from dprelease.ledger.records import Birth
 SCHEMA_VERSION = 6  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
 # 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval;
 # 5: typed terms (guarantee, change_one_record, unit_id) and caps and charges in `amount` (ρ under zCDP terms);
-# 6: per-respondent keyed digests of registered answers (respondent_sets, respondent_digests: ledger/memos.py)
+# 6: per-respondent keyed digests of registered answers (respondent_sets, respondent_digests: ledger/memos.py),
+# and data identities (a run's data by its records, keyed and sealed)
 CREATION_WAIT = 15.0  # seconds a creator waits for another process's ledger to appear beside its key
 
 metadata = sa.MetaData()
@@ -140,6 +141,14 @@ respondent_digests_t = sa.Table("respondent_digests", metadata,  # keyed, padded
                                sa.Column("answer_set", sa.Integer, sa.ForeignKey("answer_sets.id"), nullable=False),
                                sa.Column("digests", sa.Text, nullable=False),  # 1024 of 32 hex digits, run together
                                sa.Index("ix_respondent_digests_set", "answer_set"))
+identities_t = sa.Table("data_identities", metadata,  # a run's data by its records (data/identity.py)
+                        sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), primary_key=True),
+                        sa.Column("dataset", sa.String(100), nullable=False),
+                        sa.Column("records", sa.String(80), nullable=False),  # keyed: the records' exact digest
+                        # sealed (keys.seal), of a fixed size; NULL where an earlier row of the dataset holds the
+                        # same records' (one sketch per dataset and data)
+                        sa.Column("sketch", sa.Text),
+                        sa.Index("ix_identities_records", "dataset", "records"))
 events_t = sa.Table("run_events", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
@@ -242,7 +251,8 @@ def _migrate(engine: Engine, location: LedgerLocation) -> None:
     and the caps' and charges' ``epsilon`` column, which holds ρ under zCDP terms, renamed
     ``amount``: every figure stays as it was. 5 → 6: the tables of per-respondent digests
     (:mod:`~dprelease.ledger.memos`), empty: a collection registered before keeps none, so a memo
-    of it cannot be verified and is refused."""
+    of it cannot be verified and is refused; and the table of data identities (runs recorded
+    before it have none: their data is recognised by its bytes only)."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
@@ -329,9 +339,9 @@ def _migrate_to_5(conn: Connection) -> None:
 
 def _migrate_to_6(conn: Connection) -> None:
     """The tables of per-respondent digests (and of answer sets, which a pre-release schema-4
-    ledger may lack), where missing. Idempotent; adds tables only."""
+    ledger may lack) and of data identities, where missing. Idempotent; adds tables only."""
     inspector = sa.inspect(conn)
-    for table in (answer_sets_t, respondent_sets_t, respondent_digests_t):
+    for table in (answer_sets_t, respondent_sets_t, respondent_digests_t, identities_t):
         if not inspector.has_table(table.name):
             table.create(conn)
 

@@ -34,6 +34,7 @@ from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, Terms, amount_t
 from dprelease.errors import InternalError, LedgerError
 from dprelease.ledger import keys, lease, queries, schema, transactions
 from dprelease.ledger.location import LedgerLocation
+from dprelease.ledger.policy import same_people_message
 from dprelease.ledger.records import (
     Birth,
     AnswerSet,
@@ -42,6 +43,7 @@ from dprelease.ledger.records import (
     Evaluation,
     LocalCollection,
     Policy,
+    RecordIdentity,
     Reservation,
     Respondents,
     RunRecord,
@@ -121,14 +123,21 @@ class Ledger:
     def key_path(self):  # type: ignore[no-untyped-def]
         return keys.key_path(self.location, self.id)
 
-    def fingerprint(self, plain: str) -> str:
-        """The keyed fingerprint (see :mod:`dprelease.ledger.keys`) of a plain ``sha256:`` one."""
-        return keys.keyed(self._fingerprint_key(), plain)
-
     def _fingerprint_key(self) -> bytes:
         if self._key is None:
             self._key = schema.read_checked_key(self.location, self.id, self._meta("key_check"))
         return self._key
+
+    def fingerprint(self, plain: str) -> str:
+        """The keyed fingerprint (see :mod:`dprelease.ledger.keys`) of a plain ``sha256:`` one."""
+        return keys.keyed(self._fingerprint_key(), plain)
+
+    def seal(self, plain: bytes) -> str:
+        """``plain`` sealed under this ledger's key (:func:`dprelease.ledger.keys.seal`)."""
+        return keys.seal(self._fingerprint_key(), self.id, plain)
+
+    def unseal(self, sealed: str) -> bytes | None:
+        return keys.unseal(self._fingerprint_key(), self.id, sealed)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -204,6 +213,18 @@ class Ledger:
         """(dataset, release) of every run, in any state but voided, that read this (keyed) data."""
         with self.engine.connect() as conn:
             return queries.runs_with_data(conn, data_fingerprint)
+
+    def same_people(self, identity: RecordIdentity, dataset: str | None = None) -> tuple[str, str] | None:
+        """(dataset, why) of a run, not voided, whose data is the same people as ``identity``'s
+        (:meth:`RecordIdentity.matches`), among datasets outside ``dataset``'s family (None: any)."""
+        keyed = self.fingerprint(identity.digest)
+        with self.engine.connect() as conn:
+            return queries.same_people(conn, identity, keyed, dataset, self.unseal)
+
+    def output_dirs(self) -> list[str]:
+        """Every output directory a run of this ledger published (or would publish) to."""
+        with self.engine.connect() as conn:
+            return queries.output_dirs(conn)
 
     def evaluations_of(self, dataset: str, data_fingerprint: str | None = None) -> list[Evaluation]:
         """Evaluations recorded under ``dataset``'s name or of the same (keyed) data."""
@@ -328,7 +349,8 @@ class Ledger:
                 spec_path: str | None = None, output_dir: str | None = None,
                 terms: Terms = Terms("pure"), by: str | None = None,
                 local: tuple[LocalCollection, ...] = (), data_fingerprint: str | None = None,
-                approval: Approval | None = None, respondents: Respondents | None = None) -> Reservation:
+                approval: Approval | None = None, respondents: Respondents | None = None,
+                identity: RecordIdentity | None = None) -> Reservation:
         """Reserve ``charges`` — (measurement, its charge) — for ``release`` atomically.
 
         Every charge, and the spec's lifetime budget (recorded as the cap of a dataset new to the
@@ -341,12 +363,17 @@ class Ledger:
         and, under approx terms, in δ (:class:`OverBudgetError`). A dataset seen for the first
         time is created with the spec's lifetime budget. ``data_fingerprint`` (keyed) is refused
         when a live run of another dataset read the same data: one set of people, one lifetime
-        budget, whatever the dataset is called. ``approval``: the one the run was checked against.
+        budget, whatever the dataset is called; so is an ``identity`` (the data's records) that is
+        the same people as the data of a live run of another dataset (rows reordered, another
+        format, a column more or less, most records shared: :mod:`dprelease.data.identity`),
+        recorded with the run (keyed, sealed). ``approval``: the one the run was checked against.
         ``respondents``: the answers of the run's data with their ids (in memory only); a
         memoised local collection is refused unless each repeats the same respondent's answer
         in the registration its ``memo_of``'s estimate read (:mod:`dprelease.ledger.memos`).
         """
         by = by or current_user()
+        records = None if identity is None else self.fingerprint(identity.digest)
+        sealed = None if identity is None else self.seal(identity.plain())
         typed = [_typed_charge(item, terms) for item in charges]
         if lifetime_from_spec is not None:
             of_terms(lifetime_from_spec, terms, "the spec's lifetime budget")
@@ -356,16 +383,19 @@ class Ledger:
             if data_fingerprint is not None:
                 other = queries.other_dataset_with(conn, dataset, data_fingerprint)
                 if other is not None:
-                    raise LedgerError(
-                        f"this data was already released as dataset {other!r} in this ledger (id {self.id}); the "
-                        f"same people have one lifetime budget, whatever the dataset is called. Release it as "
-                        f"dataset.name: {other.partition('/')[0]} (its budget is `dprelease ledger --dataset "
-                        f"{other}`). Nothing was spent.")
+                    raise LedgerError(same_people_message((other, "the same file, byte for byte"), self.id))
+            if identity is not None and records is not None:
+                transactions.lock_records(conn)
+                same = queries.same_people(conn, identity, records, dataset, self.unseal)
+                if same is not None:
+                    raise LedgerError(same_people_message(same, self.id))
             state = transactions.reserve(
                 conn, run_id, dataset=dataset, release=release, charges=typed, spec_fingerprint=spec_fingerprint,
                 lifetime_from_spec=lifetime_from_spec, spec_path=spec_path, output_dir=output_dir,
                 terms=terms, by=by, local=local, data_fingerprint=data_fingerprint, approval=approval,
                 respondents=respondents, key=self._fingerprint_key)
+            if records is not None:
+                transactions.record_identity(conn, run_id, dataset, records, sealed)
         return Reservation(run_id, state.spent, state.budget)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None,

@@ -41,6 +41,7 @@ from dprelease.ledger.schema import (
     charges_t,
     datasets_t,
     events_t,
+    identities_t,
     leases_t,
     local_t,
     runs_t,
@@ -56,6 +57,20 @@ def lock_for_reservation(conn: Connection, dataset: str, data_fingerprint: str |
     _check_partition_family(conn, dataset)
     if data_fingerprint is not None:
         _lock_dataset(conn, "data:" + data_fingerprint)  # two names, one data: one writer at a time
+
+
+def lock_records(conn: Connection) -> None:
+    """Serialise reservations that compare data by its records (any dataset may match any)."""
+    _lock_dataset(conn, "data:records")
+
+
+def record_identity(conn: Connection, run_id: str, dataset: str, records: str, sealed: str | None) -> None:
+    """A reserved run's data by its records: the keyed digest, and the sealed sketch unless the
+    dataset holds these records' already."""
+    if not records.startswith(keys.PREFIX) or (sealed is not None and not sealed.startswith(keys.SEALED)):
+        raise InternalError("a data identity is recorded keyed and sealed only (Ledger.fingerprint, Ledger.seal)")
+    keep = None if queries.has_sketch(conn, dataset, records) else sealed
+    conn.execute(identities_t.insert().values(run_id=run_id, dataset=dataset, records=records, sketch=keep))
 
 
 def reserve(conn: Connection, run_id: str, *, dataset: str, release: str,

@@ -1,7 +1,8 @@
 """The first step of a run, before anything is reserved: load the spec, find (or, for a first
 run, create) the dataset's ledger, plan against it, complete or clean up what earlier runs left
 (:mod:`dprelease.lifecycle.recover`), refuse whatever can be refused without spending
-(:mod:`dprelease.lifecycle.refusals`), and fingerprint the data. The ledger is only read here.
+(:mod:`dprelease.lifecycle.refusals`, which also takes the data's identity by its records), and
+fingerprint the data. The ledger is only read here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dprelease.lifecycle.recover import (
     discard_stale_staging,
 )
 from dprelease.lifecycle.refusals import (
+    Checked,
     approval_of,
     refuse_bad_inputs,
     refuse_before_spending,
@@ -56,6 +58,7 @@ class Prepared:
     data_digest: str  # plain SHA-256 of the data: this process's memory only
     data_fingerprint: str  # keyed with the ledger's key: what the ledger and the run record hold
     fingerprint_seconds: float
+    checked: Checked  # the data's identity by its records (plain: memory only), and the checks' timings
     respondents: Respondents | None = None  # memoised local tables' answers and ids: this process's memory only
 
 
@@ -126,19 +129,19 @@ def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_a
     if final is not None:
         return Completed(plan, final)
     discard_stale_staging(spec, state, output_dir)
-    refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked, ready=ready)
+    checked = refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked, ready=ready)
     approval = approval_of(spec, plan, ledger, require_approval, say)
     started = time.perf_counter()
     digest = file_fingerprint(spec.dataset.resolved_path)  # plain: in this process's memory only
     fingerprint_seconds = time.perf_counter() - started
     fingerprint = ledger.fingerprint(digest)
-    refuse_foreign_outputs(spec, output_dir, ledger, digest)
+    refuse_foreign_outputs(spec, output_dir, ledger, digest, checked.identity)
     respondents = None
     if plan.local:  # local answers carry provenance: the data file must be registered answers
         plan = with_provenance(spec, plan, state, ledger.answer_sets(spec.dataset.name, fingerprint), fingerprint)
         _say_provenance(plan, say)
         respondents = run_respondents(spec, plan, state, ledger)  # a memo is checked at the reservation
-    return Prepared(request, plan, approval, digest, fingerprint, fingerprint_seconds, respondents)
+    return Prepared(request, plan, approval, digest, fingerprint, fingerprint_seconds, checked, respondents)
 
 
 def _say_provenance(plan: Plan, say: Say) -> None:

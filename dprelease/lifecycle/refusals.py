@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -30,7 +32,7 @@ from dprelease.errors import (
     OverBudgetError,
     UserError,
 )
-from dprelease.ledger import Approval, Ledger
+from dprelease.ledger import Approval, Ledger, RecordIdentity
 from dprelease.lifecycle.voice import Say
 from dprelease.plan import Plan
 from dprelease.spec import ROOT, Spec
@@ -39,10 +41,11 @@ WHOLE_CHECK_BYTES = 256 << 20  # data up to this size is checked row by row befo
 
 
 def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_checked: bool = False,
-                           ready: Callable[[], None] | None = None) -> None:
-    """Every refusal that needs no data: nothing is reserved, nothing spent. ``ready`` readies
-    the orchestrator (checks the Prefect server a run will use, or starts a temporary one) once
-    the spec and the plan passed, before the data's rules are checked."""
+                           ready: Callable[[], None] | None = None) -> Checked:
+    """Every refusal that needs no data, then the data's (:func:`refuse_bad_data`, whose
+    identity it returns): nothing is reserved, nothing spent. ``ready`` readies the orchestrator
+    (checks the Prefect server a run will use, or starts a temporary one) once the spec and the
+    plan passed, before the data's rules are checked."""
     existing = plan.existing_run
     if existing is not None:
         where = (f"its outputs: {Path(existing.output_dir) / spec.release}"
@@ -64,31 +67,54 @@ def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_c
         refuse_bad_inputs(spec)
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
-    refuse_bad_data(spec)  # before the orchestrator is readied: a refused run never waits for Prefect
+    checked = refuse_bad_data(spec)  # before the orchestrator is readied: a refused run never waits for Prefect
     if ready is not None:
         ready()
+    return checked
 
 
-def refuse_bad_data(spec: Spec) -> None:
+@dataclass(frozen=True)
+class Checked:
+    """The data passed its checks: its identity by its records (plain: this process's memory
+    only), and what the checks and the identity cost (the run record's timings)."""
+
+    identity: RecordIdentity
+    check_seconds: float
+    identity_seconds: float
+
+
+def refuse_bad_data(spec: Spec) -> Checked:
     """The data against the spec, before anything is reserved: every row of data a run reads
     whole (the local engine, up to :data:`WHOLE_CHECK_BYTES`, or any size under a contribution
     bound), else (Dask, larger streamed data) each file's header or schema, with
     :func:`dprelease.data.check.check_data`; then the spec's declared rules (structural zeros
     rely on them; no rules: no pass). A problem is a :class:`DataError` (exit 2) naming the
     column, the problem, how many rows have it and the fix; nothing is reserved or spent. The
-    message may quote a value: it reaches the operator's terminal only."""
+    message may quote a value: it reaches the operator's terminal only. Returns the data's
+    identity (:mod:`dprelease.data.identity`), taken in the check's pass over every row, or
+    in a pass of its own where the check reads headers only."""
     from dprelease.data.check import check_data, data_bytes
+    from dprelease.data.identity import Sketcher, identity_of
+    from dprelease.data.load import source
     from dprelease.lifecycle.progress import scan_progress
 
+    started = time.perf_counter()
     size = data_bytes(spec)
     full = spec.engine.kind != "dask" and (size <= WHOLE_CHECK_BYTES or spec.unit_id is not None)
+    records = Sketcher(spec.dataset.na_values) if full else None
     with scan_progress(size if full else 0, f"checking {spec.dataset.resolved_path.name}") as read:
-        found = check_data(spec, full=full, read=read)
+        found = check_data(spec, full=full, read=read, records=records)
     if not found.ok:
         how = "" if full else " (its header only: `dprelease check SPEC` reads every row)"
         raise DataError(f"{spec.source}: the data does not fit the spec{how}:\n  " + "\n  ".join(found.lines())
                         + f"\n`dprelease check {spec.source}` lists every column. Nothing was reserved or spent.")
     check_rules(spec)
+    checked = time.perf_counter() - started
+    if records is not None:
+        return Checked(records.identity(), checked - records.seconds, records.seconds)
+    with scan_progress(size, f"reading {spec.dataset.resolved_path.name} for its identity") as read:
+        identity = identity_of(source(spec), read=read)
+    return Checked(identity, checked, time.perf_counter() - started - checked)
 
 
 
@@ -141,14 +167,15 @@ def approval_of(spec: Spec, plan: Plan, ledger: Ledger, required_by_flag: bool, 
     return approval
 
 
-def refuse_foreign_outputs(spec: Spec, output_dir: Path, ledger: Ledger, digest: str) -> None:
-    """Refuse to publish beside releases of this dataset (by name, or of the same data) that the
-    ledger in use does not record: they were spent from another ledger's budget, and a fresh
-    ledger here would restart it. Nothing is reserved."""
+def refuse_foreign_outputs(spec: Spec, output_dir: Path, ledger: Ledger, digest: str,
+                           identity: RecordIdentity | None = None) -> None:
+    """Refuse to publish beside releases of this dataset (by name, or of the same data: its
+    bytes, or its records) that the ledger in use does not record: they were spent from another
+    ledger's budget, and a fresh ledger here would restart it. Nothing is reserved."""
     from dprelease.publish import foreign_releases
 
     known = ledger.run_ids()
-    for found in foreign_releases(output_dir, known, spec.dataset.name, digest):
+    for found in foreign_releases(output_dir, known, spec.dataset.name, digest, identity):
         raise LedgerError(
             f"{output_dir} holds release {found.release!r} of {found.why}, which the ledger in use ({ledger.id} at "
             f"{ledger.location.shown}) does not record: it was spent from the ledger {found.ledger}. One dataset has "

@@ -33,7 +33,8 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
                              spec_fingerprint=plan.fingerprint, lifetime_from_spec=life,
                              local=local, data_fingerprint=prepared.data_fingerprint, approval=prepared.approval,
                              spec_path=str(spec.source.resolve()), output_dir=str(request.output_dir),
-                             terms=plan.terms, respondents=prepared.respondents)
+                             terms=plan.terms, respondents=prepared.respondents,
+                             identity=prepared.checked.identity)
     state = ledger.state(spec.dataset.name)
     if state is None:
         raise InternalError(f"dataset {spec.dataset.name!r} is not in the ledger that just reserved run {granted.run_id}")
@@ -43,12 +44,16 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
     run = ReleaseRun(spec=spec, plan=plan, run_id=granted.run_id, location=location,
                      layout=Layout(request.output_dir, spec.release, granted.run_id), caps=state.caps,
                      data_digest=prepared.data_digest, data_fingerprint=prepared.data_fingerprint,
+                     data_records=ledger.fingerprint(prepared.checked.identity.digest),
+                     data_identity=ledger.seal(prepared.checked.identity.plain()),
                      check_data_again=bool(local),
                      record=RunFacts(ledger_id=ledger.id, ledger_location=location.shown,
                                      ledger_chosen_by=location.how_chosen, ledger_birth=ledger.birth,
                                      approval=prepared.approval,
                                      evaluations=tuple(evaluations)))
     run.timings["fingerprint"] = prepared.fingerprint_seconds
+    run.timings["check"] = prepared.checked.check_seconds
+    run.timings["identity"] = prepared.checked.identity_seconds
     return run
 
 

@@ -1,0 +1,237 @@
+"""The same people, whatever the file (issue 27, items 4 and 5).
+
+A dataset's identity is its records (``dprelease/data/identity.py``): national2019 released
+once; each re-export of it (``benchmarks/reexports.py``) under a new dataset name in the same
+ledger and output directory is refused before anything is reserved, naming the earlier
+dataset; the shipped NIST excerpts are told apart; ``evaluate`` recognises released data in
+any file and never writes its report among published files.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from benchmarks.reexports import VARIANTS, write_reexports
+from dprelease.data.identity import THRESHOLD, Identity, identity_of
+from dprelease.data.scan import Source
+from dprelease.ledger import Ledger, resolve_location
+from tests.conftest import ROOT, Result
+from tests.ledgers import make_ledger
+
+NIST = ROOT / "data" / "nist_acs"
+FIRST = "nist-national-2019"
+
+
+def dp(*args: object) -> Result:
+    """``dprelease ARGS`` in this process, with no ledger from the environment (the specs pin theirs)."""
+    from dprelease.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"DPRELEASE_LEDGER": None},
+                                catch_exceptions=False)
+    return Result(result.exit_code, result.stdout, result.stderr)
+
+
+def sex_spec(directory: Path, data: Path, dataset: str, release: str) -> Path:
+    """A one-table release of ``data`` (its SEX column) as ``dataset``, pinned to ``directory``'s ledger."""
+    fmt = "parquet" if data.suffix == ".parquet" else "csv"
+    spec = directory / f"{release}.yaml"
+    spec.write_text(f"""release: {release}
+ledger: ledger.sqlite
+dataset: {{name: {dataset}, path: {data}, format: {fmt}, na_values: ["N"], lifetime_budget: {{epsilon: 1}}}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1/4}}
+columns:
+  SEX: {{domain: [1, 2]}}
+tables:
+  - {{name: by_sex, group_by: [SEX], epsilon: 1/4}}
+""")
+    return spec
+
+
+def ledger_runs(path: Path) -> list[tuple[str, str, str]]:
+    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    assert ledger is not None
+    try:
+        return [(name, r.release, r.state) for name in ledger.datasets() for r in ledger.state(name).runs]
+    finally:
+        ledger.close()
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    """national2019 published once as FIRST; its re-exports written beside it."""
+    root = tmp_path_factory.mktemp("same-people")
+    make_ledger(root / "ledger.sqlite")
+    out = root / "out"
+    result = dp("run", sex_spec(root, NIST / "national2019.csv", FIRST, "first"), "--output-dir", out,
+                "--orchestrator", "inline")
+    assert result.code == 0, result.stderr
+    variants = write_reexports(NIST / "national2019.csv", NIST / "national2018.csv", root / "variants")
+    return {"root": root, "out": out, "ledger": root / "ledger.sqlite", "variants": variants}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_reexport_under_a_new_name_is_refused(released, variant):
+    """Each re-export of the released file, under a new dataset name, in the same ledger and
+    output directory: exit 2 naming the earlier dataset and the fix; nothing reserved or spent."""
+    name = "renamed-" + "".join(c if c.isalnum() else "-" for c in variant.lower())
+    spec = sex_spec(released["root"], released["variants"][variant], name, name)
+    result = dp("run", spec, "--output-dir", released["out"], "--orchestrator", "inline")
+    print(f"{variant}: {result.stderr.strip().splitlines()[-1]}")
+    assert result.code == 2, result.output
+    assert f"this data was already released as dataset '{FIRST}'" in result.stderr
+    assert f"Release it as dataset.name: {FIRST}, which shares that budget" in result.stderr
+    assert "Nothing was reserved or spent." in result.stderr
+    assert ledger_runs(released["ledger"]) == [(FIRST, "first", "committed")]
+
+
+@pytest.mark.parametrize("variant, how", [("10% rows dropped", "of its records are records of that data"),
+                                          ("10% rows added", "of that data's records are in it")])
+def test_a_tenth_of_the_rows_dropped_or_added_shares_most_records(variant, how, tmp_path):
+    """The estimate behind the refusal: about 0.9 or more either way (threshold 0.5)."""
+    variants = write_reexports(NIST / "national2019.csv", NIST / "national2018.csv", tmp_path)
+    first = identity_of(Source(NIST / "national2019.csv", "csv", ("N",)))
+    found = identity_of(Source(variants[variant], "csv", ("N",))).overlap(first)
+    assert found is not None and found.share >= 0.85 and how in found.how, found
+
+
+def test_the_shipped_excerpts_are_told_apart(tmp_path):
+    """Every pair of the NIST excerpts (other years, other states: other people) is not taken
+    for the same people, and each publishes under its own name in one ledger."""
+    identities = {n: identity_of(Source(NIST / f"{n}.csv", "csv", ("N",)))
+                  for n in ("national2018", "national2019", "ma2019", "tx2019")}
+    for a, b in itertools.combinations(identities, 2):
+        assert identities[a].overlap(identities[b]) is None, (a, b)
+        assert Identity.from_plain(identities[a].plain()).overlap(identities[b]) is None, (a, b)
+    make_ledger(tmp_path / "ledger.sqlite")
+    for n in identities:
+        result = dp("run", sex_spec(tmp_path, NIST / f"{n}.csv", n, f"{n}-release"), "--output-dir", tmp_path / "out",
+                    "--orchestrator", "inline")
+        assert result.code == 0, (n, result.stderr)
+    assert len(ledger_runs(tmp_path / "ledger.sqlite")) == 4
+
+
+def test_the_identity_does_not_depend_on_the_file(tmp_path):
+    """Rows reordered, line endings, quoting, CSV ↔ Parquet: the same records exactly; the
+    sealed form is of one size whatever the rows."""
+    variants = write_reexports(NIST / "national2019.csv", NIST / "national2018.csv", tmp_path)
+    first = identity_of(Source(NIST / "national2019.csv", "csv", ("N",)))
+    for variant in ("reordered", "CRLF", "quoted", "Parquet", "Parquet → CSV"):
+        path = variants[variant]
+        found = identity_of(Source(path, "parquet" if path.suffix == ".parquet" else "csv", ("N",)))
+        assert found.digest == first.digest, variant
+    small = identity_of(Source(NIST / "ma2019.csv", "csv", ("N",)))
+    assert len(small.plain()) == len(first.plain())
+    assert THRESHOLD == 0.5
+
+
+def test_a_reexport_in_another_ledger_beside_the_release_is_refused(released, tmp_path):
+    """The rows reordered, under a new name, with a fresh ledger of its own, into the output
+    directory of the first release: its run record's sealed identity (under the first ledger's
+    key, readable here) is the same people; refused, nothing reserved in either ledger."""
+    make_ledger(tmp_path / "ledger.sqlite")
+    spec = sex_spec(tmp_path, released["variants"]["reordered"], "elsewhere", "elsewhere")
+    result = dp("run", spec, "--output-dir", released["out"], "--orchestrator", "inline")
+    print(result.stderr.strip().splitlines()[-1])
+    assert result.code == 2, result.output
+    assert f"holds release 'first' of the same data (as dataset '{FIRST}')" in result.stderr
+    assert ledger_runs(tmp_path / "ledger.sqlite") == []
+    assert ledger_runs(released["ledger"]) == [(FIRST, "first", "committed")]
+
+
+def test_evaluate_recognises_released_data_in_another_file(released, tmp_path):
+    """`evaluate` (NOT PRIVATE) of the released data with its rows reordered, under a new name:
+    refused, nothing recorded."""
+    spec = sex_spec(released["root"], released["variants"]["reordered"], "evaluated-copy", "evaluated-copy")
+    result = dp("evaluate", spec, "--trials", "1")
+    print(result.stderr.strip().splitlines()[-1])
+    assert result.code == 2, result.output
+    assert f"dataset '{FIRST}' was released from data of the same people" in result.stderr
+    assert "the same records exactly" in result.stderr
+    ledger = Ledger.open(resolve_location(str(released["ledger"])), create=False)
+    try:
+        assert ledger.evaluations_of("evaluated-copy") == []
+    finally:
+        ledger.close()
+
+
+def test_evaluate_never_writes_among_published_files(released, tmp_path):
+    """--output inside a published release, or anywhere in an output directory the ledger's
+    releases went to: refused before the data is read; nothing written or recorded."""
+    make_ledger(tmp_path / "ledger.sqlite")
+    spec = sex_spec(tmp_path, NIST / "ma2019.csv", "test-data", "test-eval")
+    spec.write_text(spec.read_text().replace("ledger: ledger.sqlite", f"ledger: {released['ledger']}"))
+    inside_release = released["out"] / "first" / "evaluation.md"
+    inside_outputs = released["out"] / "notes" / "evaluation.md"
+    for target, words in ((inside_release, "is a published release (it holds manifest.json)"),
+                          (inside_outputs, "is an output directory that releases are published to")):
+        result = dp("evaluate", spec, "--trials", "1", "--output", target)
+        print(result.stderr.strip().splitlines()[-1])
+        assert result.code == 2 and words in result.stderr, result.output
+        assert not target.exists()
+    ledger = Ledger.open(resolve_location(str(released["ledger"])), create=False)
+    try:
+        assert ledger.evaluations_of("test-data") == []
+    finally:
+        ledger.close()
+    fine = dp("evaluate", spec, "--trials", "1", "--output", tmp_path / "evaluation.md")
+    assert fine.code == 0, fine.output
+    assert (tmp_path / "evaluation.md").exists()
+
+
+def test_a_schema_5_ledger_gains_the_table_of_identities(tmp_path):
+    """Schema 5 → 6 adds the table (idempotent: a second opening finds it done); a run reserved
+    after it records its data's identity, keyed and sealed."""
+    import sqlite3
+
+    from dprelease.accounting import PureDP
+
+    path = make_ledger(tmp_path / "l.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE data_identities")
+        conn.execute("UPDATE dprelease_meta SET value = '5' WHERE key = 'schema_version'")
+    identity = identity_of(Source(NIST / "ma2019.csv", "csv", ("N",)))
+    for _ in range(2):
+        ledger = Ledger.open(resolve_location(str(path)), create=False)
+        assert ledger is not None
+        ledger.close()
+    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    try:
+        ledger.reserve(dataset="d", release="r", charges=[("t", PureDP(1))], spec_fingerprint="x",
+                       lifetime_from_spec=PureDP(2), identity=identity)
+        assert ledger.same_people(identity) == ("d", "the same records exactly")
+        assert ledger.same_people(identity, "d") is None  # its own dataset's data
+    finally:
+        ledger.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM dprelease_meta WHERE key = 'schema_version'").fetchone() == ("6",)
+        (records, sketch), = conn.execute("SELECT records, sketch FROM data_identities").fetchall()
+    assert records.startswith("hmac-sha256:") and sketch.startswith("sealed-aes256gcm:")
+
+
+def test_values_are_canonical_whatever_the_file_writes():
+    """One record written in many ways is one record: numbers as numbers (5000.0 = 5000 = int
+    5000, +5 = 5, 1.50 = 1.5, 007 = 7, -0 = 0), text trimmed, an empty value, a null, a NaN and
+    the spec's na_values one null, the column order free; a different value is another record."""
+    import pyarrow as pa
+
+    from dprelease.data.identity import Sketcher
+
+    def digest(table: pa.Table, na: tuple[str, ...] = ("N",)) -> str:
+        sketcher = Sketcher(na)
+        sketcher.add(table)
+        return sketcher.identity().digest
+
+    text = pa.table({"INC": ["5000.0", "+5", "1.50", "007", "-0"], "CODE": [" ab", "N", "", None, "x "]})
+    typed = pa.table({"CODE": pa.array(["ab", None, None, None, "x"]).dictionary_encode(),
+                      "INC": pa.array([5000, 5, 1.5, 7, 0], pa.float64())})
+    ints = pa.table({"INC": pa.array([5000, 5, 1, 7, 0], pa.int16()), "CODE": ["ab", "N", "", None, "x"]})
+    assert digest(text) == digest(typed)
+    assert digest(ints) != digest(text)  # 1 is not 1.5
+    assert digest(ints.set_column(0, "INC", pa.array([5000, 5, 1, 7, 0], pa.int64()))) == digest(ints)
+    assert digest(ints.set_column(0, "INC", pa.array(["5000", "5", "1", "7", "0"]))) == digest(ints)
+    assert digest(text, na=()) != digest(text)  # "N" is a value unless the spec says it marks a missing one
