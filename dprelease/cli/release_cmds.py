@@ -171,17 +171,17 @@ def schedule(
     the one `dprelease server` keeps) and serve it (runs until interrupted). Each run names its release from the spec's template, e.g.
     release: "acs-monthly-{run_date:%Y-%m}", with its scheduled start (UTC), and by default
     refuses a plan that is not approved (nothing spent)."""
-    from dprelease.lifecycle.prepare import output_location
-    from dprelease.spec import load_spec
-
     from dprelease import server
+    from dprelease.lifecycle.prepare import output_location
+    from dprelease.schedule_binding import ScheduleBinding
+    from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
     clash = _name_clash(spec.release_template, cron)
     if clash is not None:
-        first, second, name = clash
+        first, second, alike = clash  # (not `name`: that is the deployment's)
         say(f"warning: {spec_path}: --cron {cron!r} fires at {first:%Y-%m-%d %H:%M} and {second:%Y-%m-%d %H:%M} UTC, "
-            f"which release {spec.release_template!r} names alike ({name!r}): only the first of such runs can "
+            f"which release {spec.release_template!r} names alike ({alike!r}): only the first of such runs can "
             "publish, the others are refused as already released; name every run apart, e.g. with the hour and "
             "minute: release: \"acs-{run_date:%Y-%m-%d-%H%M}\"")
     kept = server.recorded()
@@ -201,11 +201,13 @@ def schedule(
         raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron")
     deployment = name or spec_path.stem
     outputs = output_location(output_dir, spec)  # fixed now: the served runs' working directory is this one
-    say(f"serving deployment dprelease-scheduled/{deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
+    binding = ScheduleBinding.bind(f"dprelease-scheduled/{deployment}", spec.source.resolve(), ledger, outputs,
+                                   require_approval=not no_approval)
+    say(f"serving deployment {binding.deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
         f"ledger {location.shown}; releases land in {outputs}; approval "
-        f"{'not required' if no_approval else 'required'}. Ctrl-C stops it.")
-    orchestrate.serve_schedule(deployment, cron, spec.source.resolve(), ledger, outputs,
-                               require_approval=not no_approval)
+        f"{'not required' if no_approval else 'required'}; bound here: a run with other parameters, or after the "
+        "spec file changes, is refused. Ctrl-C stops it.")
+    orchestrate.serve_schedule(deployment, cron, binding)
 
 
 def _name_clash(template: str | None, cron: str) -> tuple[datetime, datetime, str] | None:
