@@ -5,6 +5,7 @@ and its artifacts are readable from the API; an unapproved plan is refused by a 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -26,10 +27,13 @@ from tests.test_operations import demo_spec
 from tests.test_run import child_env
 
 
-def api(url: str, path: str, body: dict | None = None, method: str | None = None):  # type: ignore[no-untyped-def]
+def api(url: str, path: str, body: dict | None = None, method: str | None = None,  # type: ignore[no-untyped-def]
+        auth: str | None = None):
+    """``auth``: the server's secret (user:password), sent as Prefect's clients do (basic authentication)."""
+    headers = {"Content-Type": "application/json",
+               **({"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()} if auth else {})}
     request = urllib.request.Request(url + path, method=method or ("POST" if body is not None else "GET"),
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     data=None if body is None else json.dumps(body).encode(), headers=headers)
     for attempt in range(10):  # a busy server (its database locked by the served runs) answers 503: ask again
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
@@ -50,9 +54,9 @@ def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-d
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def serve(spec, name, ledger, out, env):  # type: ignore[no-untyped-def]
+def serve(spec, name, ledger, out, env, *extra):  # type: ignore[no-untyped-def]
     return subprocess.Popen([sys.executable, "-m", "dprelease", "schedule", str(spec), "--cron", "0 3 1 * *",
-                             "--name", name, "--ledger", str(ledger), "--output-dir", str(out)],
+                             "--name", name, "--ledger", str(ledger), "--output-dir", str(out), *extra],
                             env=child_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -71,7 +75,8 @@ def trigger_and_wait(url: str, deployment_id: str) -> dict:  # type: ignore[type
 
 
 def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
-    """... and takes no orders (issue 27, case 9: :func:`_takes_no_orders`)."""
+    """... and takes no orders (issue 27, case 9: :func:`_takes_no_orders`); the session's server
+    requires no authentication, which `schedule` says in one line."""
     url = run_env["PREFECT_API_URL"]
     ledger, out = make_ledger(tmp_path / "ledger.sqlite"), tmp_path / "out"
     spec = demo_spec(tmp_path)
@@ -132,6 +137,7 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
                 os.killpg(proc.pid, signal.SIGKILL)
                 said.append(proc.communicate()[0])
         print("\n".join(text[-3000:] for text in said))  # shown when the test fails
+    assert NO_AUTH_WARNING.format(url=url) in said[0].splitlines(), said[0]
     assert "bound here: a run with other parameters, or after the spec file changes, is refused" in said[0], said[0]
 
 
@@ -141,9 +147,9 @@ def start_run(url: str, deployment_id: str, parameters: dict, job_variables: dic
     return api(url, f"/deployments/{deployment_id}/create_flow_run", body)["id"]
 
 
-def finished(url: str, run_id: str) -> dict:  # type: ignore[type-arg]
+def finished(url: str, run_id: str, auth: str | None = None) -> dict:  # type: ignore[type-arg]
     return wait_for(lambda: (lambda r: r if r["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED") else None)(
-        api(url, f"/flow_runs/{run_id}")), 240, "a scheduled run to finish")
+        api(url, f"/flow_runs/{run_id}", auth=auth)), 240, "a scheduled run to finish")
 
 
 def error_lines(url: str, run_id: str) -> tuple[list[str], list[str]]:
@@ -151,6 +157,11 @@ def error_lines(url: str, run_id: str) -> tuple[list[str], list[str]]:
     logs = wait_for(lambda: (lambda found: found if any(g["level"] >= 40 for g in found) else None)(
         api(url, "/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}})), 60, "the run's logs")
     return [g["message"] for g in logs if g["level"] >= 40], [g["message"] for g in logs]
+
+
+NO_AUTH_WARNING = ("warning: the Prefect server at {url} requires no authentication: anyone who reaches it can start, "
+                   "pause or delete this deployment and read its runs' logs (runs with other parameters are refused); "
+                   "serve it on the server `dprelease server start` keeps, which requires a secret")
 
 
 def _takes_no_orders(url: str, found: dict, unapproved: dict, spec: Path, other: Path,  # type: ignore[type-arg]
