@@ -42,6 +42,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 
 from dprelease.accounting import amount_text, fraction_text  # noqa: E402
 from dprelease.release import ReleaseRun, Step  # noqa: E402
+from dprelease.schedule_binding import ScheduleBinding, unbound_refusal  # noqa: E402
 
 _RUNS: dict[str, ReleaseRun] = {}
 
@@ -138,12 +139,15 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
                       require_approval: bool = True) -> State | None:
     """One scheduled run of a release spec: the release is named from the spec's template with the
     run's scheduled start (UTC); the plan must be approved unless the deployment says otherwise.
-    Every refusal (not approved, over budget, already released, a bad spec or data) fails the run
-    with nothing spent: one ERROR line "refused (exit N): reason" in the run's logs, no traceback
-    (the flow returns a Failed state instead of raising); a data error's own message, which may
-    quote the data, goes to standard error only, never to the logs. A bug (exit 1) still raises.
-    ``output_dir`` None (or empty): the spec's ``output_dir:``, else ./outputs of the worker's
-    working directory."""
+    First of all, the run's parameters and spec file must be what the ``dprelease schedule``
+    process serving it bound (:mod:`dprelease.schedule_binding`): a run carrying anything else
+    (another ledger, output directory, spec or approval, from the API, the CLI or the UI's custom
+    run), or started by anything but ``dprelease schedule``, is refused before any spec is loaded
+    or ledger opened; the run then uses the bound values. Every refusal (those, not approved, over
+    budget, already released, a bad spec or data) fails the run with nothing spent: one ERROR line
+    "refused (exit N): reason" in the run's logs, no traceback (the flow returns a Failed state
+    instead of raising); a data error's own message, which may quote the data, goes to standard
+    error only, never to the logs. A bug (exit 1) still raises."""
     import sys
     from datetime import timezone
 
@@ -160,9 +164,14 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
     voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
     record = {"kind": "prefect", "api": os.environ.get("PREFECT_API_URL", ""), "chosen_by": "schedule"}
     try:
-        run_spec(Path(spec_path), ledger, Path(output_dir) if output_dir else None,
-                 orchestrate=Orchestrator(run_release, record), voice=voice, require_approval=require_approval,
-                 run_date=run_date)
+        bound = ScheduleBinding.of_process()
+        if bound is None:
+            raise unbound_refusal()
+        bound.check({"spec_path": spec_path, "ledger": ledger, "output_dir": output_dir,
+                     "require_approval": require_approval})
+        run_spec(Path(bound.spec_path), bound.ledger, Path(bound.output_dir),
+                 orchestrate=Orchestrator(run_release, record), voice=voice,
+                 require_approval=bound.require_approval, run_date=run_date)
     except (DPReleaseError, RunFailed) as exc:
         if exc.exit_code == ExitCode.INTERNAL:
             raise
@@ -189,13 +198,13 @@ def is_cron(cron: str) -> bool:
     return True
 
 
-def serve_schedule(deployment: str, cron: str, spec_path: Path, ledger: str | None, output_dir: Path,
-                   require_approval: bool) -> None:
-    """Register a cron-scheduled deployment of :func:`scheduled_release` on the Prefect server at
-    PREFECT_API_URL and serve it, until interrupted."""
-    scheduled_release.serve(name=deployment, cron=cron, parameters={
-        "spec_path": str(spec_path), "ledger": ledger, "output_dir": str(output_dir),
-        "require_approval": require_approval}, print_starting_message=False)
+def serve_schedule(name: str, cron: str, binding: ScheduleBinding) -> None:
+    """Register a cron-scheduled deployment ``name`` of :func:`scheduled_release` on the Prefect
+    server at PREFECT_API_URL, with ``binding``'s values as its parameters, and serve it until
+    interrupted. The binding goes into this process's environment first: Prefect hands that to
+    every flow run it starts here, which checks its parameters against it."""
+    os.environ.update(binding.environ())
+    scheduled_release.serve(name=name, cron=cron, parameters=binding.parameters(), print_starting_message=False)
 
 
 def artifact_key(release: str, kind: str = "budget-report") -> str:

@@ -5,7 +5,9 @@ orchestrator for each run. Nothing here imports Prefect: the server is a child p
 ``dprelease server start`` starts one server on 127.0.0.1, detached (it outlives the command),
 waits until it answers, and records its PID, process start token and URL in
 ``$XDG_DATA_HOME/dprelease/server.json`` (owner-only). ``stop`` ends it; ``status`` says
-whether runs will use it. A recorded server whose process has gone (or whose PID now belongs
+whether runs will use it. Its API requires the secret kept beside that record
+(:mod:`dprelease.server_auth`), which :func:`client_env` gives each client process dprelease
+runs against it; a temporary server requires a secret of its own, held in memory. A recorded server whose process has gone (or whose PID now belongs
 to another process) is treated as absent.
 
 :func:`choose` decides, before anything is spent, how a run's steps run:
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from dprelease import files
+from dprelease import files, server_auth
 from dprelease.errors import UserError
 from dprelease.processes import alive, data_dir, pid_exists, process_start, read_record, write_record
 
@@ -119,6 +121,11 @@ def profile_api_url(environ: Mapping[str, str] | None = None) -> tuple[str | Non
     """(the active Prefect profile, its PREFECT_API_URL) as ``prefect config set`` left them in
     ``$PREFECT_PROFILES_PATH`` (default ``$PREFECT_HOME/profiles.toml``), read without importing
     Prefect; (None, None) when there is none."""
+    return profile_setting("PREFECT_API_URL", environ)
+
+
+def profile_setting(name: str, environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(the active Prefect profile, its setting ``name``), as :func:`profile_api_url`."""
     import tomllib
 
     env = os.environ if environ is None else environ
@@ -130,8 +137,8 @@ def profile_api_url(environ: Mapping[str, str] | None = None) -> tuple[str | Non
         return None, None
     active = env.get("PREFECT_PROFILE") or profiles.get("active")
     chosen = (profiles.get("profiles") or {}).get(active) if isinstance(active, str) else None
-    url = chosen.get("PREFECT_API_URL") if isinstance(chosen, dict) else None
-    return (active, url) if isinstance(url, str) and url else (None, None)
+    value = chosen.get(name) if isinstance(chosen, dict) else None
+    return (active, value) if isinstance(value, str) and value else (None, None)
 
 
 def check_api(url: str) -> None:
@@ -140,6 +147,20 @@ def check_api(url: str) -> None:
     if problem:
         raise UserError(f"the Prefect server at PREFECT_API_URL={url} {problem}; start it, unset PREFECT_API_URL "
                         "(or run with --orchestrator inline) to run without it. Nothing was spent.")
+
+
+def check_access(url: str) -> None:
+    """Refuse (a user error: nothing is spent) a run or schedule whose Prefect server turns away
+    this process's credentials (``PREFECT_API_AUTH_STRING`` of the environment, else of the active
+    Prefect profile, or none). With an API key (Prefect Cloud's credentials) it does not ask."""
+    if os.environ.get("PREFECT_API_KEY") or profile_setting("PREFECT_API_KEY")[1]:
+        return
+    secret = os.environ.get(server_auth.CLIENT_VARIABLE) or profile_setting(server_auth.CLIENT_VARIABLE)[1]
+    if server_auth.answers(url, secret) == 401:
+        raise UserError(f"the Prefect server at {url} requires authentication and refuses this process's "
+                        f"credentials (401 Unauthorized): set {server_auth.CLIENT_VARIABLE} to its user:password in "
+                        "the environment or your Prefect profile (for the server `dprelease server start` keeps, "
+                        "dprelease does that itself), or unset PREFECT_API_URL. Nothing was spent.")
 
 
 def _free_port(preferred: int | None) -> int:
@@ -210,7 +231,7 @@ def start(port: int | None = None) -> tuple[Server, bool]:
     chosen = _free_port(port)
     url = f"http://127.0.0.1:{chosen}/api"
     log = state_file().parent / "server.log"
-    process = _spawn(chosen, log)
+    process = _spawn(chosen, log, extra_env={server_auth.SERVER_VARIABLE: server_auth.kept_secret()})
     _wait_healthy(process, url, log, START_TIMEOUT)
     home = os.environ.get("PREFECT_HOME") or str(Path.home() / ".prefect")
     server = Server(process.pid, process_start(process.pid), url, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
@@ -245,11 +266,24 @@ def _end(pid: int, grace: float = 20.0) -> None:
             time.sleep(0.1)
 
 
+def client_env(api: str) -> dict[str, str]:
+    """What a Prefect client of ``api`` needs in its environment (before it imports Prefect) to
+    be let in: the secret, when ``api`` is the server ``dprelease server start`` keeps; else
+    nothing (another server's credentials are its user's business)."""
+    kept = recorded()
+    if kept is None or kept.url.rstrip("/") != api.rstrip("/"):
+        return {}
+    secret = server_auth.read_secret()
+    return {server_auth.CLIENT_VARIABLE: secret} if secret else {}
+
+
 @contextmanager
-def temporary() -> Iterator[str]:
+def temporary() -> Iterator[tuple[str, str]]:
     """A Prefect server for one run (``--orchestrator prefect`` with none up): started on a free
-    port as a child of this process (which it does not outlive: see :func:`_spawn`), its API URL
-    yielded, stopped on the way out, a SIGTERM to the run included."""
+    port as a child of this process (which it does not outlive: see :func:`_spawn`), requiring a
+    fresh secret of its own; (its API URL, the secret) yielded; stopped on the way out, a SIGTERM
+    to the run included."""
+    secret = server_auth.new_secret()
     port = _any_free_port()
     url = f"http://127.0.0.1:{port}/api"
     log = state_file().parent / f"server-{os.getpid()}.log"
@@ -258,10 +292,11 @@ def temporary() -> Iterator[str]:
         if pid.isdigit() and not pid_exists(int(pid)):
             stale.unlink(missing_ok=True)
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the finally below runs
-    process = _spawn(port, log, with_parent=True, extra_env={"PREFECT_UI_ENABLED": "false"})
+    process = _spawn(port, log, with_parent=True, extra_env={"PREFECT_UI_ENABLED": "false",
+                                                             server_auth.SERVER_VARIABLE: secret})
     try:
         _wait_healthy(process, url, log, START_TIMEOUT)
-        yield url
+        yield url, secret
     finally:
         _end(process.pid)
         process.wait()
@@ -271,6 +306,14 @@ def temporary() -> Iterator[str]:
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
+
+
+def _auth_line(url: str) -> str:
+    if server_auth.answers(url) == 200:
+        return ("server API: answers WITHOUT authentication (started before dprelease required it): anyone who "
+                "reaches it can start runs; `dprelease server stop` and `start` again")
+    return (f"server API: requires authentication; its secret is in {server_auth.secret_file()} (owner-only; "
+            "docs/commands.md says how to trigger a deployment with it)")
 
 
 def status_lines(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -284,6 +327,8 @@ def status_lines(environ: Mapping[str, str] | None = None) -> list[str]:
         problem = api_problem(server.url, timeout=5)
         lines.append(f"server: {server.url} (PID {server.pid}, started {server.started_at} UTC, log {server.log}, "
                      f"PREFECT_HOME {server.prefect_home}){'' if problem is None else '; it ' + problem}")
+        if problem is None:
+            lines.append(_auth_line(server.url))
     choice = choose("auto", env)
     if choice.kind == "prefect" and choice.api is not None and (problem := api_problem(choice.api, timeout=5)):
         lines.append(f"runs (--orchestrator auto): refused: the Prefect server at {choice.api} ({choice.how}) {problem}")

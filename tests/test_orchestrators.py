@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from dprelease import server
+from dprelease import server, server_auth
 from dprelease.cli import warm
 from dprelease.errors import UserError
 from dprelease.ledger import Ledger, resolve_location
 from tests.conftest import ROOT
 from tests.prefect_server import quiet_prefect_env
+from tests.test_server_auth import check_the_day_server_requires_its_secret
 from tests.test_run import _spec, child_env, run
 from tests.ledgers import make_ledger
 
@@ -113,7 +114,9 @@ def test_a_recorded_server_whose_process_is_gone_is_absent(tmp_path):
 
 def test_the_day_server_starts_is_used_and_stops(tmp_path, monkeypatch):
     """``dprelease server start`` keeps a detached server; runs use it (recorded in run.json);
-    ``status`` says so; ``stop`` ends its process and its record."""
+    ``status`` says so; ``stop`` ends its process and its record. Its API requires the secret
+    dprelease keeps, which the run (in the warm runner) and ``schedule`` have and nothing prints
+    (tests/test_server_auth.py)."""
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     env = child_env({**quiet_prefect_env(tmp_path / "prefect-home"), "PREFECT_API_URL": None})
     (tmp_path / "prefect-home").mkdir()
@@ -144,6 +147,10 @@ def test_the_day_server_starts_is_used_and_stops(tmp_path, monkeypatch):
         assert record["orchestrator"]["process"] == f"warm runner (PID {runner.pid})"
         assert f"warm runner: PID {runner.pid}" in status.stdout
         assert record["prefect_flow_run_id"]
+        assert (f"server API: requires authentication; its secret is in {server_auth.secret_file()} (owner-only; "
+                "docs/commands.md says how to trigger a deployment with it)") in status.stdout.splitlines()
+        check_the_day_server_requires_its_secret(kept, env, tmp_path, "".join(
+            [started.stdout, started.stderr, again.stdout, status.stdout, proc.stdout, proc.stderr]))
     finally:
         stopped = cli("server", "stop")
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr

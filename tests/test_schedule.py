@@ -5,6 +5,8 @@ and its artifacts are readable from the API; an unapproved plan is refused by a 
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
 import os
 import signal
@@ -15,17 +17,23 @@ import urllib.error
 import urllib.request
 from datetime import datetime
 from fractions import Fraction
+from pathlib import Path
 
 from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
+from dprelease.schedule_binding import ScheduleBinding
+from tests.ledgers import make_ledger
 from tests.test_operations import demo_spec
 from tests.test_run import child_env
 
 
-def api(url: str, path: str, body: dict | None = None, method: str | None = None):  # type: ignore[no-untyped-def]
+def api(url: str, path: str, body: dict | None = None, method: str | None = None,  # type: ignore[no-untyped-def]
+        auth: str | None = None):
+    """``auth``: the server's secret (user:password), sent as Prefect's clients do (basic authentication)."""
+    headers = {"Content-Type": "application/json",
+               **({"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()} if auth else {})}
     request = urllib.request.Request(url + path, method=method or ("POST" if body is not None else "GET"),
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     data=None if body is None else json.dumps(body).encode(), headers=headers)
     for attempt in range(10):  # a busy server (its database locked by the served runs) answers 503: ask again
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
@@ -46,9 +54,9 @@ def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-d
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def serve(spec, name, ledger, out, env):  # type: ignore[no-untyped-def]
+def serve(spec, name, ledger, out, env, *extra):  # type: ignore[no-untyped-def]
     return subprocess.Popen([sys.executable, "-m", "dprelease", "schedule", str(spec), "--cron", "0 3 1 * *",
-                             "--name", name, "--ledger", str(ledger), "--output-dir", str(out)],
+                             "--name", name, "--ledger", str(ledger), "--output-dir", str(out), *extra],
                             env=child_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -67,14 +75,19 @@ def trigger_and_wait(url: str, deployment_id: str) -> dict:  # type: ignore[type
 
 
 def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
+    """... and takes no orders (issue 27, case 9: :func:`_takes_no_orders`); the session's server
+    requires no authentication, which `schedule` says in one line."""
     url = run_env["PREFECT_API_URL"]
-    ledger, out = tmp_path / "ledger.sqlite", tmp_path / "out"
+    ledger, out = make_ledger(tmp_path / "ledger.sqlite"), tmp_path / "out"
     spec = demo_spec(tmp_path)
     spec.write_text(spec.read_text().replace("release: acs-demo-2019", 'release: "acs-monthly-{run_date:%Y-%m}"'))
     approved = cli("plan", spec, "--approve", "--by", "Reviewer", "--ledger", ledger)
     assert approved.code == 0, approved
     unapproved = tmp_path / "unapproved.yaml"
     unapproved.write_text(spec.read_text().replace("acs-monthly-", "acs-monthly-other-"))
+    other = tmp_path / "other.yaml"  # another spec, approved: a spec_path override would publish it
+    other.write_text(spec.read_text().replace("acs-monthly-", "acs-bypass-"))
+    assert cli("plan", other, "--approve", "--by", "Reviewer", "--ledger", ledger).code == 0
 
     servers = [serve(spec, "monthly-test", ledger, out, run_env), serve(unapproved, "unapproved-test", ledger, out,
                                                                           run_env)]
@@ -82,6 +95,10 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         found = wait_for(lambda: (lambda d: d if d and d.get("schedules") else None)(deployment(url, "monthly-test")),
                          120, "the deployment and its schedule to register")
         assert [s["schedule"]["cron"] for s in found["schedules"]] == ["0 3 1 * *"]
+        other_deployment = wait_for(lambda: (lambda d: d if d and d.get("schedules") else None)(
+            deployment(url, "unapproved-test")), 120, "the second deployment")
+        _takes_no_orders(url, found, other_deployment, spec, other, ledger, out)
+
         finished = trigger_and_wait(url, found["id"])
         assert finished["state"]["type"] == "COMPLETED", finished["state"]
         month = datetime.fromisoformat(finished["expected_start_time"].replace("Z", "+00:00")).strftime("%Y-%m")
@@ -98,9 +115,7 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         assert next(a for a in artifacts if a["type"] == "markdown")["data"].startswith(
             (out / release / "budget_report.md").read_text())
 
-        other = wait_for(lambda: (lambda d: d if d and d.get("schedules") else None)(
-            deployment(url, "unapproved-test")), 120, "the second deployment")
-        refused = trigger_and_wait(url, other["id"])
+        refused = trigger_and_wait(url, other_deployment["id"])
         assert refused["state"]["type"] == "FAILED" and "not approved" in refused["state"]["message"], refused["state"]
         assert refused["state"]["message"].startswith("refused (exit 5): "), refused["state"]
         logs = wait_for(lambda: (lambda found: found if any(g["level"] >= 40 for g in found) else None)(
@@ -111,21 +126,93 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         opened = Ledger.open(resolve_location(str(ledger)))
         assert opened.state("nist-acs-national-2019").spent == PureDP(1)  # nothing spent by the refusal
         opened.close()
-    except AssertionError:
-        for proc in servers:  # what the serving processes said, for the failure report
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                print(proc.communicate(timeout=30)[0][-3000:])
-            except subprocess.TimeoutExpired:
-                pass
-        raise
+        assert [p.name for p in out.iterdir() if not p.name.startswith((".", "_"))] == [release]
     finally:
+        said = []  # what the serving processes said
         for proc in servers:
             try:
                 os.killpg(proc.pid, signal.SIGINT)
-                proc.wait(timeout=30)
+                said.append(proc.communicate(timeout=30)[0])
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 os.killpg(proc.pid, signal.SIGKILL)
+                said.append(proc.communicate()[0])
+        print("\n".join(text[-3000:] for text in said))  # shown when the test fails
+    assert NO_AUTH_WARNING.format(url=url) in said[0].splitlines(), said[0]
+    assert "bound here: a run with other parameters, or after the spec file changes, is refused" in said[0], said[0]
+
+
+def start_run(url: str, deployment_id: str, parameters: dict, job_variables: dict | None = None) -> str:  # type: ignore[type-arg]
+    """A flow run of the deployment as `prefect deployment run --param ...` (or the UI's custom run) starts one."""
+    body = {"parameters": parameters, **({"job_variables": job_variables} if job_variables else {})}
+    return api(url, f"/deployments/{deployment_id}/create_flow_run", body)["id"]
+
+
+def finished(url: str, run_id: str, auth: str | None = None) -> dict:  # type: ignore[type-arg]
+    return wait_for(lambda: (lambda r: r if r["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED") else None)(
+        api(url, f"/flow_runs/{run_id}", auth=auth)), 240, "a scheduled run to finish")
+
+
+def error_lines(url: str, run_id: str) -> tuple[list[str], list[str]]:
+    """(the run's ERROR log lines, all its log lines), once its ERROR line has arrived."""
+    logs = wait_for(lambda: (lambda found: found if any(g["level"] >= 40 for g in found) else None)(
+        api(url, "/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}})), 60, "the run's logs")
+    return [g["message"] for g in logs if g["level"] >= 40], [g["message"] for g in logs]
+
+
+NO_AUTH_WARNING = ("warning: the Prefect server at {url} requires no authentication: anyone who reaches it can start, "
+                   "pause or delete this deployment and read its runs' logs (runs with other parameters are refused); "
+                   "serve it on the server `dprelease server start` keeps, which requires a secret")
+
+
+def _takes_no_orders(url: str, found: dict, unapproved: dict, spec: Path, other: Path,  # type: ignore[type-arg]
+                     ledger: Path, out: Path) -> None:
+    """Issue 27, case 9, before any run of the served deployments ``found`` (of ``spec``,
+    approved) and ``unapproved`` (a spec nobody approved), both bound to ``ledger`` and ``out``:
+    `dprelease schedule` bound the spec (path and file fingerprint), ledger, output directory and
+    approval in the serving process. A run given another value for any of them — as `prefect
+    deployment run --param`, or the UI's custom run, would: each of these published before —, or
+    forging the binding through job variables, or started after the spec file was edited (a
+    comment: the plan, and its approval, unchanged), fails with one ERROR line and no traceback,
+    before any ledger is opened or created: nothing reserved, published or spent."""
+    bound = ScheduleBinding.bind(f"dprelease-scheduled/{found['name']}", spec.resolve(), str(ledger), out, True)
+    assert found["parameters"] == bound.parameters()
+    fresh, elsewhere = out.parent / "x" / "fresh.sqlite", out.parent / "x" / "out"
+    overrides = {"require_approval": (unapproved, {"require_approval": False}, None),
+                 "ledger": (found, {"ledger": str(fresh)}, None),
+                 "output_dir": (found, {"output_dir": str(elsewhere)}, None),
+                 "spec_path": (found, {"spec_path": str(other)}, None),
+                 "forged": (found, {"require_approval": False, "ledger": str(fresh)},  # with a binding that agrees
+                            {"env": dataclasses.replace(bound, require_approval=False, ledger=str(fresh)).environ()})}
+    started = {what: start_run(url, where["id"], parameters, job_variables)
+               for what, (where, parameters, job_variables) in overrides.items()}
+    runs = {what: finished(url, run_id) for what, run_id in started.items()}
+    text = spec.read_text()
+    spec.write_text(text + "# edited after schedule started\n")
+    runs["edited"] = finished(url, start_run(url, found["id"], {}))
+    spec.write_text(text)  # the bytes it was served with: runs go on
+
+    for what, run in runs.items():
+        message = run["state"]["message"]
+        name = (unapproved if what == "require_approval" else found)["name"]
+        assert run["state"]["type"] == "FAILED" and message.startswith(
+            f"refused (exit 2): deployment dprelease-scheduled/{name}"), (what, run["state"])
+        assert message.endswith("Nothing was opened, reserved or spent."), (what, message)
+        errors, logs = error_lines(url, run["id"])
+        assert errors == [message], (what, logs)
+        assert not any("Traceback" in line for line in logs), (what, logs)
+    for what in ("require_approval", "ledger", "output_dir", "spec_path"):
+        given = json.dumps(overrides[what][1][what])
+        assert f"this run carries {what}={given}, but `dprelease schedule` bound {what}=" in \
+            runs[what]["state"]["message"], runs[what]["state"]["message"]
+    assert "changed since `dprelease schedule` started serving it" in runs["edited"]["state"]["message"]
+    print("\n".join(f"{what}: {run['state']['message']}" for what, run in runs.items()))
+
+    assert not fresh.exists() and not fresh.parent.exists() and not elsewhere.exists()
+    assert not out.exists() or not [p for p in out.iterdir() if not p.name.startswith((".", "_"))]
+    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    state = opened.state("nist-acs-national-2019")
+    opened.close()
+    assert state is None or not state.runs
 
 
 def test_schedule_refuses_without_a_server_or_with_a_bad_cron(tmp_path, cli, monkeypatch):
@@ -231,24 +318,28 @@ def test_periods_of_disjoint_people_have_budgets_of_their_own(tmp_path, run_env,
 
 
 def test_the_shipped_deployment_points_at_a_valid_spec_and_flow(cli):
-    """pipelines/prefect.yaml: its entrypoint is the scheduled flow, its spec validates, its cron
-    is valid and its runs require approval."""
-    import importlib
+    """pipelines/acs-monthly.service: it serves the scheduled flow with `dprelease schedule`
+    (which binds every parameter of the flow), its spec validates, its cron is valid and its runs
+    require approval. (It replaced pipelines/prefect.yaml, a work-pool deployment: a worker runs
+    whatever a flow run's job variables say, so the flow refuses runs no `schedule` bound.)"""
+    import inspect
+    import shlex
 
-    import yaml
     from prefect.client.schemas.schedules import CronSchedule
 
+    from dprelease.orchestrate import scheduled_release
+    from dprelease.schedule_binding import PARAMETERS
     from tests.conftest import ROOT
 
-    config = yaml.safe_load((ROOT / "pipelines" / "prefect.yaml").read_text())
-    [deployment] = config["deployments"]
-    module, _, name = deployment["entrypoint"].partition(":")
-    flow = getattr(importlib.import_module(module.removesuffix(".py").replace("/", ".")), name)
-    assert flow.name == "dprelease-scheduled"
-    assert set(deployment["parameters"]) == {"spec_path", "ledger", "output_dir", "require_approval"}
-    assert deployment["parameters"]["require_approval"] is True
-    CronSchedule(cron=deployment["schedules"][0]["cron"])
-    result = cli("validate", ROOT / deployment["parameters"]["spec_path"])
+    unit = (ROOT / "pipelines" / "acs-monthly.service").read_text()
+    [command] = [line.partition("=")[2] for line in unit.splitlines() if line.startswith("ExecStart=")]
+    program, *args = shlex.split(command)
+    assert program == "@REPO@/.venv/bin/dprelease" and args[0] == "schedule", command
+    assert scheduled_release.name == "dprelease-scheduled"
+    assert tuple(inspect.signature(scheduled_release.fn).parameters) == PARAMETERS  # all of them bound
+    assert "--no-approval" not in args
+    CronSchedule(cron=args[args.index("--cron") + 1])
+    result = cli("validate", ROOT / args[1])
     assert result.code == 0, result
 
 
@@ -338,8 +429,10 @@ def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceba
         raise raised[0]
 
     monkeypatch.setattr(dprelease.lifecycle, "run_spec", refuse)
+    spec = demo_spec(tmp_path)  # what a `dprelease schedule` process bound, in its environment
+    monkeypatch.setenv(*ScheduleBinding.bind("dprelease-scheduled/t", spec, None, tmp_path / "out", True).environ().popitem())
     try:
-        state = orchestrate.scheduled_release.fn(str(tmp_path / "spec.yaml"), None, str(tmp_path / "out"))
+        state = orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
         assert isinstance(state, State) and state.is_failed()
         assert state.message == "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains"
         errors = [r for r in records if r.levelno >= logging.WARNING]
@@ -350,7 +443,7 @@ def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceba
         raised[0] = InternalError("a broken invariant")
         records.clear()
         try:
-            orchestrate.scheduled_release.fn(str(tmp_path / "spec.yaml"), None, str(tmp_path / "out"))
+            orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
         except InternalError:
             pass
         else:
@@ -358,3 +451,33 @@ def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceba
         assert not [r for r in records if r.levelno >= logging.ERROR]
     finally:
         logger.removeHandler(handler)
+
+
+def test_a_scheduled_run_that_no_schedule_process_bound_or_that_differs_at_all_is_refused(tmp_path, monkeypatch):
+    """The flow's body, called directly: without a binding in its process (a worker, say) it
+    refuses before the lifecycle is called; with one, a parameter equal only loosely (1 for
+    true, a path spelled otherwise) is a different value, refused too; the same values run."""
+    import logging
+
+    import prefect
+
+    import dprelease.lifecycle
+    from dprelease import orchestrate
+    from dprelease.schedule_binding import VARIABLE
+
+    calls: list[tuple] = []  # type: ignore[type-arg]
+    monkeypatch.setattr(dprelease.lifecycle, "run_spec", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.setattr(prefect, "get_run_logger", lambda: logging.getLogger("test-unbound"))
+    monkeypatch.delenv(VARIABLE, raising=False)
+    spec, out = demo_spec(tmp_path), tmp_path / "out"
+    state = orchestrate.scheduled_release.fn(str(spec), None, str(out), True)
+    assert state.is_failed() and state.message.startswith(
+        "refused (exit 2): this flow run was not started by a `dprelease schedule` process"), state.message
+    monkeypatch.setenv(*ScheduleBinding.bind("dprelease-scheduled/t", spec, None, out, True).environ().popitem())
+    for loose in ((str(spec), None, str(out), 1), (str(spec), None, str(out) + "/", True),
+                  (str(spec), "", str(out), True)):
+        state = orchestrate.scheduled_release.fn(*loose)
+        assert state.is_failed() and "takes no orders" in state.message, (loose, state.message)
+    assert calls == []
+    assert orchestrate.scheduled_release.fn(str(spec), None, str(out), True) is None
+    assert calls == [(spec, None, out)]

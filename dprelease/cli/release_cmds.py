@@ -73,7 +73,7 @@ def run(
     if dask_address is not None and not re.fullmatch(r"(tcp|tls)://[^\s/]+:[0-9]{1,5}", dask_address):
         raise typer.BadParameter(f"{dask_address!r} is not a Dask scheduler address, e.g. tcp://scheduler:8786",
                                  param_hint="--dask-address")
-    from dprelease import server
+    from dprelease import server, server_auth
 
     choice = server.choose(orchestrator)
     runner = os.environ.get(CHILD_FLAG)  # this process is a warm runner's child (dprelease.cli.handoff)
@@ -96,12 +96,15 @@ def run(
                     say("starting a temporary Prefect server for this run (`dprelease server start` keeps one for "
                         "the day)")
                     with _spinner("starting a temporary Prefect server"):
-                        api = stack.enter_context(server.temporary())
+                        api, secret = stack.enter_context(server.temporary())
+                    os.environ[server_auth.CLIENT_VARIABLE] = secret
                 else:
                     server.check_api(api)
                     if orchestrator == "auto" or runner:
                         say(f"running as a Prefect flow run at {api} ({choice.how}" +
                             (f"; in its warm runner, PID {runner})" if runner else ")"))
+                    os.environ.update(server.client_env(api))  # the secret of the server dprelease keeps
+                    server.check_access(api)
                 os.environ["PREFECT_API_URL"] = api
                 record["api"] = api
                 if runner:
@@ -173,19 +176,19 @@ def schedule(
     the one `dprelease server` keeps) and serve it (runs until interrupted). Each run names its release from the spec's template, e.g.
     release: "acs-monthly-{run_date:%Y-%m}", with its scheduled start (UTC), and by default
     refuses a plan that is not approved (nothing spent)."""
+    from dprelease import server, server_auth
     from dprelease.lifecycle.prepare import output_location
+    from dprelease.schedule_binding import ScheduleBinding
     from dprelease.spec import load_spec
-
-    from dprelease import server
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
     with spec_ledger(spec, spec_location(spec, ledger), quiet=True):  # so does a ledger that is not there
         pass
     clash = _name_clash(spec.release_template, cron)
     if clash is not None:
-        first, second, name = clash
+        first, second, alike = clash  # (not `name`: that is the deployment's)
         say(f"warning: {spec_path}: --cron {cron!r} fires at {first:%Y-%m-%d %H:%M} and {second:%Y-%m-%d %H:%M} UTC, "
-            f"which release {spec.release_template!r} names alike ({name!r}): only the first of such runs can "
+            f"which release {spec.release_template!r} names alike ({alike!r}): only the first of such runs can "
             "publish, the others are refused as already released; name every run apart, e.g. with the hour and "
             "minute: release: \"acs-{run_date:%Y-%m-%d-%H%M}\"")
     kept = server.recorded()
@@ -195,6 +198,12 @@ def schedule(
         raise UserError("schedules need a Prefect server: start one with `dprelease server start` (or `prefect "
                         "server start` and set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api), then run this again")
     os.environ["PREFECT_API_URL"] = api  # before Prefect is imported
+    os.environ.update(server.client_env(api))  # the secret of the server dprelease keeps (never shown)
+    server.check_access(api)
+    if server_auth.answers(api) == 200:
+        say(f"warning: the Prefect server at {api} requires no authentication: anyone who reaches it can start, "
+            "pause or delete this deployment and read its runs' logs (runs with other parameters are refused); "
+            "serve it on the server `dprelease server start` keeps, which requires a secret")
     if spec.release_template is None:
         say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
             "scheduled run can publish; later runs are refused as already released")
@@ -205,11 +214,13 @@ def schedule(
         raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron")
     deployment = name or spec_path.stem
     outputs = output_location(output_dir, spec)  # fixed now: the served runs' working directory is this one
-    say(f"serving deployment dprelease-scheduled/{deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
+    binding = ScheduleBinding.bind(f"dprelease-scheduled/{deployment}", spec.source.resolve(), ledger, outputs,
+                                   require_approval=not no_approval)
+    say(f"serving deployment {binding.deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
         f"ledger {location.shown}; releases land in {outputs}; approval "
-        f"{'not required' if no_approval else 'required'}. Ctrl-C stops it.")
-    orchestrate.serve_schedule(deployment, cron, spec.source.resolve(), ledger, outputs,
-                               require_approval=not no_approval)
+        f"{'not required' if no_approval else 'required'}; bound here: a run with other parameters, or after the "
+        "spec file changes, is refused. Ctrl-C stops it.")
+    orchestrate.serve_schedule(deployment, cron, binding)
 
 
 def _name_clash(template: str | None, cron: str) -> tuple[datetime, datetime, str] | None:

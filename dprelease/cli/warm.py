@@ -86,7 +86,11 @@ def start(api: str, module: str = "dprelease.cli.warm_loop") -> tuple[Runner | N
     take this process's runs): (the runner or None, a line saying what happened). A runner for
     another server, or for other code or settings, is replaced (its runs finish first, see the
     module's docstring). A runner that fails to start is not an error: runs then import Prefect
-    themselves. ``module``: the runner's module (tests start one with a fault hook installed)."""
+    themselves. The runner gets the secret of ``api`` when that is the server dprelease keeps
+    (:func:`dprelease.server.client_env`), in its environment: Prefect reads it at import.
+    ``module``: the runner's module (tests start one with a fault hook installed)."""
+    from dprelease.server import client_env
+
     running = recorded()
     if running is not None and running.api == api and _answers(running):
         return running, f"warm runner: already running (PID {running.pid})"
@@ -99,7 +103,8 @@ def start(api: str, module: str = "dprelease.cli.warm_loop") -> tuple[Runner | N
     with files.open_truncated(log) as sink:  # 0600, in a 0700 directory
         process = subprocess.Popen([sys.executable, "-m", module, str(path)], cwd=home,
                                    stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "PREFECT_API_URL": api}, start_new_session=True)
+                                   env={**os.environ, "PREFECT_API_URL": api, **client_env(api)},
+                                   start_new_session=True)
     runner = Runner(process.pid, process_start(process.pid), api, str(path), str(log))
     deadline = time.monotonic() + START_TIMEOUT
     while not _answers(runner):

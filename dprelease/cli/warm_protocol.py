@@ -17,6 +17,8 @@ from typing import Mapping
 CHILD_FLAG = "DPRELEASE_WARM_RUNNER_CHILD"  # set in a runner's child: it never hands over again
 LIBRARIES = ("prefect", "numpy", "pandas", "pyarrow", "scipy", "typer", "rich", "sqlalchemy", "pydantic")
 SETTINGS_FILES = ("prefect.toml", ".env", "pyproject.toml")  # Prefect reads them from the working directory
+# The runner is matched on its API by itself, and was given that API's secret (dprelease.server.client_env)
+MATCHED_APART = ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING")
 
 
 def fingerprint(environ: Mapping[str, str], cwd: Path | None = None) -> str:
@@ -24,7 +26,8 @@ def fingerprint(environ: Mapping[str, str], cwd: Path | None = None) -> str:
     at its start: the interpreter; the dprelease code (each module's path, size and mtime); the
     installed libraries a run uses (their package's ``__init__`` size and mtime); the
     environment Python and Prefect read at start-up (``PYTHON*``, ``LANG``, ``LC_*``, ``TZ``,
-    ``HOME``, ``PREFECT_*`` but the API URL, which the runner is matched on by itself); Prefect's
+    ``HOME``, ``PREFECT_*`` but the API URL, which the runner is matched on by itself, and its
+    secret, which the runner was given with it); Prefect's
     profiles file; and the Prefect settings in the working directory's ``prefect.toml``,
     ``.env`` (its ``PREFECT_`` lines) and ``pyproject.toml`` (``[tool.prefect]``), which the
     runner, started in the data directory, does not have."""
@@ -45,7 +48,7 @@ def fingerprint(environ: Mapping[str, str], cwd: Path | None = None) -> str:
         info = origin.stat() if origin is not None and origin.exists() else None
         digest.update(f"{name}:{origin}:{info and info.st_size}:{info and info.st_mtime_ns}\0".encode())
     read_at_start = sorted((k, v) for k, v in environ.items()
-                           if (k.startswith(("PREFECT_", "PYTHON", "LC_")) and k != "PREFECT_API_URL")
+                           if (k.startswith(("PREFECT_", "PYTHON", "LC_")) and k not in MATCHED_APART)
                            or k in ("LANG", "TZ", "HOME"))
     digest.update(json.dumps(read_at_start).encode())
     home = Path(environ.get("PREFECT_HOME") or Path(environ.get("HOME") or "~").expanduser() / ".prefect")
