@@ -50,7 +50,6 @@ from dprelease.data.check import check_data  # noqa: E402
 from dprelease.data.identity import THRESHOLD, Identity, Sketcher, identity_of  # noqa: E402
 from dprelease.data.load import source  # noqa: E402
 from dprelease.data.scan import Source  # noqa: E402
-from dprelease.ledger import Ledger, resolve_location  # noqa: E402
 from dprelease.spec import load_spec  # noqa: E402
 
 NIST = ROOT / "data" / "nist_acs"
@@ -89,10 +88,11 @@ def wide_csv(rows: int) -> tuple[Path, Callable[[str], Path]]:
 
 
 def run_once(spec: Path, release: str) -> dict[str, float]:
-    """One ``dprelease run`` (child process, inline, a fresh ledger made first): its timings."""
+    """One ``dprelease run`` (child process, inline, a fresh ledger made on purpose first): its timings."""
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            Ledger.open(resolve_location(f"{tmp}/ledger.sqlite"), create=True).close()  # type: ignore[union-attr]
+            child([sys.executable, "-m", "dprelease", "ledger", "init", f"{tmp}/ledger.sqlite", "--reason",
+                   "the benchmark's run"], env={**os.environ})
             env = {**os.environ, "XDG_DATA_HOME": f"{tmp}/xdg", "PREFECT_HOME": f"{tmp}/prefect"}
             env.pop("PREFECT_API_URL", None)
             child([sys.executable, "-m", "dprelease", "run", str(spec), "--output-dir", f"{tmp}/out", "--ledger",

@@ -310,7 +310,7 @@ def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, 
         ledger.close()
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     assert key_file.read_text().strip().encode() not in (tmp_path / "ledger.sqlite").read_bytes()
-    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")), create=False)
+    ledger = Ledger.open(resolve_location(str(tmp_path / "ledger.sqlite")))
     try:  # sealed under the ledger's key: the key's holders (who read the data) get the identity back
         assert ledger.unseal(stored[0][1]) == unsealed.plain()
         assert ledger.fingerprint(unsealed.digest) == stored[0][0]

@@ -53,7 +53,7 @@ tables:
 
 
 def ledger_runs(path: Path) -> list[tuple[str, str, str]]:
-    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    ledger = Ledger.open(resolve_location(str(path)))
     assert ledger is not None
     try:
         return [(name, r.release, r.state) for name in ledger.datasets() for r in ledger.state(name).runs]
@@ -152,7 +152,7 @@ def test_evaluate_recognises_released_data_in_another_file(released, tmp_path):
     assert result.code == 2, result.output
     assert f"dataset '{FIRST}' was released from data of the same people" in result.stderr
     assert "the same records exactly" in result.stderr
-    ledger = Ledger.open(resolve_location(str(released["ledger"])), create=False)
+    ledger = Ledger.open(resolve_location(str(released["ledger"])))
     try:
         assert ledger.evaluations_of("evaluated-copy") == []
     finally:
@@ -173,7 +173,7 @@ def test_evaluate_never_writes_among_published_files(released, tmp_path):
         print(result.stderr.strip().splitlines()[-1])
         assert result.code == 2 and words in result.stderr, result.output
         assert not target.exists()
-    ledger = Ledger.open(resolve_location(str(released["ledger"])), create=False)
+    ledger = Ledger.open(resolve_location(str(released["ledger"])))
     try:
         assert ledger.evaluations_of("test-data") == []
     finally:
@@ -196,10 +196,10 @@ def test_a_schema_5_ledger_gains_the_table_of_identities(tmp_path):
         conn.execute("UPDATE dprelease_meta SET value = '5' WHERE key = 'schema_version'")
     identity = identity_of(Source(NIST / "ma2019.csv", "csv", ("N",)))
     for _ in range(2):
-        ledger = Ledger.open(resolve_location(str(path)), create=False)
+        ledger = Ledger.open(resolve_location(str(path)))
         assert ledger is not None
         ledger.close()
-    ledger = Ledger.open(resolve_location(str(path)), create=False)
+    ledger = Ledger.open(resolve_location(str(path)))
     try:
         ledger.reserve(dataset="d", release="r", charges=[("t", PureDP(1))], spec_fingerprint="x",
                        lifetime_from_spec=PureDP(2), identity=identity)

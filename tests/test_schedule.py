@@ -209,7 +209,7 @@ def _takes_no_orders(url: str, found: dict, unapproved: dict, spec: Path, other:
 
     assert not fresh.exists() and not fresh.parent.exists() and not elsewhere.exists()
     assert not out.exists() or not [p for p in out.iterdir() if not p.name.startswith((".", "_"))]
-    opened = Ledger.open(resolve_location(str(ledger)), create=False)
+    opened = Ledger.open(resolve_location(str(ledger)))
     state = opened.state("nist-acs-national-2019")
     opened.close()
     assert state is None or not state.runs
