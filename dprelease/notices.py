@@ -27,7 +27,7 @@ def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, l
     elif exists:
         state = ""
     elif location.may_create:
-        state = f" — no ledger there yet: a run (or an approval, a registration) given this --ledger creates it, and {BORN_HERE}"
+        state = f" — no ledger there yet: a run given this --ledger creates it, and {BORN_HERE}"
     else:
         state = f" — no ledger there; nothing but `{init_command(location)}` creates one"
     ident = f" id {ledger_id}" if ledger_id else ""

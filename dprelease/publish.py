@@ -305,26 +305,34 @@ def _same_data(record_path: Path, ledger: dict[str, Any], digest: str,
         record = json.loads(record_path.read_text("utf-8"))
         theirs = str(record.get("data_fingerprint") or "")
         sealed = str(record.get("data_identity") or "")
+        check = record.get("key_check")
     except (OSError, ValueError, AttributeError):
         return None
     if not theirs.startswith(keys.PREFIX):
         return theirs == digest if theirs else None  # a record from before keyed fingerprints
     candidates = []
     try:
+        ledger_id = str(ledger["id"])
         location = resolve_location(str(ledger["location"]))
-        candidates = [keys.key_path(location, str(ledger["id"]))]
+        candidates = [keys.key_path(location, ledger_id)]
         if location.sqlite_path is not None:
             candidates.append(location.sqlite_path.with_name(location.sqlite_path.name + ".key"))
         found = [k for k in (keys.read_key(p) for p in candidates) if k is not None]
     except (KeyError, TypeError, LedgerError):
         return None
+    if check is not None:  # only that ledger's own key: another key (a new ledger at its path, $DPRELEASE_LEDGER_KEY
+        found = [k for k in found if not keys.keys_differ(keys.check_value(k, ledger_id), str(check))]  # ...) tells nothing
     if not found:
         return None
     if any(keys.keyed(k, digest) == theirs for k in found):
         return True
-    plain = [p for p in (keys.unseal(k, str(ledger["id"]), sealed) for k in found) if p is not None] if sealed else []
+    if not sealed or identity is None:
+        return False  # (a record from before sealed identities, without its key check: as it was told then)
+    plain = [p for p in (keys.unseal(k, ledger_id, sealed) for k in found) if p is not None]
+    if not plain:
+        return None  # not sealed under any key found here: cannot be told
     try:
-        return identity is not None and any(identity.matches(p) is not None for p in plain)
+        return any(identity.matches(p) is not None for p in plain)
     except ValueError:  # an identity of another version: cannot be told
         return None
 

@@ -84,6 +84,7 @@ class ReleaseRun:
     data_fingerprint: str | None = None  # keyed (the ledger's key): what the ledger and run.json hold
     data_records: str | None = None  # the records' digest, keyed: what run.json holds (data/identity.py)
     data_identity: str | None = None  # the records' sketches, sealed under the ledger's key (ledger/keys.py)
+    key_check: str | None = None  # the ledger's check value of its key (a constant's HMAC: nothing of the data)
     noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
     invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
     published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)
@@ -230,6 +231,7 @@ class ReleaseRun:
             "data_fingerprint": self.data_fingerprint,  # keyed with the ledger's key: see ledger/keys.py
             "data_records": self.data_records,  # keyed too
             "data_identity": self.data_identity,  # sealed under the ledger's key: another ledger's run compares it
+            "key_check": self.key_check,  # which key those are under: a run elsewhere tries only that key
             **({"ledger_id": self.record.ledger_id} if self.record else {}),
             "rows": {"read": data.rows_read, "dropped": data.rows_dropped, "over_contribution_bound": data.rows_over_bound,
                      "used": data.rows} if data else None,

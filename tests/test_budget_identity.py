@@ -490,3 +490,37 @@ def test_plan_refuses_what_a_run_would_refuse(tmp_path, cli, monkeypatch):
     unpinned = demo_copy(tmp_path, ledger=None)
     result = cli("plan", unpinned)
     assert result.code == 2 and "Pin it in the spec with `ledger: PATH`" in result.stderr, result
+
+
+@pytest.mark.parametrize("how", ["a new ledger at the old path", "$DPRELEASE_LEDGER_KEY"])
+def test_another_ledgers_release_is_never_compared_under_a_wrong_key(tmp_path, cli, monkeypatch, how):
+    """The demo published; its ledger moved away with its key. A spec of the same data under a new
+    dataset name spends from a new ledger into the same output directory: the earlier release
+    must be compared under ITS ledger's key, and a key that is not it (a new ledger made at the old
+    path, whose key sits where the old one did; or $DPRELEASE_LEDGER_KEY, which names one key for
+    every ledger) tells nothing: refused as not comparable, never taken for different data."""
+    from tests.conftest import shipped_project
+
+    monkeypatch.delenv("DPRELEASE_LEDGER")
+    configs = shipped_project(tmp_path)
+    demo = configs / "acs_demo.yaml"
+    assert cli("run", demo, "--orchestrator", "inline").code == 0
+    old = tmp_path / "ledgers" / "nist-acs.sqlite"
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    old.rename(moved / old.name)
+    Path(str(old) + ".key").rename(moved / (old.name + ".key"))
+    renamed = demo.read_text().replace("  name: nist-acs-national-2019 ", "  name: nist-acs-2019-reexport ") \
+        .replace("release: acs-demo-2019", "release: acs-demo-2019-v2")
+    if how == "$DPRELEASE_LEDGER_KEY":
+        renamed = renamed.replace("ledger: ../ledgers/nist-acs.sqlite", f"ledger: {tmp_path / 'new.sqlite'}")
+    v2 = configs / "v2.yaml"
+    v2.write_text(renamed)
+    assert "nist-acs-2019-reexport" in v2.read_text()
+    assert cli("ledger", "init", "--spec", v2, "--reason", "a second budget, by mistake").code == 0
+    if how == "$DPRELEASE_LEDGER_KEY":
+        monkeypatch.setenv("DPRELEASE_LEDGER_KEY", str(tmp_path / "new.sqlite.key"))
+    refused = cli("run", v2, "--orchestrator", "inline")
+    assert refused.code == 2, refused
+    assert "holds release 'acs-demo-2019' of dataset 'nist-acs-national-2019'" in refused.stderr, refused.stderr
+    assert not (tmp_path / "outputs" / "acs-demo-2019-v2").exists()

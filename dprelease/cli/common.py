@@ -14,8 +14,7 @@ import typer
 from rich.console import Console
 
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
-from dprelease.ledger import Birth, Ledger, LedgerLocation, resolve_location
-from dprelease.ledger.records import current_user, now
+from dprelease.ledger import Ledger, LedgerLocation, resolve_location
 from dprelease.notices import init_command, ledger_line, location_notes, refuse_ledger_choice
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -117,25 +116,15 @@ def ledger_at(location: LedgerLocation, *, missing: str | None = None, quiet: bo
 
 @contextmanager
 def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] = lambda: None,
-                quiet: bool = False, command: str | None = None) -> Iterator[Ledger]:
-    """The ledger of the spec's dataset, for ``command`` (e.g. ``"randomize"``) that records
-    something in it: it must exist, and a --ledger away from the spec's pin must name a ledger that
-    records the dataset (:func:`dprelease.notices.refuse_ledger_choice`). The one exception: a
-    ``--ledger`` typed for a spec that pins none (``location.may_create``) is created there, for a
-    ``command`` that records, its birth recorded and said first. ``check`` runs once the ledger
-    is found, before one is created."""
+                quiet: bool = False) -> Iterator[Ledger]:
+    """The ledger of the spec's dataset, for a command that records something in it: it must
+    exist (no command but `ledger init` creates one, and `run --ledger` for a spec that pins
+    none), a --ledger away from the spec's pin must name a ledger that records the dataset, and a
+    dataset's budget never starts in the per-user default
+    (:func:`dprelease.notices.refuse_ledger_choice`). ``check`` runs once the ledger is found."""
     found = Ledger.open(location)
     for note in location_notes(spec, location):
         say(note)
-    if found is None and command is not None and location.may_create:
-        check()
-        birth = Birth(now(), current_user(), f"`dprelease {command}` of {spec.source.resolve()} (dataset "
-                      f"{spec.dataset.name}, a spec that pins no ledger) named this location with --ledger",
-                      f"dprelease {command} --ledger")
-        with Ledger.init(location, birth) as created:
-            say(ledger_line(location, True, created=True, ledger_id=created.id))
-            yield created
-        return
     with found if found is not None else nullcontext():
         refuse_ledger_choice(spec, location, found)
         assert found is not None

@@ -3,14 +3,13 @@ creates no ledger, never imports Prefect.
 
 What it finds in the data goes to the terminal only; the spec holds no data value and no count
 (:mod:`dprelease.spec.starter`), and is written owner-only (:mod:`dprelease.files`). Its ledger
-and output directory are pinned beside the spec's folder; the terminal says where they resolve,
+and output directory are pinned in the project's ledgers/ and outputs/ (a git work tree's), else
+beside the spec's folder; the terminal says where they resolve,
 how to create the ledger deliberately, and whether git would see them.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,6 +17,7 @@ import typer
 
 from dprelease import files
 from dprelease.cli.common import handled, say, show
+from dprelease.cli.gitcheck import warn_if_not_ignored, work_tree
 from dprelease.errors import UserError
 
 
@@ -32,8 +32,9 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing SPEC.")] = False,
 ) -> None:
     """Write a starter release spec: every dictionary column with its domain and labels or range,
-    the dataset, a pinned ledger and output directory (../ledgers/, ../outputs beside the spec's
-    folder), a release budget and one example table. Codes the data uses that the dictionary
+    the dataset, a pinned ledger and output directory (the project's ledgers/ and outputs/ in a git
+    work tree, else ../ledgers/, ../outputs beside the spec's folder), a release budget and one
+    example table. Codes the data uses that the dictionary
     lacks are reported on the terminal, never added and never written to the spec. Spends
     nothing; creates no ledger; writes the spec owner-only (0600)."""
     from dprelease.spec.starter import starter
@@ -44,7 +45,7 @@ def init(
                         "or --output another file")
     if target.exists() and target.is_dir():
         raise UserError(f"{target}: is a directory; pass --output FILE.yaml")
-    result = starter(data, target, dictionary)
+    result = starter(data, target, dictionary, project=work_tree(target))
     try:
         files.write_text(target, result.text)
     except OSError as exc:
@@ -68,7 +69,7 @@ def init(
     show(f"ledger: {ledger} (ledger: {result.ledger}; "
          + ("exists: this spec spends from it)" if ledger.exists() else "not created: `dprelease ledger init` below)"))
     show(f"outputs: {outputs} (output_dir: {result.output_dir})")
-    _warn_if_not_ignored(target, [ledger, ledger.with_name(ledger.name + ".key"), outputs / result.release])
+    warn_if_not_ignored([ledger, ledger.with_name(ledger.name + ".key"), outputs / result.release])
     show("next:")
     show(f"  dprelease validate {target}")
     show(f"  dprelease plan {target}")
@@ -80,31 +81,3 @@ def _where(spec: Path, ledger: str, output_dir: str) -> tuple[Path, Path]:
     """The pins as a run resolves them: against the spec file's real directory."""
     base = spec.resolve().parent
     return (base / ledger).resolve(), (base / output_dir).resolve()
-
-
-def _warn_if_not_ignored(spec: Path, paths: list[Path]) -> None:
-    """Where the spec is in a git work tree, a warning naming the ``paths`` inside that tree
-    that git would not ignore (a ledger, its key and unpublished outputs are never to be
-    committed). Silent without git, outside a work tree, or when git cannot tell."""
-    root = _git(spec.resolve().parent, "rev-parse", "--show-toplevel")
-    if root is None or root.returncode != 0:
-        return
-    top = Path(root.stdout.strip()).resolve()
-    seen = [p for p in paths if p.is_relative_to(top)]
-    loose = [p for p in seen if (r := _git(top, "check-ignore", "-q", str(p))) is not None and r.returncode == 1]
-    if not loose:
-        return
-    patterns = sorted({f"{p.parent.relative_to(top).as_posix()}/" for p in loose})
-    say(f"WARNING: git would not ignore {', '.join(str(p.relative_to(top)) for p in loose)} in the work tree {top}: "
-        f"add {' and '.join(patterns)} to {top / '.gitignore'} before the ledger is created (a ledger, its key and "
-        "unpublished outputs must never be committed)")
-
-
-def _git(where: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
-    git = shutil.which("git")
-    if git is None:
-        return None
-    try:
-        return subprocess.run([git, "-C", str(where), *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None

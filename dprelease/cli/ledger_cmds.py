@@ -32,7 +32,7 @@ from dprelease.cli.common import (
     spec_location,
 )
 from dprelease.errors import LedgerError, UserError
-from dprelease.ledger import DatasetState, resolve_location
+from dprelease.ledger import DatasetState, LedgerLocation, resolve_location
 
 
 @handled
@@ -131,6 +131,23 @@ def ledger_init(
         out.print(f"created ledger id {made.id} at {location.shown}, {birth.shown}. Every lifetime budget of the "
                   f"datasets it records starts here. Its fingerprint key: {made.key_path} (owner-only); back up both, "
                   "and keep the key wherever the ledger goes.", markup=False)
+        key = made.key_path
+    _say_where_it_is_seen(location, key)
+
+
+def _say_where_it_is_seen(location: LedgerLocation, key: Path) -> None:
+    """A SQLite ledger inside a git work tree is this clone's alone (git ignores it, or is told
+    to): another clone, user or machine sees none of its spend."""
+    from dprelease.cli.gitcheck import warn_if_not_ignored, work_tree
+
+    path = location.sqlite_path
+    top = None if path is None else work_tree(path)
+    if path is None or top is None:
+        return
+    warn_if_not_ignored([path, key])
+    say(f"note: this ledger lives in the work tree {top}: another clone, user or machine does not see it, and a "
+        "spec run there is refused until a ledger is made there too (a second budget for the same people: "
+        "don't). A team keeps one ledger at one shared location (a database URL, docs/ledger.md) and pins it.")
 
 
 @handled
@@ -264,7 +281,7 @@ def ledger_register_answers(
                         f", not {memo_of!r}: --memo-of names the collection whose memo the answers were produced from")
     if not (answers.is_file() or answers.is_dir()):  # a directory of answer files, as dataset.path may be
         raise UserError(f"--answers {answers} is not a file or directory")
-    with spec_ledger(spec, spec_location(spec, ledger or ctx.obj), command="ledger register-answers") as opened:
+    with spec_ledger(spec, spec_location(spec, ledger or ctx.obj)) as opened:
         keyed = opened.fingerprint(file_fingerprint(answers))
         column = id_column or (registered_id_column(opened, spec.dataset.name, memo_of, local.column) if memo_of
                                else None)

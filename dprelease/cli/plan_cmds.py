@@ -160,7 +160,7 @@ def plan(
             say("plan exceeds the " + " and the ".join(budget_overruns(spec, the_plan)))
         raise typer.Exit(ExitCode.OVER_BUDGET)
     if approve:
-        with spec_ledger(spec, location, quiet=True, command="plan --approve") as approver:
+        with spec_ledger(spec, location, quiet=True) as approver:
             granted = approver.approve(dataset=spec.dataset.base_name or spec.dataset.name, release=spec.release,
                                        spec_fingerprint=the_plan.fingerprint, by=by,
                                        spec_path=str(spec.source.resolve()))

@@ -83,10 +83,13 @@ def run(
         if choice.kind == "inline":
             from dprelease.lifecycle.inline import run_inline
 
-            if orchestrator == "auto":
-                say("running inline: no Prefect server is up (`dprelease server start` keeps one for the day; "
-                    "--orchestrator prefect forces a flow run)")
-            chosen = Orchestrator(run_inline, record)
+            def say_inline() -> None:
+                """After the refusals (so after the ledger's line), before the reservation."""
+                if orchestrator == "auto":
+                    say("running inline: no Prefect server is up (`dprelease server start` keeps one for the day; "
+                        "--orchestrator prefect forces a flow run)")
+
+            chosen = Orchestrator(run_inline, record, say_inline)
         else:
             def ready() -> None:
                 """After the spec's refusals, before the reservation: the server answers (or a

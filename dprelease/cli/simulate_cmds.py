@@ -48,7 +48,7 @@ def randomize(
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)
-    with spec_ledger(spec, spec_location(spec, ledger), command="randomize") as opened:
+    with spec_ledger(spec, spec_location(spec, ledger)) as opened:
         written, reused, registered = randomize_file(spec, table, input_path, output_path, id_column, memo, opened)
     local = next(t for t in spec.local_tables if t.name == table)
     out.print(f"randomized {written:,} answers of {local.column} with {local.protocol} (ε = {local.epsilon_shown} "
@@ -87,7 +87,7 @@ def evaluate(
         if not spec.dataset.resolved_path.is_file():
             raise UserError(f"{spec.source}: dataset.path {spec.dataset.path!r} is not a file")
 
-    with spec_ledger(spec, location, check=refuse_no_file, command="evaluate") as opened:
+    with spec_ledger(spec, location, check=refuse_no_file) as opened:
         from dprelease.data import file_fingerprint
         from dprelease.data.identity import identity_of
         from dprelease.data.load import source

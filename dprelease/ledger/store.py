@@ -97,6 +97,12 @@ class Ledger:
         return cls(location, *opened)
 
     @property
+    def key_check(self) -> str | None:
+        """The check value of this ledger's fingerprint key (an HMAC of a constant: nothing of any
+        data), which a run record carries so that another ledger's run tries only this key."""
+        return self._meta("key_check")
+
+    @property
     def birth(self) -> Birth | None:
         """How this ledger was born (None: before births were recorded)."""
         with self.engine.connect() as conn:

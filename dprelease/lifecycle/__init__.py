@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dprelease import files
+from dprelease.errors import UserError
 from dprelease.lifecycle.execute import Orchestrator, execute
 from dprelease.lifecycle.prepare import Completed, load, open_ledger, prepare
 from dprelease.lifecycle.recover import resolve_run
@@ -76,9 +77,15 @@ def _run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, 
         voice.say(ledger_line(request.location, True, created=ledger.created, ledger_id=ledger.id))
         for note in request.notes:
             voice.say(note)
-        prepared = prepare(request, ledger, inputs_checked=inputs_checked, require_approval=require_approval,
-                           ready=orchestrate.ready,
-                           say=voice.say)
+        try:
+            prepared = prepare(request, ledger, inputs_checked=inputs_checked, require_approval=require_approval,
+                               ready=orchestrate.ready, say=voice.say)
+        except UserError as refused:
+            if ledger.created:  # by this run's typed --ledger: said, since a refusal otherwise means nothing was made
+                refused.args = (f"{refused} The ledger this run created at {request.location.shown} stays (empty: "
+                                "nothing was reserved in it); every lifetime budget of the datasets it records "
+                                "starts there.", *refused.args[1:])
+            raise
         if isinstance(prepared, Completed):
             for line in done_lines(request.spec, prepared.plan, prepared.final, spent_now=False):
                 voice.show(line)

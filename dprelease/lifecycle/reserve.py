@@ -45,7 +45,7 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
                      layout=Layout(request.output_dir, spec.release, granted.run_id), caps=state.caps,
                      data_digest=prepared.data_digest, data_fingerprint=prepared.data_fingerprint,
                      data_records=ledger.fingerprint(prepared.checked.identity.digest),
-                     data_identity=ledger.seal(prepared.checked.identity.plain()),
+                     data_identity=ledger.seal(prepared.checked.identity.plain()), key_check=ledger.key_check,
                      check_data_again=bool(local),
                      record=RunFacts(ledger_id=ledger.id, ledger_location=location.shown,
                                      ledger_chosen_by=location.how_chosen, ledger_birth=ledger.birth,

@@ -14,9 +14,9 @@ text is a function of the dictionary, the data's header (column names), the file
 format, and the paths alone. What the scan finds (:class:`Finding`: the values and how many rows
 have them) is for the terminal only, as ``dprelease check`` shows it.
 
-Its ledger and output directory are pinned beside the spec's folder, never in it (the shipped
-specs' convention: ``ledger: ../ledgers/NAME.sqlite``, ``output_dir: ../outputs``, relative to the
-spec file), so a spec kept in ``configs/`` puts them in the project's ``ledgers/`` and ``outputs/``.
+Its ledger and output directory are pinned in the project's ``ledgers/`` and ``outputs/`` where the
+spec is inside a project (a git work tree: the shipped specs' convention, ``ledger:
+../ledgers/NAME.sqlite`` from ``configs/``), else beside the spec's folder, never in it.
 """
 
 from __future__ import annotations
@@ -70,10 +70,15 @@ class Starter:
     output_dir: str
 
 
-def pins(dataset: str) -> tuple[str, str]:
-    """The starter spec's ``ledger:`` and ``output_dir:`` for ``dataset``: beside the spec's
-    folder, as the shipped specs pin theirs (``configs/acs_demo.yaml``)."""
-    return f"../ledgers/{dataset}.sqlite", "../outputs"
+def pins(dataset: str, spec_dir: Path | None = None, project: Path | None = None) -> tuple[str, str]:
+    """The starter spec's ``ledger:`` and ``output_dir:`` for ``dataset``, relative to the spec's
+    folder ``spec_dir``: the project's ``ledgers/`` and ``outputs/`` where the spec is inside a
+    project (``project``: its top folder, e.g. a git work tree's), as the shipped specs pin
+    theirs; else beside the spec's folder (``../ledgers``, ``../outputs``), never in it."""
+    if project is None or spec_dir is None or not spec_dir.is_relative_to(project) or spec_dir == project / "ledgers":
+        return f"../ledgers/{dataset}.sqlite", "../outputs"
+    return (os.path.relpath(project / "ledgers" / f"{dataset}.sqlite", spec_dir),
+            os.path.relpath(project / "outputs", spec_dir))
 
 
 # ---------------------------------------------------------------- the dictionary
@@ -253,8 +258,9 @@ def dataset_name(path: Path) -> str:
     return name or "dataset"
 
 
-def starter(data: Path, output: Path, dictionary: Path | None = None) -> Starter:
-    """The starter spec's text for ``data``, to be written at ``output``."""
+def starter(data: Path, output: Path, dictionary: Path | None = None, project: Path | None = None) -> Starter:
+    """The starter spec's text for ``data``, to be written at ``output`` (inside the project
+    whose top folder is ``project``, if any: see :func:`pins`)."""
     data = Path(data)
     names = header(data)
     fmt = data_format(data)
@@ -275,7 +281,7 @@ def starter(data: Path, output: Path, dictionary: Path | None = None) -> Starter
     findings = scan(data, columns, set(na_values)) if columns else []
     name = dataset_name(data)
     release = f"{name}-release-1"
-    ledger, output_dir = pins(name)
+    ledger, output_dir = pins(name, output.resolve().parent, project)
     rel = os.path.relpath(data.resolve(), output.resolve().parent)
     lines = [
         f"# A starter release spec for {data.name}, written by `dprelease init`"
