@@ -95,8 +95,9 @@ def evaluate(spec: Spec, trials: int, on_trial: Callable[[int], None] | None = N
 
 def refuse_report_among_releases(output: Path, output_dirs: list[str]) -> None:
     """An evaluation's report describes the exact data: it is never written inside a published
-    release (a directory holding a ``manifest.json``, at any depth above it) or an output
-    directory releases are published to (``output_dirs``: the ledger's runs', the spec's),
+    release (a directory holding a ``manifest.json``, at any depth above it), a directory holding
+    releases (any ledger's), or an output directory releases are published to (``output_dirs``:
+    the ledger's runs', the spec's),
     where it would travel with the published files. A UserError (exit 2) before anything is read."""
     target = output.expanduser().resolve()
     fix = (f"an evaluation's report describes the exact data ({NOT_PRIVATE}) and is never written among published "
@@ -109,6 +110,18 @@ def refuse_report_among_releases(output: Path, output_dirs: list[str]) -> None:
         root = Path(directory).expanduser().resolve()
         if target.is_relative_to(root):
             raise UserError(f"--output {output}: {root} is an output directory that releases are published to; {fix}")
+    outputs = next((d for d in target.parents if _holds_releases(d)), None)  # any ledger's releases
+    if outputs is not None:
+        raise UserError(f"--output {output}: {outputs} holds published releases (a folder with manifest.json), so it "
+                        f"is an output directory; {fix}")
+
+
+def _holds_releases(directory: Path) -> bool:
+    """A folder of ``directory`` holds a release's manifest (a folder that cannot be listed: no)."""
+    try:
+        return any((child / "manifest.json").exists() for child in directory.iterdir() if child.is_dir())
+    except OSError:
+        return False
 
 
 def report_md(spec: Spec, rows: list[Row], trials: int, command: str) -> str:

@@ -270,10 +270,18 @@ def foreign_releases(output_dir: Path, known_run_ids: set[str], dataset: str, di
 
     found = []
     base = dataset.partition("/")[0]
-    for manifest_path in sorted(output_dir.glob("*/manifest.json")) if output_dir.is_dir() else []:
+    entries = sorted(p for p in output_dir.iterdir() if not p.name.startswith((".", "_"))) if output_dir.is_dir() else []
+    for entry in entries:
+        manifest_path = entry / "manifest.json"
         try:
             record = json.loads(manifest_path.read_text("utf-8"))
-        except (OSError, ValueError):
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not a release
+        except OSError as exc:  # another user's owner-only release: unreadable, so never compared (fail closed)
+            found.append(ForeignRelease(entry.name, f"unknown data (its manifest cannot be read here: {exc.strerror}; "
+                                        "perhaps another user's release)", "that wrote it (not readable here)"))
+            continue
+        except ValueError:
             continue
         if not isinstance(record, dict) or record.get("run_id") in known_run_ids:
             continue

@@ -524,3 +524,26 @@ def test_another_ledgers_release_is_never_compared_under_a_wrong_key(tmp_path, c
     assert refused.code == 2, refused
     assert "holds release 'acs-demo-2019' of dataset 'nist-acs-national-2019'" in refused.stderr, refused.stderr
     assert not (tmp_path / "outputs" / "acs-demo-2019-v2").exists()
+
+
+def test_a_release_this_user_cannot_read_is_never_taken_for_none(tmp_path, monkeypatch):
+    """A shared output directory where another user's release is owner-only: its manifest cannot
+    be read, so it cannot be compared with this run's data: refused (fail closed), never skipped.
+    (The suite runs as root in CI, for whom modes do not bite: the read is made to fail.)"""
+    from dprelease.publish import foreign_releases
+
+    out = tmp_path / "out"
+    (out / "theirs").mkdir(parents=True)
+    (out / "theirs" / "manifest.json").write_text("{}")
+    (out / "_internal").mkdir()
+    (out / "notes").mkdir()  # a directory that is no release: no manifest
+    real = Path.read_text
+
+    def unreadable(self, *args, **kwargs):
+        if self.name == "manifest.json" and self.parent.name == "theirs":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", unreadable)
+    [found] = foreign_releases(out, set(), "nist-acs-national-2019", "sha256:00")
+    assert found.release == "theirs" and "cannot be read here: Permission denied" in found.why

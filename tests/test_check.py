@@ -20,7 +20,7 @@ from dprelease.data.check import check_data
 from dprelease.ledger import Ledger, resolve_location
 from dprelease.lifecycle import progress, refusals
 from dprelease.spec import load_spec
-from tests.ledgers import make_ledger, remove_ledger
+from tests.ledgers import make_ledger, remove_ledger, untouched
 
 SPEC = """\
 release: {release}
@@ -301,3 +301,25 @@ def test_check_names_the_declared_columns_nothing_reads(tmp_path, cli):
     lines = result.stdout.splitlines()
     assert lines[-2] == "not read (no table, rule or where uses them, so a run does not read them either): UNUSED"
     assert lines[-1] == "no problems: a run would accept this data (nothing was spent)"
+
+
+def test_evaluate_refuses_data_that_breaks_the_rules_and_records_nothing(tmp_path, cli, isolated_ledger):
+    """A child with a marital status breaks the demo's declared rule: evaluate refuses it as a run
+    would (exit 2, the rule named), before recording an evaluation, instead of failing inside."""
+    from tests.conftest import ROOT, shipped
+
+    demo = shipped(tmp_path)
+    rows = (ROOT / "data" / "nist_acs" / "national2019.csv").read_text().splitlines()
+    header, body = rows[0], rows[1:]
+    cols = header.split(",")
+    child = next(i for i, r in enumerate(body) if int(r.split(",")[cols.index("AGEP")]) < 15)
+    values = body[child].split(",")
+    values[cols.index("MSP")] = "1"
+    body[child] = ",".join(values)
+    data = tmp_path / "broken.csv"
+    data.write_text("\n".join([header, *body]) + "\n")
+    demo.write_text(demo.read_text().replace("../data/nist_acs/national2019.csv", str(data)))
+    result = cli("evaluate", demo, "--trials", "1")
+    assert result.code == 2 and "msp-not-applicable-under-15" in result.stderr, result
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    assert untouched(isolated_ledger)  # no evaluation recorded

@@ -178,6 +178,12 @@ def test_evaluate_never_writes_among_published_files(released, tmp_path):
         assert ledger.evaluations_of("test-data") == []
     finally:
         ledger.close()
+    elsewhere = tmp_path / "other-ledgers-outputs"  # releases another ledger published: a folder with a manifest
+    (elsewhere / "r1").mkdir(parents=True)
+    (elsewhere / "r1" / "manifest.json").write_text("{}")
+    result = dp("evaluate", spec, "--trials", "1", "--output", elsewhere / "evaluation.md")
+    assert result.code == 2 and "holds published releases (a folder with manifest.json)" in result.stderr, result.output
+    assert not (elsewhere / "evaluation.md").exists()
     fine = dp("evaluate", spec, "--trials", "1", "--output", tmp_path / "evaluation.md")
     assert fine.code == 0, fine.output
     assert (tmp_path / "evaluation.md").exists()

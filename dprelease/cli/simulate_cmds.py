@@ -89,9 +89,8 @@ def evaluate(
 
     with spec_ledger(spec, location, check=refuse_no_file) as opened:
         from dprelease.data import file_fingerprint
-        from dprelease.data.identity import identity_of
-        from dprelease.data.load import source
         from dprelease.evaluate import refuse_report_among_releases
+        from dprelease.lifecycle.refusals import refuse_bad_data
 
         if output is not None:  # before the data is read: nothing recorded, nothing written
             refuse_report_among_releases(output, [*opened.output_dirs(), *filter(None, [spec.output_path])])
@@ -104,7 +103,8 @@ def evaluate(
             raise UserError(f"dataset {dataset!r} (release {release!r}) was released from this data or under this "
                             f"name in the ledger at {location.shown}: data under protection is not evaluated in the "
                             "open. Evaluate test data.")
-        same = opened.same_people(identity_of(source(spec)))  # the same people in any file, under any name
+        checked = refuse_bad_data(spec)  # data that does not fit the spec (its rules too): refused, nothing recorded
+        same = opened.same_people(checked.identity)  # the same people in any file, under any name
         if same is not None:
             raise UserError(f"dataset {same[0]!r} was released from data of the same people in the ledger at "
                             f"{location.shown} ({same[1]}): data under protection is not evaluated in the open, "

@@ -122,7 +122,13 @@ def refuse_links(spec: Spec, output_dir: Path) -> None:
     """The directories a run writes into below the output directory must be real directories:
     nothing is ever written (or deleted) through a symbolic link planted there."""
     for part in (output_dir / ".staging", output_dir / "_internal", output_dir / "_internal" / spec.release):
-        if part.is_symlink() or (part.exists() and not part.is_dir()):
+        try:
+            alien = part.is_symlink() or (part.exists() and not part.is_dir())
+        except OSError as exc:  # e.g. another user's owner-only directory in a shared output directory
+            raise UserError(f"cannot look at {part}: {exc.strerror}; an output directory holds one owner's releases "
+                            "(another user's cannot be read, so nor compared with this one): publish into a "
+                            "directory of your own, or ask its owner. Nothing was spent.") from None
+        if alien:
             raise UserError(f"{part} is a symbolic link or not a directory; dprelease writes its staged and internal "
                             "files only into real directories under the output directory. Remove it. Nothing was "
                             "spent.")
