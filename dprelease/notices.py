@@ -6,6 +6,7 @@ check of a ledger choice that every command of a spec's dataset makes
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from dprelease.accounting import delta_of, decimal_text
@@ -32,6 +33,18 @@ def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, l
         state = f" — no ledger there; nothing but `{init_command(location)}` creates one"
     ident = f" id {ledger_id}" if ledger_id else ""
     return f"ledger{ident}: {location.shown} (chosen by {location.how_chosen}){state}"
+
+
+def copy_note(ledger: Ledger) -> str | None:
+    """A ledger opened away from where it was created: moved (fine), or copied (each copy would
+    spend the same people's lifetime budget afresh): said, so an operator can tell which."""
+    birth = ledger.birth
+    if birth is None or not birth.where or birth.where == ledger.location.shown:
+        return None
+    return (f"warning: ledger id {ledger.id} was created at {birth.where} and is opened at {ledger.location.shown}. "
+            "If it was moved, fine (pin the new place); if it was copied (a project copied whole, a backup restored "
+            "beside the original), each copy spends the same people's lifetime budget on its own: keep one, and "
+            "remove the other")
 
 
 def location_notes(spec: Any, location: LedgerLocation) -> list[str]:
@@ -69,6 +82,13 @@ def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | N
                 "or a database URL such as postgresql://host/ledger) and create that ledger with `dprelease ledger "
                 "init --spec SPEC --reason TEXT`. Nothing was created or spent.")
         return
+    left = _key_left(location)
+    if left is not None:
+        raise LedgerError(
+            f"there is no ledger at {location.shown} (chosen by {location.how_chosen}), but its fingerprint key {left} "
+            "is there: the ledger was moved or deleted, and a fresh one there would restart every lifetime budget it "
+            "held. Restore it from a backup, or point the spec's ledger: (or --ledger) to where it is now. Nothing was "
+            "created or spent.")
     if location.spec_pinned:
         folder = spec.source.resolve().parent
         raise LedgerError(
@@ -86,10 +106,19 @@ def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | N
                       "start the same people from a fresh lifetime budget",
            }.get(location.source, "a ledger is born only by `dprelease ledger init` (or by `dprelease run --ledger` "
                                   "of a spec that pins none)")
+    create = ("create one there with `dprelease ledger init --spec SPEC --reason TEXT`" if location.source == "default"
+              else f"create one deliberately: {init_command(location)}")  # (a dataset never starts at the default)
     raise LedgerError(
         f"there is no ledger at {location.shown} (chosen by {location.how_chosen}), and {why}. Pin it in the spec "
-        "with `ledger: PATH` (relative to the spec file, or a database URL) where the dataset's ledger is, or create "
-        f"one deliberately: {init_command(location)}. Nothing was created or spent.")
+        f"with `ledger: PATH` (relative to the spec file, or a database URL) where the dataset's ledger is, or "
+        f"{create}. Nothing was created or spent.")
+
+
+def _key_left(location: LedgerLocation) -> Path | None:
+    """The key file a SQLite ledger left beside its location when it was moved or deleted."""
+    path = location.sqlite_path
+    key = None if path is None else path.with_name(path.name + ".key")
+    return key if key is not None and key.exists() else None
 
 
 def large_delta_warnings(spec: Any) -> list[str]:

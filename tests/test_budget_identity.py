@@ -438,8 +438,11 @@ def test_an_existing_default_ledger_never_starts_a_budget(tmp_path, run_env):
     default = home / ".local" / "share" / "dprelease" / "ledger.sqlite"
     born = run_cli(["ledger", "init", default, "--reason", "an older version's default"], env)
     assert born.returncode == 0, born.stderr
+    refused = run_cli(["ledger", "set-budget", "other-data", "--epsilon", "1", "--reason", "another dataset",
+                       "--create"], env)  # never at the default, unnamed
+    assert refused.returncode == 2 and "where a dataset's budget never starts" in refused.stderr, refused.stderr
     made = run_cli(["ledger", "set-budget", "other-data", "--epsilon", "1", "--reason", "another dataset",
-                    "--create"], env)
+                    "--create", "--ledger", default], env)
     assert made.returncode == 0, made.stderr
     unpinned = demo_copy(tmp_path, ledger=None)
     refused = run(unpinned, "--output-dir", tmp_path / "out", env=env)

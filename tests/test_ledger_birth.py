@@ -183,7 +183,9 @@ def test_a_deleted_pinned_ledger_is_not_recreated_whatever_the_key_variable(clon
     shutil.copy(key, tmp_path / "team.key")
     monkeypatch.setenv("DPRELEASE_LEDGER_KEY", str(tmp_path / "team.key"))
     refused = run(cli, clone)
-    assert refused.code == 2 and "there is no ledger there" in refused.stderr
+    assert refused.code == 2 and f"there is no ledger at sqlite:///{ledger}" in refused.stderr, refused
+    assert f"but its fingerprint key {key} is there: the ledger was moved or deleted" in refused.stderr
+    assert "Restore it from a backup" in refused.stderr and NOTHING in refused.stderr
     init = cli("ledger", "init", "--spec", clone, "--reason", "start again")
     assert init.code == 2 and f"{key} exists but the ledger {ledger} does not" in init.stderr, init
     assert not ledger.exists()
@@ -262,3 +264,29 @@ def test_no_other_command_creates_a_ledger(clone, cli, tmp_path):
         assert "Traceback" not in result.output
     assert not (tmp_path / "ledgers").exists() and not (clone.parent.parent / "ledgers").exists()
     assert not nowhere.exists() and not (tmp_path / "r.csv").exists()
+
+
+def test_a_ledger_opened_away_from_where_it_was_born_is_said(cli, tmp_path):
+    """`cp -a` of a project copies its ledger: two ledgers, one id, each spending the same
+    people's budget. Where a ledger is opened at another place than it was created, every command
+    says so (moved: fine; copied: keep one)."""
+    born = make_ledger(tmp_path / "a" / "l.sqlite")
+    here = cli("ledger", "--ledger", born)
+    assert "was created at" not in here.stderr
+    copy = tmp_path / "b" / "l.sqlite"
+    copy.parent.mkdir()
+    shutil.copy(born, copy)
+    shutil.copy(str(born) + ".key", str(copy) + ".key")
+    moved = cli("ledger", "--ledger", copy)
+    assert moved.code == 0
+    assert f"was created at sqlite:///{born} and is opened at sqlite:///{copy}" in moved.stderr, moved.stderr
+    assert "if it was copied" in moved.stderr and "keep one" in moved.stderr
+
+
+def test_messages_name_what_is_there(clone, cli):
+    """No ledger yet: `ledger --spec` says so (not "not in the ledger"); a SQLite URL of three
+    slashes names a relative path: the fix is the fourth slash, not a path under the cwd."""
+    shown = cli("ledger", "--spec", clone)
+    assert shown.code == 2 and "there is no ledger at" in shown.stderr and "ledger init" in shown.stderr, shown
+    relative = cli("ledger", "init", "sqlite:///tmp/x/l.sqlite", "--reason", "r")
+    assert relative.code == 2 and "an absolute path takes four: sqlite:////tmp/x/l.sqlite" in relative.stderr, relative

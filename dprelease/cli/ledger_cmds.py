@@ -71,6 +71,9 @@ def ledger_show(
             states = [s for s in (opened.state(n) for n in names) if s is not None]
             undeclared = {n: r for n, r in opened.undeclared().items() if not dataset or n == dataset}
             answer_sets = opened.answer_sets(dataset)
+    if dataset and not exists:
+        raise UserError(f"there is no ledger at {location.shown} ({location.how_chosen}), so no dataset {dataset!r}; "
+                        f"nothing but `dprelease ledger init` creates one")
     if dataset and not states and not undeclared and not answer_sets:
         raise UserError(f"dataset {dataset!r} is not in the ledger at {location.shown}")
     if as_json:
@@ -198,6 +201,11 @@ def ledger_set_budget(
     location = resolve_location(ledger or ctx.obj)
     with ledger_at(location) as opened:
         before = opened.state(dataset)
+        if before is None and create and location.source == "default":
+            raise UserError(f"dataset {dataset!r} would start its lifetime budget in the per-user default ledger "
+                            f"{location.shown}, where a dataset's budget never starts (another user, account or "
+                            "container would start the same data afresh): name its ledger with --ledger. Nothing "
+                            "was changed.")
         if before is None and not create:
             known = ", ".join(opened.datasets()) or "none"
             raise UserError(f"dataset {dataset!r} is not in the ledger (known: {known}); to add it with this "

@@ -124,6 +124,10 @@ def _to_url(value: str, base: Path | None, what: str) -> URL:
     if backend == "sqlite":
         if not url.database or url.database == ":memory:":
             raise LedgerError("an in-memory SQLite ledger would forget every spend; give a file path")
+        if base is None and not Path(url.database).expanduser().is_absolute():
+            raise LedgerError(f"{what}: {value!r} names the relative path {url.database!r} (three slashes), which "
+                              "would depend on the working directory; an absolute path takes four: "
+                              f"sqlite:////{url.database}")
         return _to_url(url.database, base, what)
     if backend == "postgresql":
         if url.drivername == "postgresql":  # prefer psycopg 3, which the postgres extra installs

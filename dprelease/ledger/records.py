@@ -54,6 +54,7 @@ class Birth:
     by: str
     reason: str
     how: str  # "dprelease ledger init" | "dprelease run --ledger"
+    where: str = ""  # the location it was created at, as shown (password hidden); "" where not recorded
 
     @property
     def shown(self) -> str:
@@ -61,7 +62,7 @@ class Birth:
 
     def record(self) -> dict[str, str]:
         """As manifests and ``dprelease ledger --json`` state it."""
-        return {"at": self.at, "by": self.by, "reason": self.reason, "how": self.how}
+        return {"at": self.at, "by": self.by, "reason": self.reason, "how": self.how, "where": self.where}
 
 
 def budget_from_row(kind: Kind, amount: str, delta: str | None) -> Budget:

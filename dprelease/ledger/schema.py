@@ -159,7 +159,7 @@ events_t = sa.Table("run_events", metadata,
                     sa.Column("data_fingerprint", sa.String(80)))
 
 
-BIRTH_KEYS = {"born_by": "by", "born_reason": "reason", "born_how": "how"}  # dprelease_meta keys (and created_at)
+BIRTH_KEYS = {"born_by": "by", "born_reason": "reason", "born_how": "how", "born_where": "where"}  # and created_at
 
 
 def open_engine(location: LedgerLocation, *, birth: Birth | None = None) -> tuple[Engine, bool] | None:
@@ -371,7 +371,8 @@ def read_birth(meta: dict[str, str]) -> Birth | None:
     """The birth a ledger's ``dprelease_meta`` records (None: made before births were recorded)."""
     if "born_by" not in meta:
         return None
-    return Birth(meta.get("created_at", ""), meta["born_by"], meta.get("born_reason", ""), meta.get("born_how", ""))
+    return Birth(meta.get("created_at", ""), meta["born_by"], meta.get("born_reason", ""), meta.get("born_how", ""),
+                 meta.get("born_where", ""))
 
 
 def _orphaned_key_wait(location: LedgerLocation) -> bool:

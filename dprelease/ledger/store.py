@@ -22,6 +22,7 @@ transaction (``queries``) and the bodies of its write transactions (``transactio
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from contextlib import contextmanager
 from dataclasses import replace
@@ -91,7 +92,7 @@ class Ledger:
         """The ledger at ``location``, created now with ``birth`` recorded where none exists
         (``created`` says which). A SQLite ledger is built in a temporary file and linked into
         place whole; ledger tables are never added to a database that holds other tables."""
-        opened = schema.open_engine(location, birth=birth)
+        opened = schema.open_engine(location, birth=dataclasses.replace(birth, where=location.shown))
         if opened is None:  # pragma: no cover - open_engine creates or raises
             raise LedgerError(f"no ledger could be created at {location.shown}")
         return cls(location, *opened)
