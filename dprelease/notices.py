@@ -35,6 +35,16 @@ def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, l
     return f"ledger{ident}: {location.shown} (chosen by {location.how_chosen}){state}"
 
 
+def start_note(spec: Any, location: LedgerLocation, ledger: Ledger) -> str | None:
+    """A dataset new to a ledger that only ``$DPRELEASE_LEDGER`` chose (the spec pins none): its
+    lifetime budget would start there on the variable's word, said before it does."""
+    if location.source != f"${ENV}" or ledger.state(spec.dataset.name) is not None:
+        return None
+    return (f"warning: dataset {spec.dataset.name!r} is new to ledger id {ledger.id} at {location.shown}, which only "
+            f"${ENV} chose (the spec pins no ledger): its lifetime budget starts there, on a variable's word. Pin the "
+            "dataset's ledger in the spec (ledger: PATH), so that no variable decides where its budget lives")
+
+
 def copy_note(ledger: Ledger) -> str | None:
     """A ledger opened away from where it was created: moved (fine), or copied (each copy would
     spend the same people's lifetime budget afresh): said, so an operator can tell which."""

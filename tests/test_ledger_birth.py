@@ -290,3 +290,19 @@ def test_messages_name_what_is_there(clone, cli):
     assert shown.code == 2 and "there is no ledger at" in shown.stderr and "ledger init" in shown.stderr, shown
     relative = cli("ledger", "init", "sqlite:///tmp/x/l.sqlite", "--reason", "r")
     assert relative.code == 2 and "an absolute path takes four: sqlite:////tmp/x/l.sqlite" in relative.stderr, relative
+
+
+def test_a_budget_started_on_the_variables_word_is_said(cli, tmp_path):
+    """A spec that pins none, $DPRELEASE_LEDGER naming an existing ledger that does not know the
+    dataset: the run says, before anything is reserved, that the budget starts there on the
+    variable's word; a second run of the same dataset does not repeat it."""
+    from tests.test_budget_identity import demo_copy
+
+    spec = demo_copy(tmp_path, ledger=None)
+    first = run(cli, spec, "--output-dir", tmp_path / "out")
+    assert first.code == 0, first
+    said = first.stderr.index("is new to ledger id")
+    assert "which only $DPRELEASE_LEDGER chose (the spec pins no ledger)" in first.stderr
+    assert said < first.stderr.index("reserved ")
+    again = run(cli, demo_copy(tmp_path, ledger=None, release="acs-demo-2019-b"), "--output-dir", tmp_path / "out")
+    assert again.code == 0 and "is new to ledger" not in again.stderr, again

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
 from dprelease.ledger import Ledger, LedgerLocation, resolve_location
-from dprelease.notices import copy_note, init_command, ledger_line, location_notes, refuse_ledger_choice
+from dprelease.notices import copy_note, init_command, start_note, ledger_line, location_notes, refuse_ledger_choice
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -133,6 +133,6 @@ def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] =
         check()
         if not quiet:
             say(ledger_line(location, True, ledger_id=found.id))
-        if (copied := copy_note(found)) is not None:
-            say(copied)
+        for note in filter(None, (copy_note(found), start_note(spec, location, found))):
+            say(note)
         yield found
