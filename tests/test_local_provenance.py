@@ -19,7 +19,7 @@ from dprelease.data import file_fingerprint
 from dprelease.errors import LedgerError
 from dprelease.ledger import Ledger, LocalCollection, resolve_location
 from dprelease.mechanisms.local import coin_flip, randomize
-from tests.ledgers import untouched
+from tests.ledgers import untouched, make_ledger
 from tests.conftest import ROOT
 from tests.test_local import LETTERS, randomized_answers, read_csv, true_answers, write_spec
 from tests.test_run import run
@@ -72,7 +72,7 @@ def test_a_local_table_over_a_raw_confidential_column_is_refused_and_a_randomize
     """kind: local on RAC1P of the confidential ACS file would publish its exact counts (a
     2-person cell included) with central ε = 0: refused, exit 2, nothing reserved. The same column
     randomized by `dprelease randomize` is registered answers: accepted and published."""
-    ledger, out = tmp_path / "ledger.sqlite", tmp_path / "out"
+    ledger, out = make_ledger(tmp_path / "ledger.sqlite"), tmp_path / "out"
     raw = race_spec(tmp_path, DATA, name="raw.yaml")
     refused = run(raw, "--output-dir", out, "--ledger", ledger, env=run_env)
     assert refused.returncode == 2, refused.stderr
