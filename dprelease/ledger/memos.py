@@ -13,6 +13,15 @@ distinct (respondent id, answer) of the file::
 with the ledger's fingerprint key (:mod:`~dprelease.ledger.keys`: never in the ledger) and a salt
 drawn for the registration from the OS CSPRNG, beside the id column's name and the salt.
 
+**Ids.** The pairs are only as good as the ids: by a column such as a region (5 values over 400
+respondents) or with one respondent on two rows, one id holds several answers, and a fresh
+answer matches one of them. So digests are kept, and a memo is checked, only by an id column
+that names one respondent a row (:func:`_refuse_unusable_ids`): not an answer column (the
+question, or any question the spec's local tables ask), no id blank, none repeated; else the
+registration or run is refused, with counts and no id. ``respondent_sets.unique_ids`` records
+that a registration's ids were so checked; one kept before (NULL) is no memo's origin (whether
+an id had two answers there is unknown), refused as unverifiable like one without digests.
+
 **Padding.** The number of digests would tell the number of respondents, which the ledger holds
 nowhere else. The digests are padded with keyed dummies, ``HMAC(key, JSON ["pad", salt, i])``,
 to P(n) = max(1024, the least power of two ≥ n) and stored in digest order (not file order, and
@@ -35,9 +44,9 @@ of the file its estimate read. A run is checked, in its reservation's transactio
 recorded one. C registered without digests (before this check existed, or without ``--id``):
 a memo of it cannot be verified, and is refused rather than charged 0.
 
-**Cost.** Keeping: P(n) HMACs, P(n)/1024 rows. Checking m rows: m HMACs, and where something
-differs k − 1 more per row not repeated and P(n) to recognise the dummies (for the counts);
-C's P(n) digests in memory.
+**Cost.** The ids' check: one pass and a counter over the ids. Keeping: P(n) HMACs, P(n)/1024
+rows. Checking m rows: m HMACs, and where something differs k − 1 more per row not repeated and
+P(n) to recognise the dummies (for the counts); C's P(n) digests in memory.
 
 **What a reader of the ledger without the key learns:** that a registration was kept per
 respondent, its id column's name and P(n) (n is at most 1024, or in (P/2, P]); never an id, an
@@ -47,11 +56,14 @@ number they share would tell how many respondents answered alike in both).
 
 **Assumptions.** The key is the ledger's (checked on reading it: another key would match
 nothing, so a memo is refused, never wrongly accepted). Ids are text as written (``001`` is not
-``1``); answers are declared values (:class:`~dprelease.ledger.records.Respondents`).
+``1``); answers are declared values (:class:`~dprelease.ledger.records.Respondents`). A column
+of unique ids identifies respondents, the same way in both waves (checked: unique, present, not
+an answer; trusted: that it is a respondent id and not, say, reassigned to line answers up).
 
 **Guarantee.** A memoised collection is registered, and a run of it reserved, only when every
 answer in it is the answer the same respondent gave in a registration of C (at the run: the one
-C's estimate read); otherwise refused with the counts, nothing registered or spent.
+C's estimate read) whose ids were checked to name one respondent a row, and its own ids are
+too; otherwise refused with the counts, nothing registered or spent.
 
 Imports: the ledger's schema and records, the standard library; the values in
 ``Respondents`` stay in memory.
@@ -62,6 +74,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections import Counter
 from dataclasses import dataclass
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Callable
@@ -99,6 +112,7 @@ class _Origin:
     answer_set: int
     salt: str | None  # None: kept without digests (a memoised registration) or not at all
     id_column: str | None
+    unique_ids: bool  # its ids were checked to name one respondent a row (False: kept before that check)
 
 
 def _json(text: str) -> str:
@@ -154,7 +168,8 @@ def keep(conn: Connection, key: bytes, answer_set: int, question: str, responden
     digest = _Digests(key, salt, question)
     real = {digest.of(r, a) for r, a in zip(respondents.ids, respondents.answers[question], strict=True)}
     digests = sorted(real | {digest.pad(i) for i in range(padded_size(len(real)) - len(real))})
-    conn.execute(respondent_sets_t.insert().values(answer_set=answer_set, id_column=respondents.id_column, salt=salt))
+    conn.execute(respondent_sets_t.insert().values(answer_set=answer_set, id_column=respondents.id_column, salt=salt,
+                                                   unique_ids=True))
     rows = ["".join(digests[i:i + MIN_DIGESTS]) for i in range(0, len(digests), MIN_DIGESTS)]
     conn.execute(respondent_digests_t.insert(), [{"answer_set": answer_set, "digests": row} for row in rows])
 
@@ -162,7 +177,8 @@ def keep(conn: Connection, key: bytes, answer_set: int, question: str, responden
 def keep_checked(conn: Connection, answer_set: int, respondents: Respondents) -> None:
     """Record that the memoised registration ``answer_set`` was checked, and its id column
     (what a run of it reads); no digests: a memoised collection is never a memo's origin."""
-    conn.execute(respondent_sets_t.insert().values(answer_set=answer_set, id_column=respondents.id_column, salt=None))
+    conn.execute(respondent_sets_t.insert().values(answer_set=answer_set, id_column=respondents.id_column, salt=None,
+                                                   unique_ids=True))
 
 
 def compare(key: bytes, salt: str, stored: set[str], question: str, respondents: Respondents) -> Comparison:
@@ -183,6 +199,18 @@ def compare(key: bytes, salt: str, stored: set[str], question: str, respondents:
         return Comparison(len(ids), 0, 0)
     origin = len(stored - {digest.pad(i) for i in range(len(stored))})
     return Comparison(len(ids), len(changed), len(ids - found), max(origin - len(found), 0), origin)
+
+
+def check_origin(entry: AnswerSet, respondents: Respondents) -> None:
+    """Refuse (LedgerError, nothing registered) to keep the registration ``entry`` (answers
+    randomized afresh: a later memo's origin) by an id column that does not name one respondent
+    a row (:func:`_refuse_unusable_ids`)."""
+    _refuse_unusable_ids(
+        f"the answers to {entry.question!r} of collection {entry.collection!r} cannot be kept respondent by "
+        "respondent", entry.question, respondents,
+        f"Name the column that identifies each respondent (--id COLUMN), one row per respondent, or register the "
+        f"answers without --id (then no memo of {entry.collection!r} can be charged 0). Nothing was registered or "
+        "spent.")
 
 
 def check_registration(conn: Connection, key: Key, entry: AnswerSet, respondents: Respondents | None) -> None:
@@ -224,24 +252,37 @@ class _Claim:
 def _check(conn: Connection, key: Key, claim: _Claim, origins: list[_Origin], respondents: Respondents | None) -> None:
     kept = [o for o in origins if o.salt is not None]
     if not kept:
-        raise LedgerError(_unverifiable(claim, bool(origins)))
+        raise LedgerError(_unverifiable(claim, NO_ORIGIN if not origins else NO_DIGESTS))
+    checked = [o for o in kept if o.unique_ids]
+    if not checked:
+        raise LedgerError(_unverifiable(claim, UNCHECKED_IDS.format(column=kept[0].id_column)))
+    column = next(o.id_column for o in checked)
     if respondents is None or claim.question not in respondents.answers:
-        column = next(o.id_column for o in kept)
         raise LedgerError(f"{claim.what} are checked against collection {claim.memo_of!r} respondent by respondent, "
                           f"which needs each answer's respondent id: name the id column (--id COLUMN; the answers of "
                           f"{claim.memo_of!r} were registered with {column!r}). {claim.nothing}")
+    _refuse_unusable_ids(
+        f"{claim.what} cannot be checked respondent by respondent", claim.question, respondents,
+        f"A memo of {claim.memo_of!r} has one row per respondent, identified by the column {claim.memo_of!r} was kept "
+        f"by ({column!r}; --id COLUMN); else publish collection {claim.collection!r} as a collection of its own "
+        f"(memoised: false, charged its ε). {claim.nothing}")
     secret = key()
     best, origin = min(((compare(secret, o.salt, _digests(conn, o.answer_set), claim.question, respondents), o)
-                        for o in kept if o.salt is not None), key=lambda c: c[0].changed + c[0].new)
+                        for o in checked if o.salt is not None), key=lambda c: c[0].changed + c[0].new)
     if not best.repeats:
         ids = (f" Respondents are matched by id: column {respondents.id_column!r} here, {origin.id_column!r} in "
                f"{claim.memo_of!r}." if best.new and origin.id_column != respondents.id_column else "")
         raise LedgerError(_mismatch(claim, best, ids))
 
 
-def _unverifiable(claim: _Claim, registered: bool) -> str:
-    why = ("was registered without per-respondent digests (before dprelease kept them, or without a respondent "
-           "id column, --id)" if registered else "has no registered answers randomized afresh")
+NO_ORIGIN = "has no registered answers randomized afresh"
+NO_DIGESTS = ("was registered without per-respondent digests (before dprelease kept them, or without a respondent id "
+              "column, --id)")
+UNCHECKED_IDS = ("was kept per respondent (by column {column!r}) before dprelease checked that an id column names one "
+                 "respondent a row: an id on two rows with two answers there would match either")
+
+
+def _unverifiable(claim: _Claim, why: str) -> str:
     return (f"{claim.what} cannot be verified: collection {claim.memo_of!r} of {claim.question!r} in dataset "
             f"{claim.dataset!r} {why}, so whether each respondent repeats their {claim.memo_of!r} answer cannot be "
             f"checked, and an unverified memo is never charged 0. Publish collection {claim.collection!r} as a "
@@ -260,6 +301,33 @@ def _mismatch(claim: _Claim, c: Comparison, ids: str) -> str:
             f"{claim.memo_of!r} go in a collection of their own. {claim.nothing}")
 
 
+def _refuse_unusable_ids(what: str, question: str, respondents: Respondents, fix: str) -> None:
+    """Refuse (LedgerError: ``what``, the problem, ``fix``) an id column that does not name one
+    respondent a row: an answer column (``question``, or any question the spec asks), an id that
+    is empty (or blank) on some row, or an id on more than one row. Digests of (id, answer) by
+    such a column hold several answers under one id, and a memo's row would match any of them.
+
+    Assumes ``respondents`` holds every row of the file. Guarantees that nothing passes unless
+    each row has an id of its own; the message gives counts only, never an id or an answer."""
+    column = respondents.id_column
+    if column == question:
+        problem = "it is the question itself (its answers are not respondent ids)"
+    elif column in respondents.questions or column in respondents.answers:
+        problem = "it is a question the spec asks (a local table's column), and answers are not respondent ids"
+    else:
+        empty = sum(1 for i in respondents.ids if not i.strip())
+        shared = [n for i, n in Counter(respondents.ids).items() if n > 1 and i.strip()]
+        problems = ([f"{empty} row{'s' if empty != 1 else ''} {'have' if empty != 1 else 'has'} no id"] if empty else [])
+        problems += ([f"{len(shared)} id{'s' if len(shared) != 1 else ''} appear{'' if len(shared) != 1 else 's'} more "
+                      f"than once (on {sum(shared)} of its {len(respondents.ids)} rows)"] if shared else [])
+        if not problems:
+            return
+        problem = " and ".join(problems)
+    raise LedgerError(f"{what} by column {column!r}: {problem}. A memo is matched to its origin by respondent id, so the "
+                      f"id column must name each respondent on one row of their own; otherwise a fresh answer could "
+                      f"match another row's answer and be charged 0. {fix}")
+
+
 def _recorded_answers(conn: Connection, dataset: str, collection: str, question: str) -> str | None:
     """The (keyed) answers file the recorded estimate of ``collection`` read, if it is recorded."""
     row = conn.execute(sa.select(local_t.c.answers).where(
@@ -271,12 +339,12 @@ def _origins(conn: Connection, dataset: str, collection: str, question: str, ans
     """The registrations of ``collection``'s answers to ``question`` randomized afresh (of the
     file ``answers`` only, where its estimate is recorded), with what each keeps."""
     a, s = answer_sets_t, respondent_sets_t
-    query = (sa.select(a.c.id, s.c.salt, s.c.id_column).select_from(a.outerjoin(s, s.c.answer_set == a.c.id))
+    query = (sa.select(a.c.id, s.c.salt, s.c.id_column, s.c.unique_ids).select_from(a.outerjoin(s, s.c.answer_set == a.c.id))
              .where(a.c.dataset == dataset, a.c.collection == collection, a.c.question == question,
                     a.c.memo_of.is_(None)).order_by(a.c.id))
     if answers is not None:
         query = query.where(a.c.answers == answers)
-    return [_Origin(r[0], r[1], r[2]) for r in conn.execute(query)]
+    return [_Origin(r[0], r[1], r[2], bool(r[3])) for r in conn.execute(query)]
 
 
 def _digests(conn: Connection, answer_set: int) -> set[str]:

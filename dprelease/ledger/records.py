@@ -208,6 +208,7 @@ class Respondents:
     ids: tuple[str, ...]  # one a row
     answers: dict[str, tuple[str, ...]]  # question → one answer a row, in the rows' order
     domains: dict[str, tuple[str, ...]]  # question → its declared values
+    questions: frozenset[str] = frozenset()  # every column the spec asks as a local question: never an id
 
 
 

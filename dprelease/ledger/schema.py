@@ -135,7 +135,10 @@ respondent_sets_t = sa.Table("respondent_sets", metadata,  # a registration kept
                             sa.Column("answer_set", sa.Integer, sa.ForeignKey("answer_sets.id"), primary_key=True),
                             sa.Column("id_column", sa.String(100), nullable=False),  # the respondent id column
                             # random per registration; NULL: a memoised registration, checked, no digests kept
-                            sa.Column("salt", sa.String(32)))
+                            sa.Column("salt", sa.String(32)),
+                            # true: the ids were checked to name one respondent a row (none empty or repeated,
+                            # not an answer column); NULL: kept before dprelease checked that (never an origin)
+                            sa.Column("unique_ids", sa.Boolean))
 respondent_digests_t = sa.Table("respondent_digests", metadata,  # keyed, padded, in digest order (memos.py)
                                sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                                sa.Column("answer_set", sa.Integer, sa.ForeignKey("answer_sets.id"), nullable=False),
@@ -231,7 +234,7 @@ def _check_version(engine: Engine, location: LedgerLocation) -> None:
     with engine.connect() as conn:
         row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
     version = int(row[0]) if row else 0
-    if version in (1, 2, 3, 4, 5):
+    if version in (1, 2, 3, 4, 5) or (version == SCHEMA_VERSION and not _complete_6(engine)):
         _migrate(engine, location)
         version = SCHEMA_VERSION
     if version != SCHEMA_VERSION:
@@ -240,8 +243,9 @@ def _check_version(engine: Engine, location: LedgerLocation) -> None:
 
 
 def _migrate(engine: Engine, location: LedgerLocation) -> None:
-    """Schema 1, 2, 3, 4 or 5 → 6, in one locked transaction; nothing recorded changes, and a second
-    process finds it done. 1 → 2: the (NULL) δ columns of caps and charges, a wider terms column.
+    """Schema 1, 2, 3, 4 or 5 → 6 (and a schema-6 ledger made before a part of 6, its
+    ``respondent_sets.unique_ids``, gains it), in one locked transaction; nothing recorded
+    changes, and a second process finds it done. 1 → 2: the (NULL) δ columns of caps and charges, a wider terms column.
     2 → 3: the tables of plan approvals and of local collections, or, where a pre-release 2
     had the latter, its answers fingerprint (NULL: such a collection counts as having unknown
     answers). 3 → 4: the ledger gets its id and fingerprint key; every plain data and answers
@@ -252,14 +256,15 @@ def _migrate(engine: Engine, location: LedgerLocation) -> None:
     ``amount``: every figure stays as it was. 5 → 6: the tables of per-respondent digests
     (:mod:`~dprelease.ledger.memos`), empty: a collection registered before keeps none, so a memo
     of it cannot be verified and is refused; and the table of data identities (runs recorded
-    before it have none: their data is recognised by its bytes only)."""
+    before it have none: their data is recognised by its bytes only). A registration kept per
+    respondent before its ids were checked (``unique_ids`` NULL) is no memo's origin either."""
     with engine.connect() as conn:
         conn = conn.execution_options(dprelease_write=True)
         with conn.begin():
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('dprelease:schema'))"))
             row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema_version")).first()
-            if row is None or row[0] not in ("1", "2", "3", "4", "5"):
+            if row is None or row[0] not in ("1", "2", "3", "4", "5", "6"):  # 6: a part of 6 made later
                 return
             if row[0] == "1":
                 conn.execute(sa.text("ALTER TABLE budget_caps ADD COLUMN delta VARCHAR(200)"))
@@ -273,11 +278,11 @@ def _migrate(engine: Engine, location: LedgerLocation) -> None:
                     local_t.create(conn)
                 elif "answers" not in {c["name"] for c in sa.inspect(conn).get_columns("local_collections")}:
                     conn.execute(sa.text("ALTER TABLE local_collections ADD COLUMN answers VARCHAR(80)"))
-            if row[0] not in ("4", "5"):
+            if row[0] not in ("4", "5", "6"):
                 if conn.dialect.name == "sqlite":  # the plain hashes replaced below leave no copy in freed pages
                     conn.exec_driver_sql("PRAGMA secure_delete = ON")
                 _migrate_to_4(conn, location)
-            if row[0] != "5":
+            if row[0] not in ("5", "6"):
                 _migrate_to_5(conn)
             _migrate_to_6(conn)
             conn.execute(meta_t.update().where(meta_t.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
@@ -339,11 +344,22 @@ def _migrate_to_5(conn: Connection) -> None:
 
 def _migrate_to_6(conn: Connection) -> None:
     """The tables of per-respondent digests (and of answer sets, which a pre-release schema-4
-    ledger may lack) and of data identities, where missing. Idempotent; adds tables only."""
+    ledger may lack) and of data identities, where missing, and the ``unique_ids`` column of
+    ``respondent_sets`` where a schema-6 ledger made before it lacks it (NULL in its rows: kept
+    before the ids were checked). Idempotent; adds only."""
     inspector = sa.inspect(conn)
     for table in (answer_sets_t, respondent_sets_t, respondent_digests_t, identities_t):
         if not inspector.has_table(table.name):
             table.create(conn)
+    if "unique_ids" not in {c["name"] for c in sa.inspect(conn).get_columns(respondent_sets_t.name)}:
+        conn.execute(sa.text("ALTER TABLE respondent_sets ADD COLUMN unique_ids BOOLEAN"))
+
+
+def _complete_6(engine: Engine) -> bool:
+    """Whether a schema-6 ledger has every part of schema 6 (one made before ``unique_ids`` lacks it)."""
+    inspector = sa.inspect(engine)
+    return inspector.has_table(respondent_sets_t.name) and "unique_ids" in {
+        c["name"] for c in inspector.get_columns(respondent_sets_t.name)}
 
 
 def _key_for_new_ledger(location: LedgerLocation, ledger_id: str) -> bytes:

@@ -205,18 +205,21 @@ def register_answers(conn: Connection, done: tuple[AnswerSet, ...], respondents:
                               "estimated from other answers: one collection has one set of answers. Answers "
                               "collected anew are a new collection: give them a new collection: name in the "
                               "spec (each respondent's ε of it is recorded too). Nothing was registered.")
+        kept = respondents if respondents is not None and e.question in respondents.answers else None
         if e.memo_of is not None:
             memos.check_registration(conn, _needed(key), e, respondents)
+        elif kept is not None:  # an origin: its ids must name one respondent a row
+            memos.check_origin(e, kept)
         inserted = conn.execute(answer_sets_t.insert().values(
             dataset=e.dataset, collection=e.collection, question=e.question, protocol=e.protocol,
             epsilon=fraction_text(e.epsilon), answers=e.answers, memo_of=e.memo_of, how=e.how,
             statement=e.statement, registered_by=e.registered_by, registered_at=e.registered_at))
-        if respondents is not None and e.question in respondents.answers:
+        if kept is not None:
             answer_set = inserted.inserted_primary_key[0]
             if e.memo_of is None:
-                memos.keep(conn, _needed(key)(), answer_set, e.question, respondents)
+                memos.keep(conn, _needed(key)(), answer_set, e.question, kept)
             else:
-                memos.keep_checked(conn, answer_set, respondents)
+                memos.keep_checked(conn, answer_set, kept)
 
 
 def _needed(key: memos.Key | None) -> memos.Key:

@@ -29,10 +29,12 @@ def answers_source(spec: Spec, path: Path) -> Source:
 
 def read_respondents(spec: Spec, src: Source, id_column: str, questions: list[str]) -> Respondents:
     """Each row's respondent id and answer to each of ``questions`` (local tables' columns of
-    ``spec``) in the answers at ``src``. A DataError for an empty id or an undeclared answer."""
+    ``spec``) in the answers at ``src``, with every question the spec's local tables ask (the
+    ledger refuses any of them as the id column). A DataError for an empty id or an undeclared
+    answer."""
     ids, answers = respondent_answers(spec, src, id_column, questions)
     domains = {q: column.values for q in questions if isinstance(column := spec.column(q), CategoricalColumn)}
-    return Respondents(id_column, ids, answers, domains)
+    return Respondents(id_column, ids, answers, domains, frozenset(t.column for t in spec.local_tables))
 
 
 def run_respondents(spec: Spec, plan: Plan, state: DatasetState | None, ledger: Ledger) -> Respondents | None:
