@@ -72,7 +72,7 @@ def test_a_local_table_over_a_raw_confidential_column_is_refused_and_a_randomize
     """kind: local on RAC1P of the confidential ACS file would publish its exact counts (a
     2-person cell included) with central ε = 0: refused, exit 2, nothing reserved. The same column
     randomized by `dprelease randomize` is registered answers: accepted and published."""
-    ledger, out = make_ledger(tmp_path / "ledger.sqlite"), tmp_path / "out"
+    ledger, out = tmp_path / "ledger.sqlite", tmp_path / "out"
     raw = race_spec(tmp_path, DATA, name="raw.yaml")
     refused = run(raw, "--output-dir", out, "--ledger", ledger, env=run_env)
     assert refused.returncode == 2, refused.stderr
@@ -176,7 +176,7 @@ def test_answers_registered_with_a_statement_are_accepted_shown_and_refused_once
     randomized them and how: the run accepts them, and the statement is in `dprelease ledger`
     (text and --json), the manifest and the budget report. The file changed after registration
     matches no registration: refused, nothing reserved."""
-    ledger, out = tmp_path / "ledger.sqlite", tmp_path / "out"
+    ledger, out = make_ledger(tmp_path / "ledger.sqlite"), tmp_path / "out"
     data = np.random.default_rng(5)  # the devices' true answers (test data)
     favourite = randomize(data.choice(10, size=400), 10, Fraction(1))
     smokes = coin_flip((data.random(400) < 0.2).astype(np.int64))
@@ -275,7 +275,7 @@ def test_randomize_needs_a_pinned_ledger_and_leaves_no_answers_it_could_not_regi
 
     monkeypatch.setattr(Ledger, "register_answers", broken)
     failed = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", "--output", tmp_path / "o.csv",
-                 "--id", "ID", "--memo", tmp_path / "m.json", "--ledger", tmp_path / "l.sqlite")
+                 "--id", "ID", "--memo", tmp_path / "m.json", "--ledger", make_ledger(tmp_path / "l.sqlite"))
     assert failed.code == 2 and "unreachable" in failed.stderr, failed
     assert not (tmp_path / "o.csv").exists() and not (tmp_path / "m.json").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o.csv")]

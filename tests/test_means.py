@@ -22,6 +22,7 @@ from dprelease.spec import MeanMeasure, load_spec
 from tests.conftest import ROOT, assert_edit_refused
 from tests.stats import chi_square_pvalue, discrete_laplace_pmf, empirical_epsilon
 from tests.test_run import run
+from tests.ledgers import make_ledger
 
 SPEC = """\
 release: acs-means-2019
@@ -240,7 +241,7 @@ def test_missing_values_need_a_rule(tmp_path, run_env):
 
 
 def test_evaluate_leaves_means_out_and_says_so(tmp_path, cli):
-    result = cli("evaluate", write(tmp_path), "--trials", "2", "--ledger", tmp_path / "none.sqlite")
+    result = cli("evaluate", write(tmp_path), "--trials", "2", "--ledger", make_ledger(tmp_path / "none.sqlite"))
     assert result.code == 0, result
     assert "| persons_by_sex |" in result.stdout
     assert "Not evaluated" in result.stdout and "mean_income_by_sex_age" in result.stdout
@@ -291,7 +292,7 @@ def test_evaluate_shows_progress_per_trial_on_a_terminal_only(tmp_path, cli, mon
     evaluate(load_spec(write(tmp_path)), 3, on_trial=done.append)
     assert done == [1, 2, 3]
 
-    result = cli("evaluate", write(tmp_path), "--trials", "2", "--ledger", tmp_path / "none.sqlite")
+    result = cli("evaluate", write(tmp_path), "--trials", "2", "--ledger", make_ledger(tmp_path / "none.sqlite"))
     assert result.code == 0, result
     assert "━" not in result.stderr and "\x1b" not in result.stderr, result.stderr
 

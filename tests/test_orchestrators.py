@@ -36,6 +36,7 @@ def _published(out: Path, release: str) -> tuple[list[str], dict]:  # type: igno
         manifest.pop(key)
     manifest["ledger"].pop("id")  # each run here has a ledger of its own (its id and time of birth) ...
     manifest["ledger"]["born"].pop("at")
+    manifest["ledger"]["born"].pop("where")
     manifest["ledger"]["location"] = Path(manifest["ledger"]["location"]).name  # ... in a directory of its own
     return files, manifest
 

@@ -27,7 +27,7 @@ from dprelease.report import budget_report_md
 from dprelease.spec import load_spec
 from tests.test_operations import demo_spec
 from tests.test_report_budgets import spec_path
-from tests.ledgers import init_at
+from tests.ledgers import init_at, make_ledger
 
 CREATED = "2026-11-26T00:00:00+00:00"
 DATASET = "nist-acs-national-2019"
@@ -188,7 +188,7 @@ EXPECTED = ["table puma_by_sex spends ε = 3/2 (over 1): check it is intended",
 
 def test_warnings_are_in_every_format(tmp_path, cli):
     path = warned_spec(tmp_path)
-    ledger = tmp_path / "ledger.sqlite"
+    ledger = make_ledger(tmp_path / "ledger.sqlite")
     shown = cli("plan", path, "--json", "--ledger", ledger)
     assert shown.code == 0, shown
     assert json.loads(shown.stdout)["warnings"] == EXPECTED

@@ -248,7 +248,8 @@ def test_check_rules_counts_the_rows_that_break_a_rule_and_never_quotes_them(tmp
         check_rules(bad)
     message = str(error.value)
     assert "m-missing-under-10" in message and "3 rows" in message and "spec.yaml" in message
-    assert "47" not in message and "61" not in message
+    quoted = message.replace(str(tmp_path), "")  # (the test's own folder may hold any digits: pytest-161)
+    assert "47" not in quoted and "61" not in quoted
 
 
 def test_a_spec_without_rules_reads_nothing_more(tmp_path, monkeypatch):
