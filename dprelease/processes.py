@@ -36,6 +36,22 @@ def process_start(pid: int) -> str:
     return f"{boot}:{fields[19]}"  # field 22: starttime
 
 
+def lineage() -> list[int]:
+    """This process's PID and its ancestors', nearest first, as far as /proc shows them (Linux);
+    where /proc cannot be read, this process and its parent."""
+    chain = [os.getpid()]
+    while len(chain) < 4096:
+        try:
+            stat = Path(f"/proc/{chain[-1]}/stat").read_text()
+        except OSError:
+            break
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])  # field 4: the parent's PID
+        if parent <= 0 or parent in chain:
+            break
+        chain.append(parent)
+    return chain if len(chain) > 1 else [os.getpid(), os.getppid()]
+
+
 def pid_exists(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
