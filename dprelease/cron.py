@@ -1,12 +1,13 @@
 """When a standard cron expression fires, without Prefect: enough to tell, before a schedule is
 served, whether two of its runs would give a templated release the same name (so that every
-run after the first of them is refused as already released).
+run after the first of them is refused as already released), and, at each scheduled run,
+whether its date is the latest firing (:mod:`dprelease.schedule_binding`).
 
 Five fields (minute, hour, day of month, month, day of week) of numbers, ``*``, ranges
 ``a-b``, steps ``*/s`` and ``a-b/s``, lists ``a,b``, month and day names (``JAN``, ``MON``),
 and the macros ``@hourly``, ``@daily``, ``@midnight``, ``@weekly``, ``@monthly``, ``@yearly``,
 ``@annually``. As in cron, when both day fields are restricted a day matching either fires.
-Anything else is not understood (None): the caller then checks nothing.
+Anything else is not understood (None): ``dprelease schedule`` refuses to serve it.
 """
 
 from __future__ import annotations

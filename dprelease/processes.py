@@ -19,7 +19,7 @@ from dprelease import files
 def data_dir() -> Path:
     """dprelease's per-user data directory: ``$XDG_DATA_HOME/dprelease`` (an absolute
     XDG_DATA_HOME only), else ``~/.local/share/dprelease``. The default ledger, the day
-    server's record and the warm runner's socket live here."""
+    server's record and secret, the warm runner's socket and served schedules' bindings live here."""
     xdg = os.environ.get("XDG_DATA_HOME", "")
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
     return base / "dprelease"

@@ -26,21 +26,21 @@ not older than one period of the cron (the firing after F has not come yet). So 
 one release is admissible, the one the schedule itself runs: a run a few hours late still runs,
 a missed month is published on purpose with ``dprelease run SPEC --run-date`` by someone who
 holds the spec, the data and the ledger, never from the API. A run triggered for "now"
-(``prefect deployment run NAME`` without ``--start-at``, the UI's Run, the API without a
-scheduled time: its scheduled start is within :data:`SKEW` of its creation) runs as the latest
-firing at or before its scheduled start, so retrying a failed month needs no date; it can
-publish nothing the schedule would not (a period already published is refused as already
-released). Any other scheduled start is refused.
+(``prefect deployment run NAME`` without ``--start-at``, the API without a scheduled time: its
+scheduled start is within :data:`SKEW` of its creation) runs as the latest firing at or before
+its scheduled start, so retrying a failed month needs no date; it can publish nothing the
+schedule would not (a period already published is refused as already released). Any other
+scheduled start is refused.
 
 Defended (each refused with one line, before any spec is loaded or ledger opened or created, so
 nothing is reserved or spent): a binding given in the run's environment (none is read there); a
-run whose HOME or XDG_DATA_HOME points elsewhere (a binding, or a directory on the way to it, that
-is not this user's or is open to others or is a symlink is refused; a directory that has no
-binding of a running ``schedule`` process that started this run is refused); a run started by
-anything but the serving process (a Prefect worker: a flow run's job variables set its command and
-environment), or by a ``schedule`` process that has exited; parameters, spec or side files, or a
-run date, other than bound; a run date taken from Prefect's runtime overrides
-(``PREFECT__RUNTIME__FLOW_RUN__SCHEDULED_START_TIME``): the orchestrator reads the flow run itself.
+binding, or a directory on the way to it, that is not this user's, is open to others or is a
+symbolic link (what a run whose HOME or XDG_DATA_HOME points into another user's directory
+finds); a binding whose ``schedule`` process has exited (a copy of an old one) or did not start
+this run (a Prefect worker's run: a flow run's job variables set a worker's command and
+environment); parameters, spec or side files, or a run date, other than bound; a run date from
+Prefect's runtime overrides (``PREFECT__RUNTIME__FLOW_RUN__SCHEDULED_START_TIME``): the
+orchestrator reads the flow run itself.
 
 Not defended: anyone who can run code as this user (they can write the binding; a Prefect
 process worker running as this user runs the command a flow run's job variables give, so run

@@ -42,7 +42,7 @@ def test_a_scheduled_runs_date_is_the_latest_firing_of_its_bound_cron():
     assert date(march, march - day, utc(2027, 3, 1, 2, 59, 30)) == march  # a little early: the clocks differ
     assert date(march, march - day, utc(2027, 4, 1, 2, 59)) == march  # late, but before the next firing
     assert date(march.astimezone(timezone(timedelta(hours=-5))), march - day) == march  # the same instant
-    triggered = utc(2027, 3, 15, 11, 59, 58)  # `prefect deployment run` without --start-at, the UI's Run
+    triggered = utc(2027, 3, 15, 11, 59, 58)  # `prefect deployment run` without --start-at
     assert date(triggered, triggered - timedelta(seconds=1)) == march
     assert date(triggered, triggered + timedelta(seconds=30)) == march
     older = "which is older than one period of its cron '0 3 1 * *' (the next firing, {} UTC, has come)"
