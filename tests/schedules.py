@@ -5,6 +5,7 @@ serving process), and the run the flow sees (:func:`dprelease.orchestrate.this_r
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -38,3 +39,17 @@ def run_as(monkeypatch, name: str | None, scheduled: datetime | None,  # type: i
         return ScheduledRun(name, start, created or (start if scheduled is None else start - timedelta(days=1)))
 
     monkeypatch.setattr(orchestrate, "this_run", this_run)
+
+
+def run_logs(monkeypatch, name: str) -> list[logging.LogRecord]:  # type: ignore[no-untyped-def]
+    """What the flow logs through its run logger (``prefect.get_run_logger``), captured in a list
+    (and nowhere else) for the test's duration."""
+    import prefect
+
+    logger = logging.getLogger(name)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    monkeypatch.setattr(logger, "handlers", [handler])
+    monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
+    return records

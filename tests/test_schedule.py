@@ -25,7 +25,7 @@ from dprelease.ledger import Ledger, resolve_location
 from dprelease.schedule_binding import ScheduleBinding, binding_file
 from tests.conftest import ROOT
 from tests.ledgers import make_ledger
-from tests.schedules import MONTHLY, bind_here, run_as
+from tests.schedules import MONTHLY, bind_here, run_as, run_logs
 from tests.test_operations import demo_spec
 from tests.test_run import child_env
 
@@ -467,19 +467,13 @@ def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceba
     traceback); a bug (exit 1) still raises."""
     import logging
 
-    import prefect
     from prefect.states import State
 
     import dprelease.lifecycle
     from dprelease import orchestrate
     from dprelease.errors import InternalError, OverBudgetError
 
-    logger = logging.getLogger("test-scheduled-run")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
+    records = run_logs(monkeypatch, "test-scheduled-run")
     raised: list[Exception] = [OverBudgetError("acs-2020 needs ε = 1 but only 1/2 remains")]
 
     def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -488,26 +482,23 @@ def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceba
     monkeypatch.setattr(dprelease.lifecycle, "run_spec", refuse)
     spec = demo_spec(tmp_path)  # what a `dprelease schedule` process (this one) bound
     bind_here(monkeypatch, spec, tmp_path / "out")
-    try:
-        state = orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
-        assert isinstance(state, State) and state.is_failed()
-        assert state.message == "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains"
-        errors = [r for r in records if r.levelno >= logging.WARNING]
-        assert [(r.levelname, r.getMessage()) for r in errors] == [
-            ("ERROR", "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains")]
-        assert errors[0].exc_info is None and errors[0].exc_text is None
+    state = orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
+    assert isinstance(state, State) and state.is_failed()
+    assert state.message == "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains"
+    errors = [r for r in records if r.levelno >= logging.WARNING]
+    assert [(r.levelname, r.getMessage()) for r in errors] == [
+        ("ERROR", "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains")]
+    assert errors[0].exc_info is None and errors[0].exc_text is None
 
-        raised[0] = InternalError("a broken invariant")
-        records.clear()
-        try:
-            orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
-        except InternalError:
-            pass
-        else:
-            raise AssertionError("a bug must raise, with its traceback")
-        assert not [r for r in records if r.levelno >= logging.ERROR]
-    finally:
-        logger.removeHandler(handler)
+    raised[0] = InternalError("a broken invariant")
+    records.clear()
+    try:
+        orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
+    except InternalError:
+        pass
+    else:
+        raise AssertionError("a bug must raise, with its traceback")
+    assert not [r for r in records if r.levelno >= logging.ERROR]
 
 
 def test_a_scheduled_run_that_no_schedule_process_bound_or_that_differs_at_all_is_refused(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dprelease.schedule_binding import ScheduleBinding
-from tests.schedules import MONTHLY, bind_here, run_as
+from tests.schedules import MONTHLY, bind_here, run_as, run_logs
 from tests.test_operations import demo_spec
 from tests.test_schedule import demo_spec_with_its_domain
 
@@ -74,18 +74,11 @@ def test_a_forged_date_is_refused_by_the_flow_before_anything_is_opened(tmp_path
     and the lifecycle is never called; the latest firing, and a trigger for now, run dated it."""
     import logging
 
-    import prefect
-
     import dprelease.lifecycle
     from dprelease import orchestrate
     from dprelease.cron import firings, latest_firing
 
-    logger = logging.getLogger("test-forged-dates")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
+    records = run_logs(monkeypatch, "test-forged-dates")
     calls: list[dict] = []  # type: ignore[type-arg]
     monkeypatch.setattr(dprelease.lifecycle, "run_spec", lambda *args, **kwargs: calls.append(kwargs))
     spec, out = demo_spec(tmp_path), tmp_path / "out"
@@ -97,22 +90,19 @@ def test_a_forged_date_is_refused_by_the_flow_before_anything_is_opened(tmp_path
               f"{following:%Y-%m-%d %H:%M} UTC, which is in the future": following,
               f"{latest - timedelta(hours=23, minutes=53):%Y-%m-%d %H:%M} UTC, which is not a firing":
                   latest - timedelta(hours=23, minutes=53)}
-    try:
-        for said, when in forged.items():
-            records.clear()
-            run_as(monkeypatch, "t", when)
-            state = orchestrate.scheduled_release.fn(str(spec), None, str(out), True)
-            assert state.is_failed() and state.message.startswith(
-                f"refused (exit 2): deployment dprelease-scheduled/t: this run is dated {said}"), state.message
-            assert [(r.levelname, r.getMessage()) for r in records if r.levelno >= logging.WARNING] == [
-                ("ERROR", state.message)]
-        assert calls == [] and not out.exists()
-        for when in (latest, None):  # the firing itself, and a trigger for now
-            run_as(monkeypatch, "t", when)
-            assert orchestrate.scheduled_release.fn(str(spec), None, str(out), True) is None
-        assert [c["run_date"] for c in calls] == [latest, latest]
-    finally:
-        logger.removeHandler(handler)
+    for said, when in forged.items():
+        records.clear()
+        run_as(monkeypatch, "t", when)
+        state = orchestrate.scheduled_release.fn(str(spec), None, str(out), True)
+        assert state.is_failed() and state.message.startswith(
+            f"refused (exit 2): deployment dprelease-scheduled/t: this run is dated {said}"), state.message
+        assert [(r.levelname, r.getMessage()) for r in records if r.levelno >= logging.WARNING] == [
+            ("ERROR", state.message)]
+    assert calls == [] and not out.exists()
+    for when in (latest, None):  # the firing itself, and a trigger for now
+        run_as(monkeypatch, "t", when)
+        assert orchestrate.scheduled_release.fn(str(spec), None, str(out), True) is None
+    assert [c["run_date"] for c in calls] == [latest, latest]
 
 
 def test_a_binding_is_trusted_only_from_this_users_owner_only_data_directory(tmp_path, monkeypatch):
