@@ -46,7 +46,6 @@ from dprelease.schedule_binding import (  # noqa: E402
     ScheduleBinding,
     ScheduledRun,
     read_binding,
-    serving,
     unbound_refusal,
 )
 
@@ -228,11 +227,10 @@ def is_cron(cron: str) -> bool:
 def serve_schedule(binding: ScheduleBinding) -> None:
     """Register the deployment ``binding`` names, of :func:`scheduled_release`, on the Prefect
     server at PREFECT_API_URL, with ``binding``'s cron (UTC) and values as its schedule and
-    parameters, and serve it until interrupted. The binding is kept for its runs meanwhile
+    parameters, and serve it until interrupted. The caller keeps the binding for the runs meanwhile
     (:func:`dprelease.schedule_binding.serving`): each run started here checks itself against it."""
-    with serving(binding):
-        scheduled_release.serve(name=binding.name, cron=binding.cron, parameters=binding.parameters(),
-                                print_starting_message=False)
+    scheduled_release.serve(name=binding.name, cron=binding.cron, parameters=binding.parameters(),
+                            print_starting_message=False)
 
 
 def artifact_key(release: str, kind: str = "budget-report") -> str:

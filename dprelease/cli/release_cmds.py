@@ -179,7 +179,7 @@ def schedule(
     that is not approved (nothing spent)."""
     from dprelease import server, server_auth
     from dprelease.lifecycle.prepare import output_location
-    from dprelease.schedule_binding import ScheduleBinding
+    from dprelease.schedule_binding import ScheduleBinding, serving
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
@@ -218,12 +218,13 @@ def schedule(
     outputs = output_location(output_dir, spec)  # fixed now: the served runs' working directory is this one
     binding = ScheduleBinding.bind(f"dprelease-scheduled/{deployment}", spec.source.resolve(), spec.side_files,
                                    ledger, outputs, not no_approval, cron)
-    say(f"serving deployment {binding.deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
-        f"ledger {location.shown}; releases land in {outputs}; approval "
-        f"{'not required' if no_approval else 'required'}; bound here: a run with other parameters, or after the "
-        "spec or its domain files change, or dated other than the latest firing of the cron, is refused. Ctrl-C "
-        "stops it.")
-    orchestrate.serve_schedule(binding)
+    with serving(binding) as kept:  # for the runs to check themselves against, while this process serves
+        say(f"serving deployment {binding.deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
+            f"ledger {location.shown}; releases land in {outputs}; approval "
+            f"{'not required' if no_approval else 'required'}; bound here ({kept}): a run with other parameters, or "
+            "after the spec or its domain files change, or dated other than the latest firing of the cron, is "
+            "refused. Ctrl-C stops it.")
+        orchestrate.serve_schedule(binding)
 
 
 def _check_cron(cron: str) -> None:
