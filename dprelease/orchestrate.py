@@ -42,7 +42,12 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 
 from dprelease.accounting import amount_text, fraction_text  # noqa: E402
 from dprelease.release import ReleaseRun, Step  # noqa: E402
-from dprelease.schedule_binding import ScheduleBinding, unbound_refusal  # noqa: E402
+from dprelease.schedule_binding import (  # noqa: E402
+    ScheduleBinding,
+    ScheduledRun,
+    read_binding,
+    unbound_refusal,
+)
 
 _RUNS: dict[str, ReleaseRun] = {}
 
@@ -138,37 +143,40 @@ def release_flow(run_id: str, release: str) -> None:
 def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None = None,
                       require_approval: bool = True) -> State | None:
     """One scheduled run of a release spec: the release is named from the spec's template with the
-    run's scheduled start (UTC); the plan must be approved unless the deployment says otherwise.
-    First of all, the run's parameters and spec file must be what the ``dprelease schedule``
-    process serving it bound (:mod:`dprelease.schedule_binding`): a run carrying anything else
-    (another ledger, output directory, spec or approval, from the API, the CLI or the UI's custom
-    run), or started by anything but ``dprelease schedule``, is refused before any spec is loaded
-    or ledger opened; the run then uses the bound values. Every refusal (those, not approved, over
-    budget, already released, a bad spec or data) fails the run with nothing spent: one ERROR line
-    "refused (exit N): reason" in the run's logs, no traceback (the flow returns a Failed state
-    instead of raising); a data error's own message, which may quote the data, goes to standard
-    error only, never to the logs. A bug (exit 1) still raises."""
+    run's date; the plan must be approved unless the deployment says otherwise. First of all, the
+    run must be what the ``dprelease schedule`` process serving it bound (:mod:`dprelease.schedule_binding`):
+    its binding read from this user's owner-only data directory (never the environment), its
+    process this run's ancestor, the run's parameters and spec and side files the bound ones, and
+    its scheduled start the latest firing of the bound cron (or a trigger for "now", run as that
+    firing). A run carrying anything else (another ledger, output directory, spec, approval or
+    date, from the API, the CLI or the UI's custom run), or started by anything but ``dprelease
+    schedule``, is refused before any spec is loaded or ledger opened; the run then uses the
+    bound values. Every refusal (those, not approved, over budget, already released, a bad spec
+    or data) fails the run with nothing spent: one ERROR line "refused (exit N): reason" in the
+    run's logs, no traceback (the flow returns a Failed state instead of raising); a data
+    error's own message, which may quote the data, goes to standard error only, never to the
+    logs. A bug (exit 1) still raises."""
     import sys
-    from datetime import timezone
+    from datetime import datetime, timezone
 
     from prefect import get_run_logger
-    from prefect.runtime import flow_run
     from prefect.states import Failed
 
     from dprelease.errors import DataError, DPReleaseError, ExitCode
     from dprelease.lifecycle import Orchestrator, RunFailed, Voice, run_spec
 
-    start = flow_run.scheduled_start_time
-    run_date = start.astimezone(timezone.utc) if start is not None else None
     logger = get_run_logger()
     voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
     record = {"kind": "prefect", "api": os.environ.get("PREFECT_API_URL", ""), "chosen_by": "schedule"}
     try:
-        bound = ScheduleBinding.of_process()
+        run = this_run()
+        bound = read_binding(run.deployment) if run.deployment else None
         if bound is None:
-            raise unbound_refusal()
+            raise unbound_refusal(run.deployment)
+        bound.check_process()
         bound.check({"spec_path": spec_path, "ledger": ledger, "output_dir": output_dir,
                      "require_approval": require_approval})
+        run_date = bound.run_date(run, datetime.now(timezone.utc))
         run_spec(Path(bound.spec_path), bound.ledger, Path(bound.output_dir),
                  orchestrate=Orchestrator(run_release, record), voice=voice,
                  require_approval=bound.require_approval, run_date=run_date)
@@ -187,6 +195,24 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
     return None
 
 
+def this_run() -> ScheduledRun:
+    """This flow run as the Prefect API has it: its deployment's name, scheduled start and creation
+    time, read from the run's context and the API (not from ``prefect.runtime``, whose values
+    environment variables such as ``PREFECT__RUNTIME__FLOW_RUN__SCHEDULED_START_TIME`` replace)."""
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return ScheduledRun(None, None, None)
+    flow_run = context.flow_run
+    name = None
+    if flow_run.deployment_id is not None:
+        with get_client(sync_client=True) as client:
+            name = client.read_deployment(flow_run.deployment_id).name
+    return ScheduledRun(name, flow_run.expected_start_time, flow_run.created)
+
+
 def is_cron(cron: str) -> bool:
     """Whether Prefect takes ``cron`` as a cron expression, e.g. "0 3 1 * *"."""
     from prefect.client.schemas.schedules import CronSchedule
@@ -198,13 +224,13 @@ def is_cron(cron: str) -> bool:
     return True
 
 
-def serve_schedule(name: str, cron: str, binding: ScheduleBinding) -> None:
-    """Register a cron-scheduled deployment ``name`` of :func:`scheduled_release` on the Prefect
-    server at PREFECT_API_URL, with ``binding``'s values as its parameters, and serve it until
-    interrupted. The binding goes into this process's environment first: Prefect hands that to
-    every flow run it starts here, which checks its parameters against it."""
-    os.environ.update(binding.environ())
-    scheduled_release.serve(name=name, cron=cron, parameters=binding.parameters(), print_starting_message=False)
+def serve_schedule(binding: ScheduleBinding) -> None:
+    """Register the deployment ``binding`` names, of :func:`scheduled_release`, on the Prefect
+    server at PREFECT_API_URL, with ``binding``'s cron (UTC) and values as its schedule and
+    parameters, and serve it until interrupted. The caller keeps the binding for the runs meanwhile
+    (:func:`dprelease.schedule_binding.serving`): each run started here checks itself against it."""
+    scheduled_release.serve(name=binding.name, cron=binding.cron, parameters=binding.parameters(),
+                            print_starting_message=False)
 
 
 def artifact_key(release: str, kind: str = "budget-report") -> str:

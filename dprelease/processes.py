@@ -19,7 +19,7 @@ from dprelease import files
 def data_dir() -> Path:
     """dprelease's per-user data directory: ``$XDG_DATA_HOME/dprelease`` (an absolute
     XDG_DATA_HOME only), else ``~/.local/share/dprelease``. The default ledger, the day
-    server's record and the warm runner's socket live here."""
+    server's record and secret, the warm runner's socket and served schedules' bindings live here."""
     xdg = os.environ.get("XDG_DATA_HOME", "")
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
     return base / "dprelease"
@@ -34,6 +34,22 @@ def process_start(pid: int) -> str:
         return ""
     fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3
     return f"{boot}:{fields[19]}"  # field 22: starttime
+
+
+def lineage() -> list[int]:
+    """This process's PID and its ancestors', nearest first, as far as /proc shows them (Linux);
+    where /proc cannot be read, this process and its parent."""
+    chain = [os.getpid()]
+    while len(chain) < 4096:
+        try:
+            stat = Path(f"/proc/{chain[-1]}/stat").read_text()
+        except OSError:
+            break
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])  # field 4: the parent's PID
+        if parent <= 0 or parent in chain:
+            break
+        chain.append(parent)
+    return chain if len(chain) > 1 else [os.getpid(), os.getppid()]
 
 
 def pid_exists(pid: int) -> bool:

@@ -5,7 +5,8 @@ orchestrator for each run. Nothing here imports Prefect: the server is a child p
 ``dprelease server start`` starts one server on 127.0.0.1, detached (it outlives the command),
 waits until it answers, and records its PID, process start token and URL in
 ``$XDG_DATA_HOME/dprelease/server.json`` (owner-only). ``stop`` ends it; ``status`` says
-whether runs will use it. Its API requires the secret kept beside that record
+whether runs will use it. A recorded server that answers without authentication (one started
+before dprelease required it) is never kept: ``start`` stops it and starts one in its place. Its API requires the secret kept beside that record
 (:mod:`dprelease.server_auth`), which :func:`client_env` gives each client process dprelease
 runs against it; a temporary server requires a secret of its own, held in memory. A recorded server whose process has gone (or whose PID now belongs
 to another process) is treated as absent.
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -164,8 +166,12 @@ def check_access(url: str) -> None:
 
 
 def _free_port(preferred: int | None) -> int:
+    """``preferred`` if no one listens there (else refused), or 4200 if free, or any free port.
+    Probed as the server binds (SO_REUSEADDR, as uvicorn through asyncio does): the closed
+    connections of a server just stopped on that port (TIME_WAIT) do not make it taken."""
     for port in ([preferred] if preferred else [DEFAULT_PORT]) + [0]:
         with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
@@ -223,11 +229,17 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, timeout
         time.sleep(0.25)
 
 
-def start(port: int | None = None) -> tuple[Server, bool]:
-    """Start the day's server (or find it running): (the server, whether it was already up)."""
+def start(port: int | None = None) -> tuple[Server, Server | None, bool]:
+    """Start the day's server, or find it running: (the server, the one it replaced, whether it
+    was already up). A recorded server that answers without authentication (started before
+    dprelease required it) is never kept: it is stopped, and a new one that requires the secret
+    takes its place (on its port, unless ``port`` says otherwise)."""
     running = recorded()
+    if running is not None and server_auth.answers(running.url) != 200:
+        return running, None, True
     if running is not None:
-        return running, True
+        stop()
+        port = port or urllib.parse.urlsplit(running.url).port
     chosen = _free_port(port)
     url = f"http://127.0.0.1:{chosen}/api"
     log = state_file().parent / "server.log"
@@ -238,7 +250,7 @@ def start(port: int | None = None) -> tuple[Server, bool]:
                     str(log), home)
     path = state_file()
     write_record(path, server)
-    return server, False
+    return server, running, False
 
 
 def stop() -> Server | None:
@@ -311,7 +323,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def _auth_line(url: str) -> str:
     if server_auth.answers(url) == 200:
         return ("server API: answers WITHOUT authentication (started before dprelease required it): anyone who "
-                "reaches it can start runs; `dprelease server stop` and `start` again")
+                "reaches it can start runs; `dprelease server start` replaces it with one that requires a secret")
     return (f"server API: requires authentication; its secret is in {server_auth.secret_file()} (owner-only; "
             "docs/commands.md says how to trigger a deployment with it)")
 

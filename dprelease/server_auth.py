@@ -35,6 +35,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from dprelease import files
 from dprelease.errors import UserError
 from dprelease.processes import data_dir
 
@@ -81,7 +82,7 @@ def kept_secret() -> str:
     existing = read_secret(path)
     if existing is not None:
         return existing
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    files.make_dirs(path.parent)  # each missing directory 0700, whatever the umask
     secret = new_secret()
     fresh = path.with_name(f".{path.name}.{secrets.token_hex(8)}.new")
     try:

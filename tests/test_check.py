@@ -250,6 +250,7 @@ def test_a_scheduled_run_refused_for_its_data_logs_no_value(tmp_path, monkeypatc
     import dprelease.lifecycle
     from dprelease import orchestrate
     from dprelease.errors import DataError
+    from tests.schedules import bind_here
 
     logger = logging.getLogger("test-scheduled-check")
     monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
@@ -260,6 +261,7 @@ def test_a_scheduled_run_refused_for_its_data_logs_no_value(tmp_path, monkeypatc
                         "e.g. 'secret-value'")
 
     monkeypatch.setattr(dprelease.lifecycle, "run_spec", refuse)
+    bind_here(monkeypatch, project(tmp_path, CLEAN, release="spec"), tmp_path / "out")  # as `dprelease schedule` binds
     with caplog.at_level(logging.INFO, logger="test-scheduled-check"):
         state = orchestrate.scheduled_release.fn(str(tmp_path / "spec.yaml"), None, str(tmp_path / "out"))
     assert state.is_failed() and state.message.startswith("refused (exit 2): the data was refused")

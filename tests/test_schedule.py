@@ -15,14 +15,17 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
 
 from dprelease.accounting import PureDP
+from dprelease.cron import latest_firing
 from dprelease.ledger import Ledger, resolve_location
-from dprelease.schedule_binding import ScheduleBinding
+from dprelease.schedule_binding import ScheduleBinding, binding_file
+from tests.conftest import ROOT
 from tests.ledgers import make_ledger
+from tests.schedules import MONTHLY, bind_here, run_as, run_logs
 from tests.test_operations import demo_spec
 from tests.test_run import child_env
 
@@ -74,12 +77,21 @@ def trigger_and_wait(url: str, deployment_id: str) -> dict:  # type: ignore[type
         api(url, f"/flow_runs/{run['id']}")), 240, "the scheduled run to finish")
 
 
+def demo_spec_with_its_domain(tmp_path: Path) -> Path:
+    """:func:`demo_spec` reading a copy of its domain file beside it (``domains/puma.txt``)."""
+    (tmp_path / "domains").mkdir()
+    (tmp_path / "domains" / "puma.txt").write_text((ROOT / "configs" / "domains" / "puma.txt").read_text())
+    spec = demo_spec(tmp_path)
+    spec.write_text(spec.read_text().replace(str(ROOT / "configs" / "domains") + "/", "domains/"))
+    return spec
+
+
 def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
     """... and takes no orders (issue 27, case 9: :func:`_takes_no_orders`); the session's server
     requires no authentication, which `schedule` says in one line."""
     url = run_env["PREFECT_API_URL"]
     ledger, out = make_ledger(tmp_path / "ledger.sqlite"), tmp_path / "out"
-    spec = demo_spec(tmp_path)
+    spec = demo_spec_with_its_domain(tmp_path)
     spec.write_text(spec.read_text().replace("release: acs-demo-2019", 'release: "acs-monthly-{run_date:%Y-%m}"'))
     approved = cli("plan", spec, "--approve", "--by", "Reviewer", "--ledger", ledger)
     assert approved.code == 0, approved
@@ -97,11 +109,13 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         assert [s["schedule"]["cron"] for s in found["schedules"]] == ["0 3 1 * *"]
         other_deployment = wait_for(lambda: (lambda d: d if d and d.get("schedules") else None)(
             deployment(url, "unapproved-test")), 120, "the second deployment")
-        _takes_no_orders(url, found, other_deployment, spec, other, ledger, out)
+        _takes_no_orders(url, found, other_deployment, spec, other, ledger, out, servers[0].pid)
 
-        finished = trigger_and_wait(url, found["id"])
-        assert finished["state"]["type"] == "COMPLETED", finished["state"]
-        month = datetime.fromisoformat(finished["expected_start_time"].replace("Z", "+00:00")).strftime("%Y-%m")
+        latest = latest_firing("0 3 1 * *", datetime.now(timezone.utc).replace(tzinfo=None))
+        done = finished(url, start_dated(url, found["id"], latest.replace(tzinfo=timezone.utc)))  # a genuine firing
+        assert done["state"]["type"] == "COMPLETED", done["state"]
+        month = datetime.fromisoformat(done["expected_start_time"].replace("Z", "+00:00")).strftime("%Y-%m")
+        assert month == f"{latest:%Y-%m}"
         release = f"acs-monthly-{month}"
         manifest = json.loads((out / release / "manifest.json").read_text())
         assert manifest["release"] == release and manifest["release_template"] == "acs-monthly-{run_date:%Y-%m}"
@@ -115,8 +129,9 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         assert next(a for a in artifacts if a["type"] == "markdown")["data"].startswith(
             (out / release / "budget_report.md").read_text())
 
-        refused = trigger_and_wait(url, other_deployment["id"])
+        refused = trigger_and_wait(url, other_deployment["id"])  # for now: it runs as the latest firing
         assert refused["state"]["type"] == "FAILED" and "not approved" in refused["state"]["message"], refused["state"]
+        assert f"release acs-monthly-other-{month} is not approved" in refused["state"]["message"], refused["state"]
         assert refused["state"]["message"].startswith("refused (exit 5): "), refused["state"]
         logs = wait_for(lambda: (lambda found: found if any(g["level"] >= 40 for g in found) else None)(
             api(url, "/logs/filter", {"logs": {"flow_run_id": {"any_": [refused["id"]]}}})), 60, "the run's logs")
@@ -138,7 +153,9 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
                 said.append(proc.communicate()[0])
         print("\n".join(text[-3000:] for text in said))  # shown when the test fails
     assert NO_AUTH_WARNING.format(url=url) in said[0].splitlines(), said[0]
-    assert "bound here: a run with other parameters, or after the spec file changes, is refused" in said[0], said[0]
+    assert (f"bound here ({binding_file('monthly-test')}): a run with other parameters, or after the spec or its "
+            "domain files change, or dated other than the latest firing of the cron, is refused") in said[0], said[0]
+    assert not binding_file("monthly-test").exists()  # removed when the serving process stopped
 
 
 def start_run(url: str, deployment_id: str, parameters: dict, job_variables: dict | None = None) -> str:  # type: ignore[type-arg]
@@ -164,32 +181,64 @@ NO_AUTH_WARNING = ("warning: the Prefect server at {url} requires no authenticat
                    "serve it on the server `dprelease server start` keeps, which requires a secret")
 
 
+def start_dated(url: str, deployment_id: str, when: datetime, then_now: bool = False) -> str:
+    """A flow run of the deployment scheduled for ``when``, as `prefect deployment run --start-at`
+    starts one; ``then_now``: then rescheduled for now (``POST /flow_runs/{id}/set_state``), which
+    the served runner starts at once while the run's expected start, the date a run reads, stays
+    ``when``."""
+    scheduled = {"type": "SCHEDULED", "state_details": {"scheduled_time": when.isoformat()}}
+    run_id = api(url, f"/deployments/{deployment_id}/create_flow_run", {"state": scheduled})["id"]
+    if then_now:
+        now = {"type": "SCHEDULED", "state_details": {"scheduled_time": datetime.now(timezone.utc).isoformat()}}
+        api(url, f"/flow_runs/{run_id}/set_state", {"state": now, "force": True})
+    return run_id
+
+
 def _takes_no_orders(url: str, found: dict, unapproved: dict, spec: Path, other: Path,  # type: ignore[type-arg]
-                     ledger: Path, out: Path) -> None:
-    """Issue 27, case 9, before any run of the served deployments ``found`` (of ``spec``,
-    approved) and ``unapproved`` (a spec nobody approved), both bound to ``ledger`` and ``out``:
-    `dprelease schedule` bound the spec (path and file fingerprint), ledger, output directory and
-    approval in the serving process. A run given another value for any of them — as `prefect
-    deployment run --param`, or the UI's custom run, would: each of these published before —, or
-    forging the binding through job variables, or started after the spec file was edited (a
-    comment: the plan, and its approval, unchanged), fails with one ERROR line and no traceback,
-    before any ledger is opened or created: nothing reserved, published or spent."""
-    bound = ScheduleBinding.bind(f"dprelease-scheduled/{found['name']}", spec.resolve(), str(ledger), out, True)
-    assert found["parameters"] == bound.parameters()
+                     ledger: Path, out: Path, serving: int) -> None:
+    """Issue 27, case 9 and item 8, before any run of the served deployments ``found`` (of
+    ``spec``, approved) and ``unapproved`` (a spec nobody approved), both bound to ``ledger`` and
+    ``out``: `dprelease schedule` (process ``serving``) bound the spec (path and file fingerprint,
+    and its domain file's), ledger, output directory, approval and cron in an owner-only file of
+    its own. A run given another value for any of them — as `prefect deployment run --param`, or
+    the UI's custom run, would: each of these published before —, or forging the binding through
+    job variables, or started after the spec file or its domain file was edited (a comment: the
+    plan, and its approval, unchanged), or dated other than the latest firing of the cron — a
+    month of 2001, a moment that is no firing (`--start-at`), the next firing (created for it,
+    then rescheduled for now: Prefect keeps the first date as the run's) — each of which published
+    a release of its own before, fails with one ERROR line and no traceback, before any ledger is
+    opened or created: nothing reserved, published or spent."""
+    from dprelease.cron import firings, latest_firing
+    from dprelease.schedule_binding import binding_file, read_binding
+
+    bound = read_binding(found["name"])
+    assert bound is not None and oct(binding_file(found["name"]).stat().st_mode & 0o777) == "0o600"
+    assert found["parameters"] == bound.parameters() and bound.cron == "0 3 1 * *" and bound.pid == serving
+    domain = spec.parent / "domains" / "puma.txt"
+    assert list(bound.side_files) == [str(domain)]
     fresh, elsewhere = out.parent / "x" / "fresh.sqlite", out.parent / "x" / "out"
+    forged = {**dataclasses.asdict(bound), "require_approval": False, "ledger": str(fresh)}
     overrides = {"require_approval": (unapproved, {"require_approval": False}, None),
                  "ledger": (found, {"ledger": str(fresh)}, None),
                  "output_dir": (found, {"output_dir": str(elsewhere)}, None),
                  "spec_path": (found, {"spec_path": str(other)}, None),
                  "forged": (found, {"require_approval": False, "ledger": str(fresh)},  # with a binding that agrees
-                            {"env": dataclasses.replace(bound, require_approval=False, ledger=str(fresh)).environ()})}
+                            {"env": {"DPRELEASE_SCHEDULE_BINDING": json.dumps(forged),
+                                     "XDG_DATA_HOME": str(out.parent / "x" / "xdg")}})}
     started = {what: start_run(url, where["id"], parameters, job_variables)
                for what, (where, parameters, job_variables) in overrides.items()}
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    latest = latest_firing("0 3 1 * *", now).replace(tzinfo=timezone.utc)
+    following = firings("0 3 1 * *", now, 1)[0].replace(tzinfo=timezone.utc)
+    dates = {"past": datetime(2001, 1, 1, 3, tzinfo=timezone.utc), "no firing": latest - timedelta(hours=23, minutes=53),
+             "future": following}
+    started.update({what: start_dated(url, found["id"], when, then_now=what == "future") for what, when in dates.items()})
     runs = {what: finished(url, run_id) for what, run_id in started.items()}
-    text = spec.read_text()
-    spec.write_text(text + "# edited after schedule started\n")
-    runs["edited"] = finished(url, start_run(url, found["id"], {}))
-    spec.write_text(text)  # the bytes it was served with: runs go on
+    for edited in (spec, domain):
+        text = edited.read_text()
+        edited.write_text(text + "# edited after schedule started\n")
+        runs[f"edited {edited.name}"] = finished(url, start_run(url, found["id"], {}))
+        edited.write_text(text)  # the bytes it was served with: runs go on
 
     for what, run in runs.items():
         message = run["state"]["message"]
@@ -204,7 +253,15 @@ def _takes_no_orders(url: str, found: dict, unapproved: dict, spec: Path, other:
         given = json.dumps(overrides[what][1][what])
         assert f"this run carries {what}={given}, but `dprelease schedule` bound {what}=" in \
             runs[what]["state"]["message"], runs[what]["state"]["message"]
-    assert "changed since `dprelease schedule` started serving it" in runs["edited"]["state"]["message"]
+    assert f"its spec {spec} changed since `dprelease schedule` started serving it" in \
+        runs["edited demo.yaml"]["state"]["message"]
+    assert f"its domain or mapping file {domain} changed since `dprelease schedule` started serving it" in \
+        runs["edited puma.txt"]["state"]["message"]
+    for what, why in (("past", "which is older than one period"), ("no firing", "which is not a firing of its cron"),
+                      ("future", "which is in the future")):
+        assert datetime.fromisoformat(runs[what]["expected_start_time"]) == dates[what]  # the date the run read
+        assert f": this run is dated {dates[what]:%Y-%m-%d %H:%M} UTC, {why}" in runs[what]["state"]["message"], \
+            runs[what]["state"]["message"]
     print("\n".join(f"{what}: {run['state']['message']}" for what, run in runs.items()))
 
     assert not fresh.exists() and not fresh.parent.exists() and not elsewhere.exists()
@@ -223,6 +280,11 @@ def test_schedule_refuses_without_a_server_or_with_a_bad_cron(tmp_path, cli, mon
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
     result = cli("schedule", spec, "--cron", "not a cron")
     assert result.code == 2 and "cron" in result.stderr
+    for unread in ("0 3 L * *", "0 3 1 * * 0"):  # Prefect takes these; each run's date could not be checked
+        result = cli("schedule", spec, "--cron", unread)
+        assert result.code == 2 and "is not a cron expression dprelease reads" in result.stderr, result
+    result = cli("schedule", spec, "--cron", "0 3 31 2 *")
+    assert result.code == 2 and "does not fire in the next ten years" in result.stderr, result
 
 
 def test_release_templates(tmp_path, cli):
@@ -410,74 +472,79 @@ def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceba
     traceback); a bug (exit 1) still raises."""
     import logging
 
-    import prefect
     from prefect.states import State
 
     import dprelease.lifecycle
     from dprelease import orchestrate
     from dprelease.errors import InternalError, OverBudgetError
 
-    logger = logging.getLogger("test-scheduled-run")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
+    records = run_logs(monkeypatch, "test-scheduled-run")
     raised: list[Exception] = [OverBudgetError("acs-2020 needs ε = 1 but only 1/2 remains")]
 
     def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise raised[0]
 
     monkeypatch.setattr(dprelease.lifecycle, "run_spec", refuse)
-    spec = demo_spec(tmp_path)  # what a `dprelease schedule` process bound, in its environment
-    monkeypatch.setenv(*ScheduleBinding.bind("dprelease-scheduled/t", spec, None, tmp_path / "out", True).environ().popitem())
-    try:
-        state = orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
-        assert isinstance(state, State) and state.is_failed()
-        assert state.message == "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains"
-        errors = [r for r in records if r.levelno >= logging.WARNING]
-        assert [(r.levelname, r.getMessage()) for r in errors] == [
-            ("ERROR", "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains")]
-        assert errors[0].exc_info is None and errors[0].exc_text is None
+    spec = demo_spec(tmp_path)  # what a `dprelease schedule` process (this one) bound
+    bind_here(monkeypatch, spec, tmp_path / "out")
+    state = orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
+    assert isinstance(state, State) and state.is_failed()
+    assert state.message == "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains"
+    errors = [r for r in records if r.levelno >= logging.WARNING]
+    assert [(r.levelname, r.getMessage()) for r in errors] == [
+        ("ERROR", "refused (exit 3): acs-2020 needs ε = 1 but only 1/2 remains")]
+    assert errors[0].exc_info is None and errors[0].exc_text is None
 
-        raised[0] = InternalError("a broken invariant")
-        records.clear()
-        try:
-            orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
-        except InternalError:
-            pass
-        else:
-            raise AssertionError("a bug must raise, with its traceback")
-        assert not [r for r in records if r.levelno >= logging.ERROR]
-    finally:
-        logger.removeHandler(handler)
+    raised[0] = InternalError("a broken invariant")
+    records.clear()
+    try:
+        orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out"))
+    except InternalError:
+        pass
+    else:
+        raise AssertionError("a bug must raise, with its traceback")
+    assert not [r for r in records if r.levelno >= logging.ERROR]
 
 
 def test_a_scheduled_run_that_no_schedule_process_bound_or_that_differs_at_all_is_refused(tmp_path, monkeypatch):
-    """The flow's body, called directly: without a binding in its process (a worker, say) it
-    refuses before the lifecycle is called; with one, a parameter equal only loosely (1 for
-    true, a path spelled otherwise) is a different value, refused too; the same values run."""
+    """The flow's body, called directly: without a binding kept for its deployment (a worker,
+    say) it refuses before the lifecycle is called, and a binding given in its environment
+    instead (as a worker's job variables would give it) is no binding; with one, a parameter
+    equal only loosely (1 for true, a path spelled otherwise) is a different value, refused too;
+    the same values run, dated the latest firing of the bound cron."""
     import logging
 
     import prefect
 
     import dprelease.lifecycle
     from dprelease import orchestrate
-    from dprelease.schedule_binding import VARIABLE
+    from dprelease.cron import latest_firing
 
     calls: list[tuple] = []  # type: ignore[type-arg]
-    monkeypatch.setattr(dprelease.lifecycle, "run_spec", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.setattr(dprelease.lifecycle, "run_spec", lambda *args, **kwargs: calls.append((args, kwargs)))
     monkeypatch.setattr(prefect, "get_run_logger", lambda: logging.getLogger("test-unbound"))
-    monkeypatch.delenv(VARIABLE, raising=False)
     spec, out = demo_spec(tmp_path), tmp_path / "out"
+    run_as(monkeypatch, "t", None)
+    forged = ScheduleBinding.bind("dprelease-scheduled/t", spec, (), None, out, True, MONTHLY)
+    for environ in ({}, {"DPRELEASE_SCHEDULE_BINDING": json.dumps(dataclasses.asdict(forged))}):
+        with monkeypatch.context() as m:
+            for name, value in environ.items():
+                m.setenv(name, value)
+            state = orchestrate.scheduled_release.fn(str(spec), None, str(out), True)
+        assert state.is_failed() and state.message.startswith(
+            "refused (exit 2): this flow run was not started by a `dprelease schedule` process (no binding of "
+            "deployment 't' in "), (environ, state.message)
+    run_as(monkeypatch, None, None)  # not a deployment's run at all
     state = orchestrate.scheduled_release.fn(str(spec), None, str(out), True)
-    assert state.is_failed() and state.message.startswith(
-        "refused (exit 2): this flow run was not started by a `dprelease schedule` process"), state.message
-    monkeypatch.setenv(*ScheduleBinding.bind("dprelease-scheduled/t", spec, None, out, True).environ().popitem())
+    assert state.is_failed() and "(no deployment)" in state.message, state.message
+    bind_here(monkeypatch, spec, out)
     for loose in ((str(spec), None, str(out), 1), (str(spec), None, str(out) + "/", True),
                   (str(spec), "", str(out), True)):
         state = orchestrate.scheduled_release.fn(*loose)
         assert state.is_failed() and "takes no orders" in state.message, (loose, state.message)
     assert calls == []
     assert orchestrate.scheduled_release.fn(str(spec), None, str(out), True) is None
-    assert calls == [(spec, None, out)]
+    [(args, kwargs)] = calls
+    assert args == (spec, None, out)
+    due = latest_firing(MONTHLY, datetime.now(timezone.utc).replace(tzinfo=None))
+    assert kwargs["run_date"] == due.replace(tzinfo=timezone.utc) and kwargs["require_approval"] is True

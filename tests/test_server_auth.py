@@ -165,3 +165,77 @@ def test_check_access_asks_with_the_credentials_prefect_will_use(monkeypatch):
     monkeypatch.setenv("PREFECT_API_KEY", "pnu_cloud")
     server.check_access("http://127.0.0.1:9/api")
     assert len(asked) == 3
+
+
+def test_the_secrets_directories_are_owner_only_whatever_the_umask(tmp_path, monkeypatch):
+    """Issue 27, item 8 (review 4): the secret's missing parent directories are made by the one
+    file-mode rule (dprelease.files.make_dirs), 0700 each, even under umask 000."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "new" / "data"))
+    previous = os.umask(0)
+    try:
+        server_auth.kept_secret()
+    finally:
+        os.umask(previous)
+    made = [tmp_path / "new", tmp_path / "new" / "data", tmp_path / "new" / "data" / "dprelease"]
+    assert [oct(d.stat().st_mode & 0o777) for d in made] == ["0o700"] * 3
+    assert oct(server_auth.secret_file().stat().st_mode & 0o777) == "0o600"
+
+
+FAKE_PREFECT_SERVER = """
+import http.server, os, sys
+AUTH = bool(os.environ.get("PREFECT_SERVER_API_AUTH_STRING"))  # as Prefect: every route but its probes wants it
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        probe = self.path.endswith(("/health", "/ready"))
+        self.send_response(401 if AUTH and not probe and "Authorization" not in self.headers else 200)
+        self.end_headers()
+        self.wfile.write(b"true")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def test_a_day_server_without_authentication_is_replaced_never_kept_silently(tmp_path, monkeypatch, cli):
+    """Issue 27, item 8 (review 5): a day server started before dprelease required authentication
+    (an upgrade; the shipped systemd unit runs `server start` first) answers without the secret.
+    `server start` does not call it "already running": it says so in a warning, stops it, and
+    starts one that requires the secret on the same port. (Two stand-ins for Prefect's server,
+    answering as it does with and without ``PREFECT_SERVER_API_AUTH_STRING``.)"""
+    from dprelease.cli import warm
+    from dprelease.processes import process_start, write_record
+
+    def fake(port: int, log: Path, *, with_parent: bool = False,  # type: ignore[no-untyped-def]
+             extra_env: dict[str, str] | None = None):
+        environ = {k: v for k, v in os.environ.items() if k != server_auth.SERVER_VARIABLE}
+        return subprocess.Popen([sys.executable, "-c", FAKE_PREFECT_SERVER, str(port)], env={**environ, **(extra_env or {})},
+                                start_new_session=True)
+
+    port = server._any_free_port()
+    old = fake(port, tmp_path / "old.log")
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        server._wait_healthy(old, url, tmp_path / "old.log", 30)
+        write_record(server.state_file(), server.Server(old.pid, process_start(old.pid), url, "t", "log", "home"))
+        assert server_auth.answers(url) == 200  # no secret asked: anyone who reaches it can start runs
+        monkeypatch.setattr(server, "_spawn", fake)
+        stopped_runners: list[bool] = []
+        monkeypatch.setattr(warm, "stop", lambda: stopped_runners.append(True))
+        monkeypatch.setattr(warm, "start", lambda api: (None, "warm runner: not started (a test)"))
+        result = cli("server", "start")
+        assert result.code == 0, result
+        assert (f"warning: the Prefect server at {url} (PID {old.pid}) answered WITHOUT authentication (started before "
+                "dprelease required it: anyone who reached it could start runs); it was stopped, and one that requires "
+                "the secret replaces it") in result.stderr, result
+        new = server.recorded()
+        assert new is not None and new.pid != old.pid and new.url == url  # the same port: its clients find it
+        assert result.stdout.startswith(f"replaced: {url} (PID {new.pid}"), result.stdout
+        assert old.wait(timeout=30) is not None and stopped_runners == [True]
+        assert server_auth.answers(url) == 401 and server_auth.answers(url, server_auth.read_secret()) == 200
+        again = cli("server", "start")  # a server that requires the secret is kept
+        assert again.code == 0 and again.stdout.startswith(f"already running: {url} (PID {new.pid}"), again
+        assert "WITHOUT" not in again.stderr
+    finally:
+        server.stop()
+        old.kill()
+        old.wait()

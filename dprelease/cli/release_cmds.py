@@ -176,15 +176,17 @@ def schedule(
         "--no-approval", help="Run plans that were not approved with `plan --approve` (default: refuse them).")] = False,
 ) -> None:
     """Register a cron-scheduled deployment of SPEC on the Prefect server at PREFECT_API_URL (or
-    the one `dprelease server` keeps) and serve it (runs until interrupted). Each run names its release from the spec's template, e.g.
-    release: "acs-monthly-{run_date:%Y-%m}", with its scheduled start (UTC), and by default
-    refuses a plan that is not approved (nothing spent)."""
+    the one `dprelease server` keeps) and serve it (runs until interrupted). Each run names its
+    release from the spec's template, e.g. release: "acs-monthly-{run_date:%Y-%m}", with its
+    firing of the cron (UTC): the latest at or before now, no other; by default it refuses a plan
+    that is not approved (nothing spent)."""
     from dprelease import server, server_auth
     from dprelease.lifecycle.prepare import output_location
-    from dprelease.schedule_binding import ScheduleBinding
+    from dprelease.schedule_binding import ScheduleBinding, serving
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
+    _check_cron(cron)
     with spec_ledger(spec, spec_location(spec, ledger), quiet=True):  # so does a ledger that is not there
         pass
     clash = _name_clash(spec.release_template, cron)
@@ -217,13 +219,30 @@ def schedule(
         raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron")
     deployment = name or spec_path.stem
     outputs = output_location(output_dir, spec)  # fixed now: the served runs' working directory is this one
-    binding = ScheduleBinding.bind(f"dprelease-scheduled/{deployment}", spec.source.resolve(), ledger, outputs,
-                                   require_approval=not no_approval)
-    say(f"serving deployment {binding.deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
-        f"ledger {location.shown}; releases land in {outputs}; approval "
-        f"{'not required' if no_approval else 'required'}; bound here: a run with other parameters, or after the "
-        "spec file changes, is refused. Ctrl-C stops it.")
-    orchestrate.serve_schedule(deployment, cron, binding)
+    binding = ScheduleBinding.bind(f"dprelease-scheduled/{deployment}", spec.source.resolve(), spec.side_files,
+                                   ledger, outputs, not no_approval, cron)
+    with serving(binding) as kept:  # for the runs to check themselves against, while this process serves
+        say(f"serving deployment {binding.deployment} ({cron}) against {os.environ['PREFECT_API_URL']}; "
+            f"ledger {location.shown}; releases land in {outputs}; approval "
+            f"{'not required' if no_approval else 'required'}; bound here ({kept}): a run with other parameters, or "
+            "after the spec or its domain files change, or dated other than the latest firing of the cron, is "
+            "refused. Ctrl-C stops it.")
+        orchestrate.serve_schedule(binding)
+
+
+def _check_cron(cron: str) -> None:
+    """Refuse a cron that :mod:`dprelease.cron` cannot read (each run's date is checked against
+    it) or that never fires."""
+    from dprelease.cron import firings
+
+    found = firings(cron, datetime.now(timezone.utc).replace(tzinfo=None), 1)
+    if found is None:
+        raise typer.BadParameter(f"{cron!r} is not a cron expression dprelease reads, e.g. \"0 3 1 * *\": five "
+                                 "fields of numbers, *, ranges a-b, steps */s, lists a,b and month or day names, or "
+                                 "@daily, @weekly, @monthly... (each run's date is checked against it)",
+                                 param_hint="--cron")
+    if not found:
+        raise typer.BadParameter(f"{cron!r} does not fire in the next ten years", param_hint="--cron")
 
 
 def _name_clash(template: str | None, cron: str) -> tuple[datetime, datetime, str] | None:

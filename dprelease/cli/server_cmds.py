@@ -21,9 +21,14 @@ def server_start(
 
     if server.recorded() is None:
         say("starting a Prefect server on 127.0.0.1 (the first start on a new PREFECT_HOME migrates its database) ...")
-    running, already = server.start(port)
-    out.print(f"{'already running' if already else 'started'}: {running.url} (PID {running.pid}, log {running.log})",
-              markup=False)
+    running, replaced, already = server.start(port)
+    if replaced is not None:
+        say(f"warning: the Prefect server at {replaced.url} (PID {replaced.pid}) answered WITHOUT authentication "
+            "(started before dprelease required it: anyone who reached it could start runs); it was stopped, and "
+            "one that requires the secret replaces it (restart any `dprelease schedule` that served on the old one)")
+        warm.stop()  # its runner was the old server's client, without the secret
+    out.print(f"{'already running' if already else 'replaced' if replaced else 'started'}: {running.url} "
+              f"(PID {running.pid}, log {running.log})", markup=False)
     _, said = warm.start(running.url)
     out.print(said, markup=False)
     out.print("dprelease run now runs releases as flow runs there; `dprelease server stop` ends it", markup=False)

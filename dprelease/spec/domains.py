@@ -100,6 +100,7 @@ class RollupColumn:
     values: tuple[str, ...]
     parent_of: tuple[int, ...]  # per code of ``source``, the code of its parent in ``values``
     missing: None = None
+    mapping_file: str | None = None  # as written, for the record
 
     def __post_init__(self) -> None:
         if any(not 0 <= p < len(self.values) for p in self.parent_of):

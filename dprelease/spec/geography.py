@@ -80,7 +80,8 @@ def _rollup(r: Reader, name: str, fine: Column, declared: dict[str, Column]) -> 
             return None
     values = tuple(dict.fromkeys(parents_of))  # order of first appearance in the declared domain
     index = {v: i for i, v in enumerate(values)}
-    return RollupColumn(name, fine.name, values, tuple(index[p] for p in parents_of))
+    return RollupColumn(name, fine.name, values, tuple(index[p] for p in parents_of),
+                        mapping_file=r.get(at + ("mapping_file",), str))
 
 
 def _mapping(r: Reader, path: tuple, children: tuple[str, ...]) -> list[str] | None:

@@ -279,6 +279,17 @@ class Spec:
     output_dir: str | None = None  # as written (not in the fingerprint: where releases land, not what)
 
     @property
+    def side_files(self) -> tuple[str, ...]:
+        """The files beside the spec that shape the release, as written (relative to the spec
+        file): its domain files and geography mapping files."""
+        found = []
+        for column in self.columns:
+            match column:
+                case CategoricalColumn(domain_file=str(written)) | RollupColumn(mapping_file=str(written)):
+                    found.append(written)
+        return tuple(found)
+
+    @property
     def invariant_levels(self) -> tuple[str, ...]:
         """Levels whose place totals are published exactly: the declared ones and every coarser
         one (a coarser total is a sum of finer ones, so it is exact too), the root first."""
