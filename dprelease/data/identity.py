@@ -75,7 +75,7 @@ import pyarrow as pa
 
 from dprelease.data.record_hash import Lookup, Missing, canonical_name, column_hashes, column_seed, mix
 from dprelease.data.scan import Source, every_column
-from dprelease.data.sketches import Bottom, Share, Sketch, packed, unpacked
+from dprelease.data.sketches import Bottom, Sketch, packed, unpacked
 
 K_RECORDS = 1024  # the full records' sketch
 GROUPS = 4  # the columns fall in four groups by name
@@ -139,25 +139,25 @@ class Identity:
             return None
         return Overlap(best[0], best[1])
 
-    def shares(self, other: Identity, *, raw: bool = False) -> tuple[float, float]:
+    def shares(self, other: Identity) -> tuple[float, float]:
         """(the estimated share of this data's rows whose records are in ``other``, of ``other``'s
-        in this), beyond chance (``raw``: not), the largest over the comparisons :meth:`overlap`
-        makes (for benchmarks and tests: the figures the threshold is applied to; never shown
-        where a log or a refusal can carry them)."""
+        in this), beyond chance, the largest over the comparisons :meth:`overlap` makes (for
+        benchmarks and tests: the figures the threshold is applied to; never shown where a log
+        or a refusal can carry them)."""
         if self.digest == other.digest:
             return 1.0, 1.0
-        found = [(e[3].raw if raw else e[0], e[2]) for e in self._estimates(other)]
+        found = [(e[0], e[2]) for e in self._estimates(other)]
         return max((f for f, way in found if way == 0), default=0.0), max((f for f, way in found if way == 1), default=0.0)
 
-    def _estimates(self, other: Identity) -> Iterator[tuple[float, str, int, Share]]:
+    def _estimates(self, other: Identity) -> Iterator[tuple[float, str, int]]:
         """(share beyond chance, what it is of, 0: this data's rows in ``other``, 1: the other
-        way, the estimate) of every comparison with enough sampled records that chance would
-        not find (:data:`dprelease.data.sketches.MIN_SAMPLES`)."""
+        way) of every comparison with enough sampled records that chance would not find
+        (:data:`dprelease.data.sketches.MIN_SAMPLES`)."""
         for mine, theirs, apart in self._comparisons(other):
             for way, share, what in ((0, mine.within(theirs), "most of its records are records of that data"),
                                      (1, theirs.within(mine), "most of that data's records are in it")):
                 if share.compared:
-                    yield share.beyond_chance, what + apart, way, share
+                    yield share.beyond_chance, what + apart, way
 
     def matches(self, other_plain: bytes) -> str | None:
         """For the ledger (which holds sealed identities and never imports this module): why the
