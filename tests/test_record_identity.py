@@ -313,3 +313,25 @@ def test_a_stored_identity_of_another_version_is_passed_over(tmp_path):
         assert ledger.same_people(mine, "now") is None
     finally:
         ledger.close()
+
+
+def test_the_chance_model_s_poisson_expectation_is_exact():
+    """E[min(c, X)], X Poisson of mean λ, against the direct sum of min(c, j) P(X = j) (the pmf
+    in log space), to 1e-9; above a mean of 700, min(c, λ), which bounds it from above (Jensen:
+    more chance, never less)."""
+    import math
+
+    import numpy as np
+
+    from dprelease.data.sketches import expected_min
+
+    def direct(c: int, lam: float) -> float:
+        return sum(min(c, j) * math.exp(-lam + j * math.log(lam) - math.lgamma(j + 1)) if lam else 0.0
+                   for j in range(int(lam + 40 * math.sqrt(lam) + 200)))
+
+    counts = np.array([1, 2, 5, 40, 1, 3, 300, 2])
+    means = np.array([0.0, 0.3, 3.0, 50.0, 0.01, 400.0, 250.0, 900.0])
+    got = expected_min(counts, means)
+    for c, lam, e in zip(counts[:-1], means[:-1], got[:-1]):
+        assert abs(e - direct(int(c), float(lam))) < 1e-9, (c, lam, e)
+    assert got[-1] == 2.0 and direct(2, 900.0) <= 2.0 + 1e-9

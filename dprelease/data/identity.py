@@ -20,7 +20,7 @@ Algorithm: bottom-k sketches of multisets (:mod:`dprelease.data.sketches`), in o
 * the columns fall in :data:`GROUPS` groups by a hash of their canonical names; for each of the
   six pairs of groups (:data:`PAIRS`), the :data:`K_PAIR` smallest hashes of the records
   WITHOUT that pair's columns (the sum of the other two groups' parts of the row's hash: an
-  addition). Two data sets whose column names differ in one or two groups only (two columns
+  addition; then :func:`~dprelease.data.record_hash.finish`, a lighter mix than the record's). Two data sets whose column names differ in one or two groups only (two columns
   dropped, added or renamed; one dropped and one added) are compared on the records of the
   other groups' columns: with one group apart, on the three pairs that include it; with the
   same names, on every pair (values recoded in one or two groups). The groups each data set's
@@ -46,7 +46,9 @@ catch". Why a data set is taken for another is said in words with no figure of t
 (:attr:`Overlap.how`: "most of its records …"), as refusals reach a scheduled run's log.
 
 Cost: per row and column, one gather of a value hash and one addition; per row, seven mixes
-(the record, the six pairs) and the comparisons with the sketches' thresholds: measured in
+(the record's, and a lighter one for each of the six pairs) and the comparisons with the
+sketches' thresholds; a sketch of few distinct values (a pair of groups of a few coded columns)
+counts every row through numpy's hash table: measured in
 ``benchmarks/identity.py`` (the rows are read by the data check's pass whenever it reads every
 row, so the identity adds only the columns the spec does not declare; a pass of its own, every
 column read dictionary-encoded, where the check reads headers only).
@@ -73,7 +75,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from dprelease.data.record_hash import Lookup, Missing, canonical_name, column_hashes, column_seed, mix
+from dprelease.data.record_hash import Lookup, Missing, canonical_name, column_hashes, column_seed, finish, mix
 from dprelease.data.scan import Source, every_column
 from dprelease.data.sketches import Bottom, Sketch, packed, unpacked
 
@@ -206,10 +208,13 @@ class Sketcher:
 
     def _add_rows(self, columns: list[tuple[int, Lookup]], start: int, n: int) -> None:
         *parts, total, record, scratch = (b[:n] for b in self._buffers)
-        for part in parts:
-            part.fill(0)
+        written = [False] * GROUPS
         for group, lookup in columns:
-            lookup.add_to(parts[group], start, scratch)
+            lookup.add_to(parts[group], start, scratch, fresh=not written[group])
+            written[group] = True
+        for part, done in zip(parts, written):
+            if not done:
+                part.fill(0)
         np.add(parts[0], parts[1], out=total)
         for part in parts[2:]:
             np.add(total, part, out=total)
@@ -219,7 +224,7 @@ class Sketcher:
         self.sums[1] = (self.sums[1] + int(np.multiply(record, record, out=scratch).sum(dtype=np.uint64))) % _WRAP
         for (a, b), sketch in zip(_KEPT, self.without):  # the records on the other two groups' columns
             np.add(parts[a], parts[b], out=record)
-            sketch.add(mix(record, out=record, scratch=scratch))
+            sketch.add(finish(record, out=record, scratch=scratch))
 
     def identity(self) -> Identity:
         seeds = [sorted(int(column_seed(n)) for n in self.names if group_of(n) == j) for j in range(GROUPS)]

@@ -75,6 +75,18 @@ def mix(x: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray | None
     return out
 
 
+def finish(x: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """A lighter mix for sums that are already uniform (sums of :func:`mix`-ed value hashes):
+    multiply, xor-shift, multiply (a bijection, half of :func:`mix`'s passes). It breaks the
+    sums' additivity before a sketch selects them by their smallest values (the top bits of the
+    last product depend on every bit of the sum); into ``out``, ``scratch`` its temporary."""
+    np.multiply(x, _M1, out=out)
+    np.right_shift(out, np.uint64(32), out=scratch)
+    np.bitwise_xor(out, scratch, out=out)
+    np.multiply(out, _M2, out=out)
+    return out
+
+
 def canonical_name(name: str) -> str:
     """A column's name as a record knows it: Unicode-normalised (NFKC), case-folded, and only its
     letters and digits kept, so ``SEX``, ``sex``, `` Sex `` and ``s_e_x`` are one column, and
@@ -112,16 +124,22 @@ class Lookup:
     index: np.ndarray | None = None
     offset: int = 0
 
-    def add_to(self, total: np.ndarray, start: int, scratch: np.ndarray) -> None:
+    def add_to(self, total: np.ndarray, start: int, scratch: np.ndarray, *, fresh: bool = False) -> None:
         """Add rows ``start`` to ``start + len(total)`` of the column's hashes into ``total``
-        (``scratch``: a buffer of its size)."""
+        (``scratch``: a buffer of its size); ``fresh``: write them there instead (``total`` holds
+        nothing yet: a pass saved)."""
         stop = start + total.size
         if self.index is None:
-            np.add(total, self.table[start:stop], out=total)
+            if fresh:
+                total[:] = self.table[start:stop]
+            else:
+                np.add(total, self.table[start:stop], out=total)
             return
         index = self.index[start:stop]
-        np.take(self.table, index - index.dtype.type(self.offset) if self.offset else index, out=scratch)
-        np.add(total, scratch, out=total)
+        np.take(self.table, index - index.dtype.type(self.offset) if self.offset else index,
+                out=total if fresh else scratch, mode="clip")  # in range by construction; "clip" skips numpy's check
+        if not fresh:
+            np.add(total, scratch, out=total)
 
 
 def column_hashes(arr: pa.Array | pa.ChunkedArray, name: str, missing: Missing) -> Lookup:

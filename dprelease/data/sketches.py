@@ -163,6 +163,9 @@ class Bottom:
         if values.size > self.k:  # only the k smallest distinct values can stay
             keep = np.argpartition(values, self.k - 1)[:self.k]
             values, counts = values[keep], counts[keep]
+        if np.array_equal(values, self.hashes):  # few values, all seen before (a few coded columns): counted
+            self.counts = self.counts + counts
+            return
         self._merge(values, counts)
 
     def _merge(self, values: np.ndarray, counts: np.ndarray) -> None:
