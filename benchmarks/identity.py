@@ -1,13 +1,13 @@
 """A dataset's identity by its records (dprelease/data/identity.py): what it costs, and what it
 recognises.
 
-    python benchmarks/identity.py [--rows 10000000] [--repeats 3] [--readme]   # ~10 min at 10M rows
+    python benchmarks/identity.py [--rows 10000000] [--repeats 3] [--readme]   # ~2 min at 10M rows once the data is written
 
 1. Cost, at ``--rows`` rows of two shapes of data (written once to ``benchmarks/data/``,
    git-ignored): the suite's synthetic person file (``generate.py``: Parquet, 7 columns, all
-   declared by the spec; 87 MB at 10M rows, so the data check reads every row and the identity
+   declared by the spec; 83 MB at 10M rows, so the data check reads every row and the identity
    sketches its batches), and national2019 repeated to ``--rows`` rows (CSV, 24 columns, the demo
-   spec's 6 declared; 720 MB at 10M rows: over 256 MB, so the check reads headers only and the
+   spec's 6 declared; 687 MB at 10M rows: over 256 MB, so the check reads headers only and the
    identity reads every column in a pass of its own). ``dprelease run`` as a child process
    (inline, a fresh ledger and output directory each time), medians of ``--repeats``: from its
    run record, the identity's own work against the rest of the run's compute (the check, the
