@@ -1,7 +1,7 @@
 """A dataset's identity by its records (dprelease/data/identity.py): what it costs, and what it
 recognises.
 
-    python benchmarks/identity.py [--rows 10000000] [--repeats 3] [--readme]   # ~2 min at 10M rows once the data is written
+    python benchmarks/identity.py [--rows 10000000] [--repeats 3] [--readme]   # ~2 min once the data is written
 
 1. Cost, at ``--rows`` rows of two shapes of data (written once to ``benchmarks/data/``,
    git-ignored): the suite's synthetic person file (``generate.py``: Parquet, 7 columns, all

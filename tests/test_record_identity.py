@@ -335,3 +335,31 @@ def test_the_chance_model_s_poisson_expectation_is_exact():
     for c, lam, e in zip(counts[:-1], means[:-1], got[:-1]):
         assert abs(e - direct(int(c), float(lam))) < 1e-9, (c, lam, e)
     assert got[-1] == 2.0 and direct(2, 900.0) <= 2.0 + 1e-9
+
+
+def test_a_scheduled_run_of_a_reexport_logs_its_refusal_without_a_figure(released, monkeypatch, caplog):
+    """A scheduled run (the flow's body, bound as `dprelease schedule` binds it) of a re-export
+    under a new name: refused by the ledger, one ERROR line in the run's log and the flow's
+    state, which say "most of its records" and carry no share (Prefect keeps its logs)."""
+    import logging
+
+    import prefect
+
+    from dprelease import orchestrate
+    from dprelease.schedule_binding import ScheduleBinding
+
+    logger = logging.getLogger("test-scheduled-identity")
+    monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
+    monkeypatch.setattr(logger, "handlers", [caplog.handler])
+    monkeypatch.delenv("DPRELEASE_LEDGER", raising=False)
+    spec = sex_spec(released["root"], released["variants"]["10% rows dropped"], "scheduled-copy", "scheduled-copy")
+    monkeypatch.setenv(*ScheduleBinding.bind("dprelease-scheduled/t", spec, None, released["out"], False)
+                       .environ().popitem())
+    with caplog.at_level(logging.INFO, logger="test-scheduled-identity"):
+        state = orchestrate.scheduled_release.fn(str(spec), None, str(released["out"]), False)
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    print(state.message)
+    assert state.is_failed() and state.message.startswith("refused (exit 2): this data was already released")
+    assert "most of its records are records of that data" in logged
+    assert not re.search(r"\d\s*%|\d\.\d", state.message + logged), logged
+    assert ledger_runs(released["ledger"]) == [(FIRST, "first", "committed")]
