@@ -35,13 +35,19 @@ give ρ ≈ 0 too; in B they change nothing of ρ. An estimate needs :data:`MIN_
 records that chance would not find (``Σ P(not found by chance)``), so data whose records all
 recur says nothing of its people and is not compared (only its exact records are).
 
+Where A and B are not of one population (other states: other places' records), the model
+overstates chance (A's common records are not common in B): it errs towards telling data sets
+apart, and a re-export, whose share is all or nearly all, is still far above it.
+
 Cost: streaming, per batch of hashes, one comparison with the sketch's threshold per hash and a
-hash table of the few below it; a comparison, a few thousand operations.
+hash table (numpy's ``unique``) of those below it — most of them where the sketch is of a few
+coded columns; a comparison, vectors of at most k, the Poisson sum to about λ + 12√λ terms
+(a few milliseconds at most).
 
 Assumes: hashes are uniform (mixed) 64-bit values, one per row; ``rows`` is the multiset's size.
 Guarantees: a sketch depends on the multiset only (not on the batches' order); estimates are of
 the sampled records only. Nothing here is keyed: a sketch is as sensitive as the data (a sketch
-of a small file holds every distinct record). Imports numpy and pyarrow only.
+of a small file holds every distinct record). Imports numpy only.
 """
 
 from __future__ import annotations
