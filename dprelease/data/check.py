@@ -150,7 +150,8 @@ def check_data(spec: Spec, *, full: bool = True, read: Callable[[int], None] | N
         progress = None if read is None else (lambda n, before=done: read(before + min(n, size)))
         wanted = present if records is None else list(dict.fromkeys(present + every_column(src, piece)))
         try:  # the columns the file has: one that lacks a column still has its other columns checked
-            for first_row, batch in src.batches(piece, wanted, text, read=progress):
+            for first_row, batch in src.batches(piece, wanted, text, read=progress,
+                                                dictionary=[n for n in wanted if n not in present]):
                 _check_batch(reading, declared, batch, piece.path, first_row, result)
                 if records is not None:
                     records.add(batch)

@@ -2,8 +2,10 @@
 file is written.
 
 Model. A record is a row's values in EVERY column of the file (Hive keys included), each
-named by its column, so column order does not matter. A value is canonicalised before it is
-hashed, so that a re-export that keeps the values keeps the hashes:
+named by its column's canonical name (:func:`canonical_name`: Unicode-normalised, case-folded,
+letters and digits only, so ``SEX``, `` sex `` and ``s_e_x`` are one column), so column order
+and the header's spelling do not matter. A value is canonicalised before it is hashed, so that
+a re-export that keeps the values keeps the hashes:
 
 * text is trimmed; an empty value, a null and any of the spec's ``na_values`` are one null;
 * a value that reads as a decimal number (``5000.0``, ``+5``, ``1.50``, ``1e3``, ``007``; a
@@ -28,7 +30,7 @@ ranges) or nothing (the others); then, per row and column, a gather and an addit
 
 Assumes: values are what a reader of the file gets (CSV as text, Parquet as its types).
 Guarantees: the same multiset of records gives the same hashes whatever the row order, line
-endings, quoting, column order, CSV or Parquet; the hashes are NOT keyed (anyone can compute
+endings, quoting, column order, the case and punctuation of column names, CSV or Parquet; the hashes are NOT keyed (anyone can compute
 them), so they are as sensitive as the data and never leave this process: what is stored is
 sealed under the ledger's key (:mod:`dprelease.ledger.keys`). Unkeyed on purpose, like the plain
 SHA-256 of a file: one plain identity is compared with any ledger's sealed ones (a release of
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,9 +75,31 @@ def mix(x: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray | None
     return out
 
 
+def finish(x: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """A lighter mix for sums that are already uniform (sums of :func:`mix`-ed value hashes):
+    multiply, xor-shift, multiply (a bijection, half of :func:`mix`'s passes). It breaks the
+    sums' additivity before a sketch selects them by their smallest values (the top bits of the
+    last product depend on every bit of the sum); into ``out``, ``scratch`` its temporary."""
+    np.multiply(x, _M1, out=out)
+    np.right_shift(out, np.uint64(32), out=scratch)
+    np.bitwise_xor(out, scratch, out=out)
+    np.multiply(out, _M2, out=out)
+    return out
+
+
+def canonical_name(name: str) -> str:
+    """A column's name as a record knows it: Unicode-normalised (NFKC), case-folded, and only its
+    letters and digits kept, so ``SEX``, ``sex``, `` Sex `` and ``s_e_x`` are one column, and
+    ``WGTP_1``, ``wgtp-1`` and ``WGTP1`` another. (Two columns of one file that meet here are both
+    hashed, under one name; a name of no letter or digit is the empty name.)"""
+    return "".join(c for c in unicodedata.normalize("NFKC", name).casefold() if c.isalnum())
+
+
+@functools.lru_cache(maxsize=4096)
 def column_seed(name: str) -> np.uint64:
-    """A column's seed: its name (trimmed) hashed, so a value hashes differently in each column."""
-    digest = hashlib.blake2b(name.strip().encode("utf-8", "surrogatepass"), digest_size=8,
+    """A column's seed: its canonical name (:func:`canonical_name`) hashed, so a value hashes
+    differently in each column and alike under any spelling of its column's name."""
+    digest = hashlib.blake2b(canonical_name(name).encode("utf-8", "surrogatepass"), digest_size=8,
                              person=b"dprelease-col").digest()
     return np.uint64(int.from_bytes(digest, "little"))
 
@@ -99,16 +124,22 @@ class Lookup:
     index: np.ndarray | None = None
     offset: int = 0
 
-    def add_to(self, total: np.ndarray, start: int, scratch: np.ndarray) -> None:
+    def add_to(self, total: np.ndarray, start: int, scratch: np.ndarray, *, fresh: bool = False) -> None:
         """Add rows ``start`` to ``start + len(total)`` of the column's hashes into ``total``
-        (``scratch``: a buffer of its size)."""
+        (``scratch``: a buffer of its size); ``fresh``: write them there instead (``total`` holds
+        nothing yet: a pass saved)."""
         stop = start + total.size
         if self.index is None:
-            np.add(total, self.table[start:stop], out=total)
+            if fresh:
+                total[:] = self.table[start:stop]
+            else:
+                np.add(total, self.table[start:stop], out=total)
             return
         index = self.index[start:stop]
-        np.take(self.table, index - index.dtype.type(self.offset) if self.offset else index, out=scratch)
-        np.add(total, scratch, out=total)
+        np.take(self.table, index - index.dtype.type(self.offset) if self.offset else index,
+                out=total if fresh else scratch, mode="clip")  # in range by construction; "clip" skips numpy's check
+        if not fresh:
+            np.add(total, scratch, out=total)
 
 
 def column_hashes(arr: pa.Array | pa.ChunkedArray, name: str, missing: Missing) -> Lookup:

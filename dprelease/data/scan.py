@@ -18,7 +18,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -33,6 +33,7 @@ PIECE_ROWS = 1 << 22  # rows per piece when work is spread over a cluster (whole
 
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # how Hive, Spark and pyarrow write a null key
+_ENCODED = pa.dictionary(pa.int32(), pa.string())  # a CSV column read dictionary-encoded
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,14 +96,18 @@ class Source:
         return out
 
     def batches(self, piece: Piece, names: list[str], text_columns: list[str], *,
-                read: Callable[[int], None] | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
+                read: Callable[[int], None] | None = None,
+                dictionary: Collection[str] = ()) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(file row of the batch's first row, batch) for the needed columns of one piece; a
         Hive key is a column of text. ``read`` (for a progress bar) is told, after each block,
         about how many of the file's bytes were read so far (a CSV block is about
-        :data:`CSV_BLOCK_BYTES` of text; a Parquet file's bytes go in proportion to its rows)."""
+        :data:`CSV_BLOCK_BYTES` of text; a Parquet file's bytes go in proportion to its rows).
+        ``dictionary``: CSV columns read as dictionary-encoded text (each block's distinct values
+        once, encoded by the reader's threads: for a reader that only hashes values)."""
         keys = dict(piece.keys)
         try:
-            reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys))
+            reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys),
+                                  set(dictionary))
             row = piece.first_row
             for blocks, block in enumerate(reader, 1):  # a CSV block may hold more than BATCH_ROWS rows
                 for start in range(0, block.num_rows, BATCH_ROWS):
@@ -119,7 +124,7 @@ class Source:
             raise DataError(f"{piece.path}: cannot read as {self.format}: {first_line(exc)}") from None
 
     def _reader(self, piece: Piece, names: list[str], text_columns: list[str],
-                keys: list[str]) -> Iterator[pa.RecordBatch]:
+                keys: list[str], dictionary: set[str]) -> Iterator[pa.RecordBatch]:
         """Batches of the file's own columns ``names``, after checking its header (or schema)."""
         if self.format == "parquet":
             file = pq.ParquetFile(piece.path, pre_buffer=False)  # pre-buffering holds more as files grow
@@ -137,7 +142,7 @@ class Source:
             piece.path, read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
             parse_options=pa_csv.ParseOptions(delimiter=self.delimiter),
             convert_options=pa_csv.ConvertOptions(
-                include_columns=names, column_types={n: pa.string() for n in names},
+                include_columns=names, column_types={n: _ENCODED if n in dictionary else pa.string() for n in names},
                 null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=False))
 
 

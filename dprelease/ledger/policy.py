@@ -105,10 +105,12 @@ def over_lifetime_message(state: DatasetState, requested: Budget) -> str:
 
 
 def same_people_message(same: tuple[str, str], ledger_id: str) -> str:
-    """The refusal of data that is the same people as an earlier dataset's: which, why, the fix."""
+    """The refusal of data that is the same people as an earlier dataset's: which, why (words with
+    no figure of the data: a scheduled run logs this line to Prefect), the fix."""
     other, why = same
     return (f"this data was already released as dataset {other!r} in this ledger (id {ledger_id}): {why}. The same "
             "people have one lifetime budget, whatever the dataset is called and however its file is written (rows "
-            f"reordered, another format, a column more or less, some rows dropped or added). Release it as "
+            "reordered or repeated, another format, a column or two more or less, column names in other case, some "
+            "rows dropped or added). Release it as "
             f"dataset.name: {other.partition('/')[0]}, which shares that budget (`dprelease ledger --dataset {other}`)."
             " Nothing was reserved or spent.")

@@ -147,12 +147,16 @@ def same_people(conn: Connection, identity: RecordIdentity, keyed: str, dataset:
     """(dataset, why) of the first stored identity, of a run not voided, of a dataset outside
     ``dataset``'s family (None: any), that is the same people as ``identity`` (whose records'
     digest is ``keyed``): the same records' digest, or what its sealed sketch (``unseal``-ed)
-    matches."""
+    matches. A sketch that cannot be compared (not unsealed, or of an earlier version of the
+    identity) is passed over: that run's data is recognised by its bytes only."""
     for other, records, sealed in identities(conn, None if dataset is None else dataset.partition("/")[0]):
         if hmac.compare_digest(records, keyed):
             return other, "the same records exactly"
         plain = unseal(sealed)
-        why = None if plain is None else identity.matches(plain)
+        try:
+            why = None if plain is None else identity.matches(plain)
+        except ValueError:  # an identity of another version
+            why = None
         if why is not None:
             return other, why
     return None

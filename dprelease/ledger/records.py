@@ -104,7 +104,9 @@ class RecordIdentity(Protocol):
         """The sketches, of a fixed size, to seal."""
 
     def matches(self, other_plain: bytes) -> str | None:
-        """Why the data whose :meth:`plain` is ``other_plain`` is the same people, or None."""
+        """Why the data whose :meth:`plain` is ``other_plain`` is the same people (words with no
+        figure of the data: they reach refusals and logs), or None; ValueError if ``other_plain``
+        is not an identity of this version."""
 
 
 @dataclass(frozen=True, slots=True)
