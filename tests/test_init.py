@@ -253,3 +253,25 @@ def test_init_never_fails_for_want_of_git(tmp_path, cli, monkeypatch):
     result = cli("init", NIST / "national2019.csv", "--output", project / "configs" / "nist.yaml")
     assert result.code == 0, result.output
     assert "WARNING" not in result.stderr and "dprelease ledger init --spec" in result.stdout
+
+
+def test_from_the_top_of_a_project_the_pins_stay_inside_it(tmp_path, cli, monkeypatch):
+    """`dprelease init DATA` at the top of a git work tree writes ./STEM.yaml: its pins are the
+    project's ledgers/ and outputs/ (which the project's .gitignore keeps out of git), never the
+    folder above the project, which sibling projects would share."""
+    project = tmp_path / "project"
+    project.mkdir()
+    git(project, "init", "-q")
+    shutil.copy(ROOT / ".gitignore", project / ".gitignore")
+    monkeypatch.chdir(project)
+    result = cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY)
+    assert result.code == 0, result.output
+    doc = yaml.safe_load((project / "national2019.yaml").read_text())
+    assert doc["ledger"] == "ledgers/national2019.sqlite" and doc["output_dir"] == "outputs"
+    assert f"ledger: {project.resolve() / 'ledgers' / 'national2019.sqlite'}" in result.stdout
+    assert "WARNING" not in result.stderr
+    outside = tmp_path / "elsewhere"  # no work tree: beside the spec's folder, as before
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    assert cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY).code == 0
+    assert yaml.safe_load((outside / "national2019.yaml").read_text())["ledger"] == "../ledgers/national2019.sqlite"
