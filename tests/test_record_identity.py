@@ -352,15 +352,14 @@ def test_a_scheduled_run_of_a_reexport_logs_its_refusal_without_a_figure(release
     import prefect
 
     from dprelease import orchestrate
-    from dprelease.schedule_binding import ScheduleBinding
+    from tests.schedules import bind_here
 
     logger = logging.getLogger("test-scheduled-identity")
     monkeypatch.setattr(prefect, "get_run_logger", lambda: logger)
     monkeypatch.setattr(logger, "handlers", [caplog.handler])
     monkeypatch.delenv("DPRELEASE_LEDGER", raising=False)
     spec = sex_spec(released["root"], released["variants"]["10% rows dropped"], "scheduled-copy", "scheduled-copy")
-    monkeypatch.setenv(*ScheduleBinding.bind("dprelease-scheduled/t", spec, None, released["out"], False)
-                       .environ().popitem())
+    bind_here(monkeypatch, spec, released["out"], require_approval=False)  # as `dprelease schedule` binds
     with caplog.at_level(logging.INFO, logger="test-scheduled-identity"):
         state = orchestrate.scheduled_release.fn(str(spec), None, str(released["out"]), False)
     logged = " ".join(r.getMessage() for r in caplog.records)
