@@ -14,6 +14,7 @@ or is a key: none of it is for another local user until its owner decides to sha
   fresh temporary file beside it (created exclusively under a random name, never through a
   link, set to 0600 before a byte is written) and rename it over the target: a link planted at
   the target is replaced, never followed, and no reader sees a partial file.
+* :func:`write_new` writes a file only where none is (a key, a secret: the first one stays).
 * :func:`open_truncated` opens a log for writing (created or truncated, 0600, never through a
   link at its path).
 
@@ -94,6 +95,22 @@ def write_bytes(path: Path, data: bytes) -> Path:
 def write_text(path: Path, text: str) -> Path:
     """:func:`write_with` of ``text`` in UTF-8."""
     return write_bytes(path, text.encode("utf-8"))
+
+
+def write_new(path: Path, data: bytes) -> bool:
+    """``data`` at ``path`` only where nothing is there: written whole, owner-only and synced to a
+    fresh temporary file, then linked into place (never over what exists, never half-written).
+    False, and nothing written, where ``path`` exists (e.g. another process won the race)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.new")
+    try:
+        write_with(tmp, lambda f: (f.write(data), f.flush(), os.fsync(f.fileno())))
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 def open_truncated(path: Path) -> BinaryIO:

@@ -82,20 +82,10 @@ def kept_secret() -> str:
     existing = read_secret(path)
     if existing is not None:
         return existing
-    files.make_dirs(path.parent)  # each missing directory 0700, whatever the umask
     secret = new_secret()
-    fresh = path.with_name(f".{path.name}.{secrets.token_hex(8)}.new")
-    try:
-        with open(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w",
-                  encoding="ascii") as f:
-            f.write(secret + "\n")
-        try:
-            os.link(fresh, path)
-        except FileExistsError:  # another start won the race: its secret
-            return read_secret(path) or secret
-    finally:
-        fresh.unlink(missing_ok=True)
-    return secret
+    if files.write_new(path, (secret + "\n").encode("ascii")):  # 0600, its missing directories 0700
+        return secret
+    return read_secret(path) or secret  # another start won the race: its secret
 
 
 def answers(api: str, secret: str | None = None, timeout: float = 5.0) -> int | None:

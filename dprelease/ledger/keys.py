@@ -114,26 +114,15 @@ def read_key(path: Path) -> bytes | None:
 def create_key(path: Path) -> bytes:
     """A new key, written owner-only and linked into place whole (never half-written); where
     another process won the race, its key."""
-    files.make_dirs(path.parent)  # 0700, its missing parents too
     key = secrets.token_bytes(32)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.new")
     try:
-        fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, files.FILE_MODE)
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(key.hex() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            existing = read_key(path)
-            assert existing is not None
-            return existing
+        if files.write_new(path, (key.hex() + "\n").encode("ascii")):  # 0600, in 0700 directories
+            return key
     except OSError as exc:
         raise LedgerError(f"cannot create the ledger's fingerprint key at {path}: {exc.strerror or exc}") from None
-    finally:
-        temporary.unlink(missing_ok=True)
-    return key
+    existing = read_key(path)
+    assert existing is not None
+    return existing
 
 
 def keys_differ(a: str, b: str) -> bool:
