@@ -28,6 +28,7 @@ here.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -36,6 +37,14 @@ DIR_MODE = 0o700
 UMASK = 0o077  # the process umask while a run writes (third-party writers, e.g. SQLite's journal)
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def owner_only(info: os.stat_result, *, directory: bool = False) -> bool:
+    """What the rule asks of an entry another process may have made: a regular file (a directory:
+    ``directory``) of this user's, with no bit for group or others (a symbolic link, seen with
+    ``lstat``, is neither)."""
+    kind = stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)
+    return kind and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def make_dirs(path: Path) -> Path:

@@ -11,7 +11,7 @@ from typing import Any
 
 from dprelease.accounting import delta_of, decimal_text
 from dprelease.errors import LedgerError
-from dprelease.ledger import ENV, Ledger, LedgerLocation
+from dprelease.ledger import ENV, Ledger, LedgerLocation, keys
 
 LARGE_DELTA = Fraction(1, 10**5)
 BORN_HERE = "every lifetime budget of the datasets it records starts here"
@@ -43,6 +43,12 @@ def start_note(spec: Any, location: LedgerLocation, ledger: Ledger) -> str | Non
     return (f"warning: dataset {spec.dataset.name!r} is new to ledger id {ledger.id} at {location.shown}, which only "
             f"${ENV} chose (the spec pins no ledger): its lifetime budget starts there, on a variable's word. Pin the "
             "dataset's ledger in the spec (ledger: PATH), so that no variable decides where its budget lives")
+
+
+def opened_notes(spec: Any, location: LedgerLocation, ledger: Ledger) -> list[str]:
+    """What is said of a spec's ledger once it is open: a copy (:func:`copy_note`), a budget
+    started on a variable's word (:func:`start_note`)."""
+    return [n for n in (copy_note(ledger), start_note(spec, location, ledger)) if n is not None]
 
 
 def copy_note(ledger: Ledger) -> str | None:
@@ -127,7 +133,7 @@ def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | N
 def _key_left(location: LedgerLocation) -> Path | None:
     """The key file a SQLite ledger left beside its location when it was moved or deleted."""
     path = location.sqlite_path
-    key = None if path is None else path.with_name(path.name + ".key")
+    key = None if path is None else keys.beside(path)
     return key if key is not None and key.exists() else None
 
 

@@ -324,7 +324,7 @@ def _same_data(record_path: Path, ledger: dict[str, Any], digest: str,
         location = resolve_location(str(ledger["location"]))
         candidates = [keys.key_path(location, ledger_id)]
         if location.sqlite_path is not None:
-            candidates.append(location.sqlite_path.with_name(location.sqlite_path.name + ".key"))
+            candidates.append(keys.beside(location.sqlite_path))
         found = [k for k in (keys.read_key(p) for p in candidates) if k is not None]
     except (KeyError, TypeError, LedgerError):
         return None

@@ -237,8 +237,7 @@ def read_binding(deployment: str) -> ScheduleBinding | None:
 
 
 def _owner_only(info: os.stat_result, path: Path, directory: bool) -> None:
-    kind = (stat.S_ISDIR if directory else stat.S_ISREG)(info.st_mode)
-    if not kind or info.st_uid != os.getuid() or info.st_mode & 0o077:
+    if not files.owner_only(info, directory=directory):
         raise NotBound(f"{path} is not a {'directory' if directory else 'file'} of yours open to you alone (owner uid "
                        f"{info.st_uid}, mode {stat.filemode(info.st_mode)}), so a scheduled run does not trust what it "
                        "holds: if it is yours, `chmod go-rwx` it and restart `dprelease schedule`; otherwise HOME or "

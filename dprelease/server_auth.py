@@ -61,7 +61,7 @@ def read_secret(path: Path | None = None) -> str | None:
     with os.fdopen(fd, encoding="ascii", errors="replace") as f:
         info = os.fstat(f.fileno())
         text = f.read().strip()
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+    if not files.owner_only(info):
         raise UserError(f"{path}, the Prefect server's secret, is not a file of yours readable by you alone "
                         f"(mode {stat.filemode(info.st_mode)}); remove it (`dprelease server stop`, then "
                         f"`rm {path}`) and `dprelease server start` makes a new one, owner-only")

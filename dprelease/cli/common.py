@@ -15,7 +15,7 @@ from rich.console import Console
 
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
 from dprelease.ledger import Ledger, LedgerLocation, resolve_location
-from dprelease.notices import copy_note, init_command, start_note, ledger_line, location_notes, refuse_ledger_choice
+from dprelease.notices import copy_note, init_command, ledger_line, location_notes, opened_notes, refuse_ledger_choice
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -83,13 +83,6 @@ def spec_location(spec: Any, url: str | None) -> LedgerLocation:
     return resolve_location(url, spec.ledger, spec.source.resolve().parent)
 
 
-def ledger_exists(location: LedgerLocation) -> bool:
-    found = Ledger.open(location)
-    if found is not None:
-        found.close()
-    return found is not None
-
-
 @contextmanager
 def ledger_if_any(location: LedgerLocation) -> Iterator[Ledger | None]:
     """The ledger at ``location``, or None where there is none (nothing is created); which one it
@@ -118,13 +111,14 @@ def ledger_at(location: LedgerLocation, *, missing: str | None = None, quiet: bo
 
 @contextmanager
 def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] = lambda: None,
-                quiet: bool = False) -> Iterator[Ledger]:
+                quiet: bool = False, found: Ledger | None = None) -> Iterator[Ledger]:
     """The ledger of the spec's dataset, for a command that records something in it: it must
     exist (no command but `ledger init` creates one, and `run --ledger` for a spec that pins
     none), a --ledger away from the spec's pin must name a ledger that records the dataset, and a
     dataset's budget never starts in the per-user default
-    (:func:`dprelease.notices.refuse_ledger_choice`). ``check`` runs once the ledger is found."""
-    found = Ledger.open(location)
+    (:func:`dprelease.notices.refuse_ledger_choice`). ``check`` runs once the ledger is found.
+    ``found``: the ledger at ``location`` already opened by the caller (closed on leaving)."""
+    found = found or Ledger.open(location)
     for note in location_notes(spec, location):
         say(note)
     with found if found is not None else nullcontext():
@@ -133,6 +127,6 @@ def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] =
         check()
         if not quiet:
             say(ledger_line(location, True, ledger_id=found.id))
-        for note in filter(None, (copy_note(found), start_note(spec, location, found))):
+        for note in opened_notes(spec, location, found):
             say(note)
         yield found

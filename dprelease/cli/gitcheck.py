@@ -22,14 +22,19 @@ def work_tree(path: Path) -> Path | None:
     return Path(found.stdout.strip()).resolve()
 
 
-def warn_if_not_ignored(paths: list[Path]) -> None:
-    """A warning naming the ``paths`` inside a git work tree that git would not ignore (a ledger,
-    its key and unpublished outputs are never to be committed)."""
-    top = work_tree(paths[0]) if paths else None
+def warn_if_not_ignored(paths: list[Path], top: Path | None = None) -> None:
+    """A warning naming the ``paths`` inside a git work tree (``top``, else the one the first path
+    is in) that git would not ignore (a ledger, its key and unpublished outputs are never to be
+    committed). One ``git check-ignore`` for all of them: it prints those ignored (rc 0), or none (1)."""
+    top = top or (work_tree(paths[0]) if paths else None)
     if top is None:
         return
     seen = [p for p in paths if p.is_relative_to(top)]
-    loose = [p for p in seen if (r := _git(top, "check-ignore", "-q", str(p))) is not None and r.returncode == 1]
+    found = _git(top, "check-ignore", "--", *map(str, seen)) if seen else None
+    if found is None or found.returncode not in (0, 1):
+        return
+    ignored = {Path(line) for line in found.stdout.splitlines()}
+    loose = [p for p in seen if p not in ignored]
     if not loose:
         return
     patterns = sorted({f"{p.parent.relative_to(top).as_posix()}/" for p in loose})

@@ -19,6 +19,7 @@ from dprelease import files
 from dprelease.cli.common import handled, say, show
 from dprelease.cli.gitcheck import warn_if_not_ignored, work_tree
 from dprelease.errors import UserError
+from dprelease.ledger import keys
 
 
 @handled
@@ -69,7 +70,7 @@ def init(
     show(f"ledger: {ledger} (ledger: {result.ledger}; "
          + ("exists: this spec spends from it)" if ledger.exists() else "not created: `dprelease ledger init` below)"))
     show(f"outputs: {outputs} (output_dir: {result.output_dir})")
-    warn_if_not_ignored([ledger, ledger.with_name(ledger.name + ".key"), outputs / result.release])
+    warn_if_not_ignored([ledger, keys.beside(ledger), outputs / result.release])
     show("next:")
     show(f"  dprelease validate {target}")
     show(f"  dprelease plan {target}")

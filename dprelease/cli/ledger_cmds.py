@@ -147,7 +147,7 @@ def _say_where_it_is_seen(location: LedgerLocation, key: Path) -> None:
     top = None if path is None else work_tree(path)
     if path is None or top is None:
         return
-    warn_if_not_ignored([path, key])
+    warn_if_not_ignored([path, key], top)
     say(f"note: this ledger lives in the work tree {top}: another clone, user or machine does not see it, and a "
         "spec run there is refused until a ledger is made there too (a second budget for the same people: "
         "don't). A team keeps one ledger at one shared location (a database URL, docs/ledger.md) and pins it.")

@@ -15,13 +15,13 @@ from dprelease.accounting import NotANumber, amount_text, compose, fraction_text
 from dprelease.cli.common import (
     LedgerOpt,
     handled,
-    ledger_exists,
     out,
     say,
     spec_ledger,
     spec_location,
 )
 from dprelease.errors import ExitCode, SpecError
+from dprelease.ledger import Ledger
 from dprelease.notices import large_delta_warnings, ledger_line, repeated_table_warnings
 
 
@@ -112,10 +112,11 @@ def plan(
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = spec_location(spec, ledger)
     exists, ledger_id, state, evaluations = False, None, None, ()
-    if location.may_create and not ledger_exists(location):  # a run given this --ledger creates it: no refusal
+    found = Ledger.open(location)
+    if location.may_create and found is None:  # a run given this --ledger creates it: no refusal
         say(ledger_line(location, False))
     else:
-        with spec_ledger(spec, location) as opened:  # where a run would spend, refused as a run would
+        with spec_ledger(spec, location, found=found) as opened:  # where a run would spend, refused as a run would
             exists, ledger_id = True, opened.id
             state = opened.state(spec.dataset.name)
             evaluations = tuple(opened.evaluations_of(spec.dataset.name))

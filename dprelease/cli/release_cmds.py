@@ -187,7 +187,8 @@ def schedule(
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
     _check_cron(cron)
-    with spec_ledger(spec, spec_location(spec, ledger), quiet=True):  # so does a ledger that is not there
+    location = spec_location(spec, ledger)  # where each run will look
+    with spec_ledger(spec, location, quiet=True):  # so does a ledger that is not there
         pass
     clash = _name_clash(spec.release_template, cron)
     if clash is not None:
@@ -212,7 +213,6 @@ def schedule(
     if spec.release_template is None:
         say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
             "scheduled run can publish; later runs are refused as already released")
-    location = spec_location(spec, ledger)  # where each run will look
     from dprelease import orchestrate  # imports Prefect: only now
 
     if not orchestrate.is_cron(cron):

@@ -24,7 +24,6 @@ import os
 import secrets
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -73,8 +72,7 @@ def socket_path() -> Path:
     base = Path(runtime) if runtime and Path(runtime).is_dir() else Path("/tmp") / f"dprelease-{os.getuid()}"
     files.make_dirs(base)  # 0700 when new; an existing one is checked:
     info = os.lstat(base)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() \
-            or info.st_mode & 0o077:
+    if not files.owner_only(info, directory=True):  # (lstat: a symlink is no directory)
         raise OSError(f"{base} is not a directory of this user's with mode 0700 (or is a symlink); the warm runner "
                       "will not use it")
     tag = hashlib.sha256(os.fsencode(home)).hexdigest()[:8]

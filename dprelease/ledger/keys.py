@@ -29,11 +29,6 @@ import os
 import secrets
 from pathlib import Path
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from dprelease import files
 from dprelease.errors import LedgerError
 from dprelease.ledger.location import LedgerLocation
@@ -54,10 +49,15 @@ def key_path(location: LedgerLocation, ledger_id: str) -> Path:
             raise LedgerError(f"${KEY_ENV} must be an absolute path, not {str(path)!r}")
         return path
     if location.sqlite_path is not None:
-        return location.sqlite_path.with_name(location.sqlite_path.name + ".key")
+        return beside(location.sqlite_path)
     xdg = os.environ.get("XDG_CONFIG_HOME", "")
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
     return base / "dprelease" / "keys" / f"{ledger_id}.key"
+
+
+def beside(ledger: Path) -> Path:
+    """Where a SQLite ledger's own key lives: ``<ledger>.key`` beside it."""
+    return ledger.with_name(ledger.name + ".key")
 
 
 def check_value(key: bytes, ledger_id: str) -> str:
@@ -74,6 +74,8 @@ def keyed(key: bytes, plain: str) -> str:
 
 def seal(key: bytes, ledger_id: str, plain: bytes) -> str:
     """``plain`` sealed under the ledger's key (see the module docstring): what the ledger may hold."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # (not on every command's start-up path)
+
     nonce = secrets.token_bytes(12)
     sealed = AESGCM(_sealing_key(key)).encrypt(nonce, plain, _SEALED_FOR + ledger_id.encode())
     return SEALED + base64.b64encode(nonce + sealed).decode("ascii")
@@ -81,6 +83,9 @@ def seal(key: bytes, ledger_id: str, plain: bytes) -> str:
 
 def unseal(key: bytes, ledger_id: str, sealed: str) -> bytes | None:
     """What :func:`seal` sealed, or None: another key, another ledger, or not a sealed record."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     if not sealed.startswith(SEALED):
         return None
     try:
@@ -91,6 +96,9 @@ def unseal(key: bytes, ledger_id: str, sealed: str) -> bytes | None:
 
 
 def _sealing_key(key: bytes) -> bytes:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SEALING).derive(key)
 
 

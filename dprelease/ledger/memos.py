@@ -156,10 +156,6 @@ class _Digests:
         return h.hexdigest()[:DIGEST_HEX]
 
 
-def respondent_digest(key: bytes, salt: str, question: str, respondent: str, answer: str) -> str:
-    return _Digests(key, salt, question).of(respondent, answer)
-
-
 def keep(conn: Connection, key: bytes, answer_set: int, question: str, respondents: Respondents) -> None:
     """Store the padded, keyed digests of ``respondents``' answers to ``question`` for the
     registration ``answer_set`` (a collection randomized afresh: a later memo's origin),

@@ -258,6 +258,8 @@ class Reservation:
     run_id: str
     spent_before: Budget
     budget: Budget
+    records: str | None = None  # the data's records' digest as recorded with the run: keyed
+    sealed: str | None = None  # and its identity, sealed (what the run record carries too)
 
 
 @dataclass(frozen=True, slots=True)

@@ -398,7 +398,7 @@ def _orphaned_key_wait(location: LedgerLocation) -> bool:
     Whatever ``$DPRELEASE_LEDGER_KEY`` says: the file beside the location is the trace."""
     path = location.sqlite_path
     assert path is not None
-    key = path.with_name(path.name + ".key")
+    key = keys.beside(path)
     if not key.exists():
         return False
     deadline = time.monotonic() + CREATION_WAIT

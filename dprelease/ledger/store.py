@@ -22,7 +22,6 @@ transaction (``queries``) and the bodies of its write transactions (``transactio
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from contextlib import contextmanager
 from dataclasses import replace
@@ -73,6 +72,7 @@ class Ledger:
         self.created = created  # True when this call created the database
         self._id: str | None = None
         self._key: bytes | None = None
+        self._meta_rows: dict[str, str] | None = None
 
     # -- opening
 
@@ -92,7 +92,7 @@ class Ledger:
         """The ledger at ``location``, created now with ``birth`` recorded where none exists
         (``created`` says which). A SQLite ledger is built in a temporary file and linked into
         place whole; ledger tables are never added to a database that holds other tables."""
-        opened = schema.open_engine(location, birth=dataclasses.replace(birth, where=location.shown))
+        opened = schema.open_engine(location, birth=replace(birth, where=location.shown))
         if opened is None:  # pragma: no cover - open_engine creates or raises
             raise LedgerError(f"no ledger could be created at {location.shown}")
         return cls(location, *opened)
@@ -106,16 +106,20 @@ class Ledger:
     @property
     def birth(self) -> Birth | None:
         """How this ledger was born (None: before births were recorded)."""
-        with self.engine.connect() as conn:
-            meta = dict(conn.execute(sa.select(meta_t.c.key, meta_t.c.value)).all())
-        return schema.read_birth(meta)
+        return schema.read_birth(self._all_meta())
 
     # -- identity
 
+    def _all_meta(self) -> dict[str, str]:
+        """``dprelease_meta``, read once: only creating or migrating the ledger writes it, and both
+        happen before an open ledger exists."""
+        if self._meta_rows is None:
+            with self.engine.connect() as conn:
+                self._meta_rows = dict(conn.execute(sa.select(meta_t.c.key, meta_t.c.value)).all())
+        return self._meta_rows
+
     def _meta(self, key: str) -> str | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(meta_t.c.value).where(meta_t.c.key == key)).first()
-        return None if row is None else row[0]
+        return self._all_meta().get(key)
 
     @property
     def id(self) -> str:
@@ -403,7 +407,7 @@ class Ledger:
                 respondents=respondents, key=self._fingerprint_key)
             if records is not None:
                 transactions.record_identity(conn, run_id, dataset, records, sealed)
-        return Reservation(run_id, state.spent, state.budget)
+        return Reservation(run_id, state.spent, state.budget, records, sealed)
 
     def commit(self, run_id: str, *, data_fingerprint: str | None = None, by: str | None = None,
                reason: str | None = None) -> None:

@@ -39,7 +39,7 @@ from dprelease.lifecycle.refusals import (
 from dprelease.lifecycle.reserve import reserve, reserved_line
 from dprelease.lifecycle.settle import RunFailed, done_lines, finish
 from dprelease.lifecycle.voice import Voice
-from dprelease.notices import copy_note, ledger_line, start_note
+from dprelease.notices import ledger_line, opened_notes
 
 __all__ = ["Orchestrator", "RunFailed", "Voice", "budget_overruns", "over_budget_message",
            "resolve_run", "run_spec"]
@@ -75,7 +75,7 @@ def _run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, 
         raise
     with ledger:
         voice.say(ledger_line(request.location, True, created=ledger.created, ledger_id=ledger.id))
-        for note in filter(None, (*request.notes, copy_note(ledger), start_note(request.spec, request.location, ledger))):
+        for note in (*request.notes, *opened_notes(request.spec, request.location, ledger)):
             voice.say(note)
         try:
             prepared = prepare(request, ledger, inputs_checked=inputs_checked, require_approval=require_approval,
