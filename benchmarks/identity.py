@@ -124,7 +124,7 @@ def in_process(spec_path: Path) -> dict[str, float]:
     spec = load_spec(spec_path)
 
     def with_identity() -> None:
-        sketcher = Sketcher(spec.dataset.na_values)
+        sketcher = Sketcher(spec.dataset.na_values, beside=True)  # as a run takes it
         check_data(spec, records=sketcher)
         sketcher.identity()
 
@@ -208,9 +208,19 @@ def tables(result: dict) -> list[str]:  # type: ignore[type-arg]
                 if c["own_pass"] else f"{c['bytes'] / 2**20:,.0f} MB: the identity sketches the check's batches")
 
     def goal(c: dict, label: str) -> str:  # type: ignore[type-arg]
-        ratio = c["identity"] / c["compute"]
+        ratio = added(c) / without(c)
         return (f"* {label}, {c['rows']:,} rows: identity ÷ the run's compute {ratio:.1%}, "
                 f"{'met' if ratio <= GOAL else 'NOT met'} (goal ≤ {GOAL:.0%}).")
+
+    def added(c: dict) -> float:  # type: ignore[type-arg]
+        """What the identity adds to a run: in the check's pass, that pass with it less without it
+        (warm; the run's own figure is only the time the check waited for the sketching thread,
+        which does not count how much the thread slowed the check); in a pass of its own, that pass."""
+        return c["identity"] if c["own_pass"] else max(c["identity"], c["pass_check_identity"] - c["pass_check"])
+
+    def without(c: dict) -> float:  # type: ignore[type-arg]
+        """The run's compute without the identity: its stages, the check's slowing by the thread taken out."""
+        return c["compute"] - (added(c) - c["identity"])
 
     lines = [f"### Cost (medians of {a['repeats']} runs; warm passes in this process: of {a['passes']})", "",
              f"| | synthetic persons, Parquet, {a['rows']:,} rows, 7 columns (all declared) | national2019 repeated, "
@@ -218,8 +228,10 @@ def tables(result: dict) -> list[str]:  # type: ignore[type-arg]
              row("data size, and where the run takes the identity", how),
              *[row(f"run: {k} s", lambda c, k=k: f"{c[k]:.3f}") for k in OTHER_STAGES],
              row("**run: its compute (the above) s**", lambda c: f"**{c['compute']:.2f}**"),
-             row("**run: identity s**", lambda c: f"**{c['identity']:.3f}**"),
-             row("**identity ÷ the run's compute**", lambda c: f"**{c['identity'] / c['compute']:.1%}**"),
+             row("run: identity s (the check's waits for it; in a pass of its own, that pass)",
+                 lambda c: f"{c['identity']:.3f}"),
+             row("**identity: what it adds to the run s**", lambda c: f"**{added(c):.3f}**"),
+             row("**identity ÷ the run's compute without it**", lambda c: f"**{added(c) / without(c):.1%}**"),
              row("identity ÷ the counting alone (load, histogram, noise, post-process)",
                  lambda c: f"{c['identity'] / c['counting']:.1%}"),
              row("warm: the check's pass over every row alone s", lambda c: f"{c['pass_check']:.2f}"),

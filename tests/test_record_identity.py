@@ -15,6 +15,7 @@ import itertools
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -368,3 +369,49 @@ def test_a_scheduled_run_of_a_reexport_logs_its_refusal_without_a_figure(release
     assert "most of its records are records of that data" in logged
     assert not re.search(r"\d\s*%|\d\.\d", state.message + logged), logged
     assert ledger_runs(released["ledger"]) == [(FIRST, "first", "committed")]
+
+
+@pytest.mark.parametrize("distinct", [3, 200, 5000, 10**9])
+def test_a_bottom_k_sketch_is_the_k_smallest_values_with_their_counts(distinct):
+    """A streamed sketch, in batches of every size, is exactly the k smallest distinct values of
+    the whole stream with their counts: a few values (every row counted), some hundreds (most
+    rows under the threshold, counted in place), thousands, all distinct."""
+    from dprelease.data.sketches import Bottom
+
+    rng = np.random.default_rng(distinct)
+    values = rng.integers(0, 2**64 - 1, size=min(distinct, 10**6), dtype=np.uint64, endpoint=True)
+    stream = values[rng.integers(0, values.size, size=60_000)]
+    sketch = Bottom(256)
+    at = 0
+    for size in itertools.cycle([1, 7, 300, 4096, 20_000]):
+        sketch.add(stream[at:at + size])
+        at += size
+        if at >= stream.size:
+            break
+    unique, counts = np.unique(stream, return_counts=True)
+    assert sketch.rows == stream.size
+    assert np.array_equal(sketch.hashes, unique[:256]) and np.array_equal(sketch.counts, counts[:256])
+
+
+def test_the_identity_sketched_beside_the_reader_is_the_same(tmp_path, monkeypatch):
+    """The run sketches each batch on a thread of its own while the check reads the next: the
+    same identity as in line, whatever the batches; an error there reaches the caller, and
+    the thread stops."""
+    import threading
+
+    import pyarrow.csv as pa_csv
+
+    table = pa_csv.read_csv(NIST / "national2019.csv")
+    in_line, beside = Sketcher(("N",)), Sketcher(("N",), beside=True)
+    for batch in table.to_batches(max_chunksize=997):
+        in_line.add(batch)
+        beside.add(batch)
+    assert beside.identity().plain() == in_line.identity().plain()
+    assert not [t for t in threading.enumerate() if t.name.startswith("dprelease-identity")]
+
+    failing = Sketcher(("N",), beside=True)
+    monkeypatch.setattr(failing, "_add", lambda batch: (_ for _ in ()).throw(RuntimeError("a batch failed")))
+    failing.add(table.slice(0, 10))
+    with pytest.raises(RuntimeError, match="a batch failed"):
+        failing.identity()
+    assert not [t for t in threading.enumerate() if t.name.startswith("dprelease-identity")]

@@ -41,7 +41,8 @@ apart, and a re-export, whose share is all or nearly all, is still far above it.
 
 Cost: streaming, per batch of hashes, one comparison with the sketch's threshold per hash and a
 hash table (numpy's ``unique``) of those below it — most of them where the sketch is of a few
-coded columns; a comparison, vectors of at most k, the Poisson sum to about λ + 12√λ terms
+coded columns —, whose values, once all of them are in the sketch (the usual case), are counted
+in place (a binary search among k); a comparison, vectors of at most k, the Poisson sum to about λ + 12√λ terms
 (a few milliseconds at most).
 
 Assumes: hashes are uniform (mixed) 64-bit values, one per row; ``rows`` is the multiset's size.
@@ -169,9 +170,12 @@ class Bottom:
         if values.size > self.k:  # only the k smallest distinct values can stay
             keep = np.argpartition(values, self.k - 1)[:self.k]
             values, counts = values[keep], counts[keep]
-        if np.array_equal(values, self.hashes):  # few values, all seen before (a few coded columns): counted
-            self.counts = self.counts + counts
-            return
+        if values.size <= self.hashes.size:  # all of them kept already (a few coded columns: the usual case)?
+            at = np.searchsorted(self.hashes, values)
+            if not values.size or (at[-1] < self.hashes.size and np.array_equal(self.hashes[at], values)):
+                self.counts = self.counts.copy()  # a sketch handed out keeps its counts
+                self.counts[at] += counts
+                return
         self._merge(values, counts)
 
     def _merge(self, values: np.ndarray, counts: np.ndarray) -> None:

@@ -101,14 +101,19 @@ def refuse_bad_data(spec: Spec) -> Checked:
     started = time.perf_counter()
     size = data_bytes(spec)
     full = spec.engine.kind != "dask" and (size <= WHOLE_CHECK_BYTES or spec.unit_id is not None)
-    records = Sketcher(spec.dataset.na_values) if full else None
-    with scan_progress(size if full else 0, f"checking {spec.dataset.resolved_path.name}") as read:
-        found = check_data(spec, full=full, read=read, records=records)
-    if not found.ok:
-        how = "" if full else " (its header only: `dprelease check SPEC` reads every row)"
-        raise DataError(f"{spec.source}: the data does not fit the spec{how}:\n  " + "\n  ".join(found.lines())
-                        + f"\n`dprelease check {spec.source}` lists every column. Nothing was reserved or spent.")
-    check_rules(spec)
+    records = Sketcher(spec.dataset.na_values, beside=True) if full else None  # sketched while the next batch is read
+    try:
+        with scan_progress(size if full else 0, f"checking {spec.dataset.resolved_path.name}") as read:
+            found = check_data(spec, full=full, read=read, records=records)
+        if not found.ok:
+            how = "" if full else " (its header only: `dprelease check SPEC` reads every row)"
+            raise DataError(f"{spec.source}: the data does not fit the spec{how}:\n  " + "\n  ".join(found.lines())
+                            + f"\n`dprelease check {spec.source}` lists every column. Nothing was reserved or spent.")
+        check_rules(spec)
+    except BaseException:
+        if records is not None:
+            records.close()
+        raise
     checked = time.perf_counter() - started
     if records is not None:
         return Checked(records.identity(), checked - records.seconds, records.seconds)
