@@ -415,3 +415,21 @@ def test_the_identity_sketched_beside_the_reader_is_the_same(tmp_path, monkeypat
     with pytest.raises(RuntimeError, match="a batch failed"):
         failing.identity()
     assert not [t for t in threading.enumerate() if t.name.startswith("dprelease-identity")]
+
+
+def test_a_dictionary_kept_from_one_batch_is_reused_only_while_equal():
+    """Batches whose dictionaries differ, equal, or come back: the same hashes as plain text."""
+    import pyarrow as pa
+
+    from dprelease.data.record_hash import Missing, column_hashes, hashes_of
+
+    values = [["a", "b", "a"], ["b", "c", None], ["b", "c", "c"], ["a", "b", "b"]]
+    dictionaries = [["a", "b"], ["b", "c"], ["b", "c"], ["a", "b"]]
+    kept: dict = {}
+    for chunk, dictionary in zip(values, dictionaries):
+        encoded = pa.DictionaryArray.from_arrays(pa.array([None if v is None else dictionary.index(v) for v in chunk],
+                                                          pa.int32()), pa.array(dictionary))
+        via_kept = hashes_of(column_hashes(encoded, "X", Missing(), kept), len(chunk))
+        plain = hashes_of(column_hashes(pa.array(chunk, pa.string()), "X", Missing()), len(chunk))
+        assert np.array_equal(via_kept, plain), chunk
+    assert kept["X"][0].to_pylist() == ["a", "b"]

@@ -201,6 +201,7 @@ class Sketcher:
         self.work_seconds = 0.0  # the sketching's own time, wherever it ran
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="dprelease-identity") if beside else None
         self._pending: Future[None] | None = None
+        self._dictionaries: dict[str, tuple[pa.Array, np.ndarray]] = {}  # the last of each column, hashed
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Every column of ``batch`` (a column some file lacks is left out of that file's rows).
@@ -230,7 +231,8 @@ class Sketcher:
         started = time.perf_counter()
         names = batch.schema.names
         self.names.update(canonical_name(n) for n in names)
-        columns = [(group_of(n), column_hashes(batch.column(i), n, self.missing)) for i, n in enumerate(names)]
+        columns = [(group_of(n), column_hashes(batch.column(i), n, self.missing, self._dictionaries))
+                   for i, n in enumerate(names)]
         for start in range(0, batch.num_rows, CHUNK_ROWS):  # rows in chunks that stay in the CPU's cache
             self._add_rows(columns, start, min(CHUNK_ROWS, batch.num_rows - start))
         self.rows += batch.num_rows

@@ -142,15 +142,24 @@ class Lookup:
             np.add(total, scratch, out=total)
 
 
-def column_hashes(arr: pa.Array | pa.ChunkedArray, name: str, missing: Missing) -> Lookup:
-    """The hash of every value of one column (see the module docstring), as a :class:`Lookup`."""
+def column_hashes(arr: pa.Array | pa.ChunkedArray, name: str, missing: Missing,
+                  kept: dict[str, tuple[pa.Array, np.ndarray]] | None = None) -> Lookup:
+    """The hash of every value of one column (see the module docstring), as a :class:`Lookup`.
+    ``kept``: the last dictionary of each column and its values' hashes, reused while a batch
+    of that column has an equal dictionary (a file's batches often share theirs)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     seed = column_seed(name)
     null = mix(np.array([seed ^ _NULL], dtype=np.uint64))[0]
     kind = arr.type
     if pa.types.is_dictionary(kind):
-        return _through(arr, _distinct_hashes(arr.dictionary, seed, missing, null), null)
+        last = None if kept is None else kept.get(name)
+        if last is not None and last[0].equals(arr.dictionary):
+            return _through(arr, last[1], null)
+        table = _distinct_hashes(arr.dictionary, seed, missing, null)
+        if kept is not None:
+            kept[name] = (arr.dictionary, table)
+        return _through(arr, table, null)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
             or pa.types.is_large_binary(kind):
         encoded = pc.dictionary_encode(arr)
