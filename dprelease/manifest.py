@@ -39,7 +39,7 @@ from dprelease.plan import Plan, TablePlan
 from dprelease.plan.margins import margin_of, unit_words
 from dprelease.plan.measurements import PermuteAndFlip
 from dprelease.plan.review import plan_facts, review_warnings
-from dprelease.publish import column_meanings, invariant_path, table_path
+from dprelease.publish import column_meanings, invariant_path, table_file, table_path
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
 MANIFEST_FORMAT = 1
@@ -186,7 +186,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
              "consistency": by_name[t.name].consistency,
              "group_by": list(by_name[t.name].group_by),
              "where": [[c.column, c.op, list(c.operand)] for c in by_name[t.name].where],
-             "file": table_path(by_name[t.name], t.level),
+             "file": table_file(by_name[t.name], t.level, t.cells),
              "measurements": table_path(by_name[t.name], t.level, "measurements", "parquet")}
             for t in plan.tables
         ],

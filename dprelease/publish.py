@@ -50,9 +50,20 @@ class Layout:
         return self.output_dir / "_internal" / self.release
 
 
+PARQUET_CELLS = 1 << 20  # a table level of more cells is published as Parquet (a census's blocks), else CSV
+
+
 def table_path(table: Table, level: str | None, kind: str = "tables", suffix: str = "csv") -> str:
     """``tables/<table>.csv``, or ``tables/<table>/<level>.csv`` for a geographic table."""
     return f"{kind}/{table.name}.{suffix}" if level is None else f"{kind}/{table.name}/{level}.{suffix}"
+
+
+def table_file(table: Table, level: str | None, cells: int) -> str:
+    """Where a table level of ``cells`` cells is published: CSV (one line a cell, read anywhere)
+    up to :data:`PARQUET_CELLS`, Parquet above it (its category columns dictionary-encoded: a
+    level of millions of blocks is a fraction of its CSV's size, written and read without a
+    text column a cell). The manifest names the file; :func:`dprelease.read_release` reads both."""
+    return table_path(table, level, suffix="parquet" if cells > PARQUET_CELLS else "csv")
 
 
 def cell_columns(spec: Spec, dims: tuple[str, ...]) -> dict[str, pa.Array]:
@@ -149,14 +160,16 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
     publish`` (the default) they are published as exact zeros (an empty mode or mean) and a last
     column ``structural`` (true/false) marks them, in tables that have any; with ``omit`` they are
     left out."""
-    path = directory / table_path(table, level)
-    columns = {k: v.dictionary_decode() for k, v in cell_columns(spec, dims).items()}
+    cells = spec.dims_cells(dims)
+    path = directory / table_file(table, level, cells)
+    text = path.suffix == ".csv"  # CSV: every category as its label; Parquet keeps them dictionary-encoded
+    columns = {k: v.dictionary_decode() if text else v for k, v in cell_columns(spec, dims).items()}
     if isinstance(table.measure, ModeMeasure):
         labels = spec.column(table.measure.column).categories
         codes = np.asarray(values, dtype=np.int64)
         chosen = pa.array(codes.clip(0), pa.int32(), mask=codes < 0)  # −1: no category (a structural cell)
-        columns[value_column(table)] = pa.DictionaryArray.from_arrays(
-            chosen, pa.array(labels, pa.string())).dictionary_decode()
+        mode = pa.DictionaryArray.from_arrays(chosen, pa.array(labels, pa.string()))
+        columns[value_column(table)] = mode.dictionary_decode() if text else mode
     elif isinstance(table.measure, MeanMeasure):  # (mean, count): an empty mean where the noisy count is < 1
         columns["mean"] = pa.array(values[0], pa.float64(), from_pandas=True)  # NaN → empty
         columns["count"] = pa.array(values[1].astype(np.int64), pa.int64())
@@ -170,7 +183,7 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
             arrow = arrow.filter(pa.array(~structural))
         else:
             arrow = arrow.append_column("structural", pa.array(structural, pa.bool_()))
-    return _write_csv(arrow, path)
+    return _write_csv(arrow, path) if text else _write_parquet(arrow, path)
 
 
 def write_local_table(spec: Spec, plan: LocalPlan, counts: np.ndarray, estimates: tuple[Any, Any],
@@ -221,6 +234,13 @@ def _write_csv(arrow: pa.Table, path: Path) -> Path:
     from pyarrow import csv
 
     return files.write_with(path, lambda f: csv.write_csv(arrow, f, csv.WriteOptions(quoting_style="needed")))
+
+
+def _write_parquet(arrow: pa.Table, path: Path) -> Path:
+    """A published Parquet table, owner-only (:mod:`dprelease.files`)."""
+    import pyarrow.parquet as pq
+
+    return files.write_with(path, lambda f: pq.write_table(arrow, f))
 
 
 def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: TablePlan, noisy: np.ndarray,

@@ -35,6 +35,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -255,16 +256,23 @@ class Release:
         dims = next(d for lv, d, _ in table.measured() if lv == level)
         values = _value_columns(table)
         base = self.path if version is None else self._version(version)
-        path = base / table_path(table, level)
+        parquet = facts.file.endswith(".parquet")  # a large level (publish.table_file); never a path of the manifest's
+        if version is not None and not (base / table_path(table, level, suffix="parquet" if parquet else "csv")).exists():
+            parquet = not parquet  # a version written where the size that chooses Parquet was another
+        path = base / table_path(table, level, suffix="parquet" if parquet else "csv")
         margin = MARGIN_COLUMNS[facts.margin.kind] if facts.margin is not None else None
         if margin is not None and margin in self._columns(name, level):  # accuracy: margin_columns
             values[margin] = pa.float64() if facts.margin.kind == "mean" else pa.int64()
-        frame = self._read_csv(path, dims, values, optional=("structural",))
+        if parquet:  # a mode's or quantile's category, as categories of its column (null: an empty cell)
+            frame = self._read_parquet(path, dims, values, optional=("structural",), categories=(
+                {table.measure.kind: table.measure.column} if isinstance(table.measure, ModeMeasure) else {}))
+        else:
+            frame = self._read_csv(path, dims, values, optional=("structural",))
         expected = facts.cells - (facts.structural_cells if table.structural_zeros == "omit" else 0)
         if len(frame) != expected:
             raise NotARelease(f"{path}: {len(frame)} rows, the manifest states {expected}; the release directory "
                               "has been altered")
-        if isinstance(table.measure, ModeMeasure):
+        if isinstance(table.measure, ModeMeasure) and not parquet:  # Parquet's is categorical already
             frame[table.measure.kind] = self._categorical(path, table.measure.column, frame[table.measure.kind],
                                                           empty_is_missing=True)
         return frame
@@ -373,6 +381,63 @@ class Release:
         frame = pd.DataFrame({c: (self._categorical(path, c, arrow.column(c).to_pandas()) if c in dims
                                   else arrow.column(c).to_pandas()) for c in header})
         return frame
+
+    def _read_parquet(self, path: Path, dims: tuple[str, ...], values: dict[str, pa.DataType],
+                      optional: tuple[str, ...] = (), categories: Mapping[str, str] = MappingProxyType({})
+                      ) -> pd.DataFrame:
+        """A published Parquet table with exactly these columns (``optional`` ones may follow):
+        dims as declared categories, and each value column of ``categories`` (a mode's or a
+        quantile's) as the categories of the column it names, a null an empty cell; the other
+        values of their types. Any other layout is a clear error."""
+        import pyarrow.parquet as pq
+
+        try:
+            arrow = pq.read_table(path)
+        except OSError as exc:
+            raise NotARelease(f"{path}: cannot read a table the manifest lists ({exc}); the release directory is "
+                              "incomplete or altered") from None
+        header = arrow.schema.names
+        wanted = [*dims, *values]
+        if header[:len(wanted)] != wanted or not set(header[len(wanted):]) <= set(optional):
+            raise NotARelease(f"{path}: columns {header}, expected {wanted}; the release directory has been altered")
+        types = {**values, "structural": pa.bool_()}
+        out: dict[str, pd.Series] = {}
+        for c in header:
+            column = arrow.column(c)
+            if c in dims or c in categories:
+                out[c] = self._categories(path, c if c in dims else categories[c], column, empty_is_missing=c not in dims)
+            elif column.type != types[c]:
+                raise NotARelease(f"{path}: column {c} is {column.type}, expected {types[c]}; the release directory "
+                                  "has been altered")
+            else:
+                out[c] = column.to_pandas()
+        return pd.DataFrame(out)
+
+    def _categories(self, path: Path, column: str, arr: pa.ChunkedArray, empty_is_missing: bool) -> pd.Series:
+        """A Parquet column of categories (dictionary-encoded, or text) as an ordered categorical
+        over the declared categories of ``column``, without a text value a row; a null only
+        where ``empty_is_missing`` (a mode with no category)."""
+        import pyarrow.compute as pc
+
+        declared = list(self.spec.column(column).categories)
+        whole = arr.combine_chunks() if arr.num_chunks else pa.array([], pa.string())
+        if not pa.types.is_dictionary(whole.type):
+            if not (pa.types.is_string(whole.type) or pa.types.is_large_string(whole.type)):
+                raise NotARelease(f"{path}: {column} is {whole.type}, not categories; the release directory has "
+                                  "been altered")
+            whole = pc.dictionary_encode(whole)
+        position = {c: i for i, c in enumerate(declared)}
+        labels = whole.dictionary.to_pylist()
+        unknown = [v for v in labels if v not in position]
+        if unknown:
+            raise NotARelease(f"{path}: {column} holds {unknown[0]!r}, not a declared category of {column}; the "
+                              "release directory has been altered")
+        if whole.null_count and not empty_is_missing:
+            raise NotARelease(f"{path}: {column} has empty cells; the release directory has been altered")
+        remap = np.array([position[v] for v in labels] + [-1], dtype=np.int64)  # the last: a null
+        indices = np.asarray(whole.indices.fill_null(len(labels)).to_numpy(zero_copy_only=False), dtype=np.int64)
+        dtype = pd.CategoricalDtype(declared, ordered=True)
+        return pd.Series(pd.Categorical.from_codes(remap[indices], dtype=dtype))
 
     def _categorical(self, path: Path, column: str, texts: pd.Series, empty_is_missing: bool = False) -> pd.Series:
         """``texts`` as an ordered categorical over the declared categories of ``column``."""

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -480,3 +481,74 @@ def test_margins_in_each_measures_own_units_per_published_cell(measures):
     assert modes.nunique() == 1 and modes.iloc[0] == release.facts("modal_race_by_sex").margin.value > 0
     sums = release.margins("income_by_sex")["margin_of_error"]
     assert (sums == release.facts("income_by_sex").margin_of_error).all()
+
+
+# ---------------------------------------------------------------- large levels: Parquet
+
+
+def _same_frames(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    assert list(a.columns) == list(b.columns)
+    for column in a.columns:
+        assert a[column].dtype == b[column].dtype, column
+        assert a[column].isna().tolist() == b[column].isna().tolist(), column
+        assert a[column].dropna().tolist() == b[column].dropna().tolist(), column
+
+
+@pytest.mark.parametrize("which", ["demo", "measures", "census"])
+def test_a_level_published_as_parquet_reads_as_its_csv(which, request, tmp_path, cli, monkeypatch):
+    """Levels over publish.PARQUET_CELLS cells are published as Parquet (here: every level): the
+    same post-processing of the same measurements, read back, gives the frames its CSV gives —
+    counts, sums, means, modes and quantiles (a structural mode: empty), geography, structural
+    zeros marked or omitted, margins."""
+    import dprelease.publish as publish
+
+    _, published = request.getfixturevalue(which)
+    directory = tmp_path / published.name
+    shutil.copytree(published, directory)
+    assert cli("postprocess", directory).code == 0  # "1-as-specified": CSV
+    monkeypatch.setattr(publish, "PARQUET_CELLS", 0)
+    assert cli("postprocess", directory).code == 0  # "2-as-specified": Parquet
+    release = read_release(directory)
+    assert release.postprocessed == ("1-as-specified", "2-as-specified")
+    parquet = list((directory / "postprocessed" / "2-as-specified" / "tables").rglob("*.parquet"))
+    assert parquet and not list((directory / "postprocessed" / "2-as-specified" / "tables").rglob("*.csv"))
+    for name in release.table_names:
+        for level in release.levels(name):
+            _same_frames(release.table(name, level, version="2-as-specified"),
+                         release.table(name, level, version="1-as-specified"))
+
+
+def test_a_release_publishes_large_levels_as_parquet(tmp_path, cli, monkeypatch):
+    """The manifest names the Parquet file; read_release reads it; what it reads is the file's
+    content; the category columns are stored dictionary-encoded."""
+    import dprelease.publish as publish
+
+    monkeypatch.setattr(publish, "PARQUET_CELLS", 2)  # the 2-cell tables stay CSV
+    spec = tmp_path / "measures.yaml"
+    text = MEASURES.format(data=ROOT / "data" / "nist_acs" / "national2019.csv")
+    assert "    group_by: [RAC1P]\n    rho: 0.5\n" in text
+    spec.write_text(text.replace("    group_by: [RAC1P]\n    rho: 0.5\n", "    group_by: [RAC1P]\n    rho: 0.4\n")
+                    + "  - {name: adults_modal_race, group_by: [AGE_GROUP], where: {AGEP: {ge: 18}}, "
+                      "measure: {mode: RAC1P}, rho: 0.1}\n")
+    assert cli("run", spec, "--output-dir", tmp_path / "out", "--orchestrator", "inline").code == 0
+    directory = tmp_path / "out" / "acs-measures-2019"
+    manifest = json.loads((directory / "manifest.json").read_text())
+    files = {t["name"]: t["file"] for t in manifest["tables"]}
+    assert files["persons_by_race"] == "tables/persons_by_race.parquet"  # 9 cells
+    assert files["mean_income_by_sex_age"] == "tables/mean_income_by_sex_age.parquet"  # 6 cells
+    assert files["income_by_sex"] == "tables/income_by_sex.csv"  # 2 cells
+    release = read_release(directory)
+    stored = pq.read_table(directory / files["persons_by_race"])
+    assert str(stored.schema.field("RAC1P").type).startswith("dictionary")
+    frame = release.table("persons_by_race")
+    assert frame["RAC1P"].tolist() == stored.column("RAC1P").to_pylist()
+    assert frame["count"].tolist() == stored.column("count").to_pylist()
+    assert list(frame["RAC1P"].cat.categories) == list(load_spec(spec).column("RAC1P").categories)
+    modes = release.table("adults_modal_race")  # 3 cells, "0-17" structural: no category
+    assert files["adults_modal_race"].endswith(".parquet")
+    assert modes["mode"].isna().tolist() == [True, False, False] and modes["structural"].tolist() == [True, False, False]
+    assert list(modes["mode"].cat.categories) == list(load_spec(spec).column("RAC1P").categories)
+    (directory / files["persons_by_race"]).chmod(0o600)
+    pq.write_table(stored.set_column(0, "RAC1P", pa.array(["Martian"] * len(frame))), directory / files["persons_by_race"])
+    with pytest.raises(NotARelease, match="'Martian', not a declared category of RAC1P"):
+        release.table("persons_by_race")
