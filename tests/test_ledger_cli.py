@@ -56,6 +56,32 @@ def test_ledger_on_an_empty_location_creates_nothing(cli, isolated_ledger):
     assert not isolated_ledger.exists()
 
 
+def test_ledger_with_nothing_to_show_says_where_it_looked_and_the_specs_pins(cli, isolated_ledger, tmp_path,
+                                                                             monkeypatch):
+    """`dprelease ledger` with no argument after a project's run (issue 29, point 12): the answer
+    (stdout) says which ledger it read and why, and the ledgers the specs here pin, with their
+    specs and how to create one that is not there yet; nothing is created."""
+    (tmp_path / "configs").mkdir()
+    make_ledger(tmp_path / "ledgers" / "pinned.sqlite")
+    for name, pin in (("a", "../ledgers/pinned.sqlite"), ("b", "../ledgers/pinned.sqlite"),
+                      ("c", "../ledgers/later.sqlite")):
+        (tmp_path / "configs" / f"{name}.yaml").write_text(f"release: r-{name}\nledger: {pin}\n")
+    (tmp_path / "notes.yaml").write_text("- not a spec\n")
+    (tmp_path / "broken.yaml").write_text("ledger: [\n")
+    monkeypatch.chdir(tmp_path)
+    result = cli("ledger")
+    assert result.code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"No datasets with releases in this ledger yet at sqlite:///{isolated_ledger}, chosen by " \
+                       "the $DPRELEASE_LEDGER environment variable."
+    assert f"  sqlite:///{tmp_path}/ledgers/pinned.sqlite (pinned by configs/a.yaml, configs/b.yaml)" in lines
+    assert f"  sqlite:///{tmp_path}/ledgers/later.sqlite (pinned by configs/c.yaml): not created yet, " \
+           "`dprelease ledger init --spec configs/c.yaml --reason TEXT`" in lines
+    remove_ledger(isolated_ledger)
+    assert cli("ledger").stdout.startswith(f"There is no ledger at sqlite:///{isolated_ledger}, chosen by")
+    assert not isolated_ledger.exists() and not (tmp_path / "ledgers" / "later.sqlite").exists()
+
+
 def test_a_cap_is_given_in_the_unit_of_the_datasets_terms(cli, tmp_path):
     """A zCDP dataset's cap is a ρ (--rho), a pure or (ε, δ) one's an ε (--epsilon): a ρ is never
     typed under an ε name, and a cap in the wrong unit changes nothing."""

@@ -79,8 +79,54 @@ def ledger_show(
     if as_json:
         print(json.dumps(ledger_json(states, location, exists, ledger_id, undeclared, answer_sets, birth),
                          indent=2))
+    elif not states and not undeclared and not answer_sets:
+        _nothing_here(location, exists)
     else:
         print_ledger(out, states, undeclared, answer_sets)
+
+
+def _nothing_here(location: LedgerLocation, exists: bool) -> None:
+    """An empty (or absent) ledger, said where the answer is read (stdout): which ledger this was
+    and why, and the ledgers the specs in this folder (and its ``configs/``) pin, which is where
+    a project's releases are recorded."""
+    head = "No datasets with releases in this ledger yet" if exists else "There is no ledger"
+    out.print(f"{head} at {location.shown}, chosen by {location.how_chosen}.", markup=False, highlight=False)
+    pinned = _pinned_nearby(Path.cwd())
+    if pinned:
+        out.print("The specs here pin ledgers of their own; `dprelease ledger --spec SPEC` shows a spec's:",
+                  markup=False, highlight=False)
+        for where, (specs, there) in pinned.items():
+            named = ", ".join(specs[:3]) + (f" and {len(specs) - 3} more" if len(specs) > 3 else "")
+            out.print(f"  {where} (pinned by {named})" + ("" if there else ": not created yet, `dprelease ledger init "
+                                                                        f"--spec {specs[0]} --reason TEXT`"),
+                      markup=False, highlight=False)
+
+
+def _pinned_nearby(folder: Path, most: int = 50) -> dict[str, tuple[list[str], bool]]:
+    """Per ledger that the YAML files of ``folder`` and its ``configs/`` pin (``ledger:``), the
+    specs that pin it and whether a ledger is there; read as YAML only (a file that is not a
+    spec is passed over)."""
+    import yaml
+
+    from dprelease.ledger import Ledger
+
+    found: dict[str, tuple[list[str], bool]] = {}
+    paths = sorted([*folder.glob("*.y*ml"), *(folder / "configs").glob("*.y*ml")])[:most]
+    for path in paths:
+        try:
+            pin = yaml.safe_load(path.read_text(encoding="utf-8")).get("ledger")
+            if not isinstance(pin, str) or not pin:
+                continue
+            location = resolve_location(None, pin, path.resolve().parent)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, UserError, ValueError):
+            continue
+        if location.shown not in found:
+            opened = Ledger.open(location)
+            if opened is not None:
+                opened.close()
+            found[location.shown] = ([], opened is not None)
+        found[location.shown][0].append(str(path.relative_to(folder)))
+    return found
 
 
 @handled
