@@ -188,3 +188,49 @@ def test_plan_json_names_the_unit_of_each_recorded_cap(cli, tmp_path):
     plan = json.loads(cli("plan", spec, "--json", "--ledger", url).stdout)
     assert [(c["epsilon"], c["cap"]) for c in plan["lifetime"]["changes"]] == [("4", {"epsilon": "4"}),
                                                                               ("10", {"epsilon": "10"})]
+
+
+def test_refusals_end_with_the_fix(cli, tmp_path):
+    """Issue 29, point 9: a re-run of a committed release (a new `release:`), over the lifetime
+    budget (a smaller release, or a recorded cap raise on the spec's own ledger), over the release
+    budget (the planner's split), a release directory already there; nothing spent."""
+    from tests.conftest import shipped_project
+
+    configs = shipped_project(tmp_path)
+    demo = configs / "acs_demo.yaml"
+    out = ("--output-dir", tmp_path / "out", "--orchestrator", "inline")
+    assert cli("run", demo, *out).code == 0
+    again = cli("run", demo, *out)
+    assert again.code == 4 and "to publish this data again, name a new release (`release:` in " \
+        f"{demo})" in again.stderr, again.stderr
+
+    text = demo.read_text()  # ε 4 in all: 3 are left of the lifetime's 4
+    for old, new in (("release: acs-demo-2019", "release: acs-demo-late"), ("budget: {epsilon: 1}", "budget: {epsilon: 4}"),
+                     ("epsilon: 0.25\n", "epsilon: 0.75\n"), ('epsilon: "0.25"', 'epsilon: "0.75"'),
+                     ("epsilon: 1/5", "epsilon: 3/5"), ("epsilon: 0.3\n", "epsilon: 1.9\n")):
+        assert old in text, old
+        text = text.replace(old, new)
+    (configs / "late.yaml").write_text(text)
+    over = cli("run", configs / "late.yaml", *out)
+    assert over.code == 3, over.stderr
+    assert "Fix: a release of at most the remaining 3 ε (lower its tables' ε), or, as a recorded decision, raise " \
+        "the dataset's cap: `dprelease ledger set-budget nist-acs-national-2019 --epsilon NEW_CAP --reason TEXT " \
+        f"--ledger sqlite:///{tmp_path}/ledgers/nist-acs.sqlite`." in over.stderr, over.stderr
+
+    (configs / "split.yaml").write_text(text.replace("acs-demo-late", "acs-demo-split")
+                                        .replace("\nbudget: {epsilon: 4}", "\nbudget: {epsilon: 1}"))
+    split = cli("run", configs / "split.yaml", *out)
+    assert split.code == 3 and "Fix: lower the tables' ε in split.yaml to sum to at most the release budget (1; " \
+        f"`dprelease plan {configs / 'split.yaml'} --allocate` proposes a split), or raise `budget:`." in split.stderr
+
+    (tmp_path / "out" / "acs-demo-there").mkdir()
+    (configs / "there.yaml").write_text(demo.read_text().replace("acs-demo-2019", "acs-demo-there"))
+    exists = cli("run", configs / "there.yaml", *out)
+    assert exists.code == 4 and "Name a new release (`release:` in " in exists.stderr \
+        and "or publish into another output directory (--output-dir)" in exists.stderr, exists.stderr
+    ledger = Ledger.open(resolve_location(f"{tmp_path}/ledgers/nist-acs.sqlite"))
+    assert ledger is not None
+    try:
+        assert ledger.state("nist-acs-national-2019").spent == PureDP(Fraction(1))  # the refusals spent nothing
+    finally:
+        ledger.close()

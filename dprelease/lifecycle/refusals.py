@@ -32,7 +32,7 @@ from dprelease.errors import (
     OverBudgetError,
     UserError,
 )
-from dprelease.ledger import Approval, Ledger, RecordIdentity
+from dprelease.ledger import Approval, Ledger, RecordIdentity, resolve_location
 from dprelease.lifecycle.voice import Say
 from dprelease.plan import Plan
 from dprelease.spec import ROOT, Spec
@@ -50,12 +50,18 @@ def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_c
     if existing is not None:
         where = (f"its outputs: {Path(existing.output_dir) / spec.release}"
                  if existing.state == "committed" and existing.output_dir else "see `dprelease ledger`")
+        fix = ("An unfinished run holds this name (one in progress, or one that stopped): once none is in progress, "
+               f"settle it with `dprelease ledger resolve {existing.run_id} --void|--commit|--fail --reason TEXT` "
+               "(`dprelease ledger` shows it; docs/reliability.md says which)" if existing.state in ("reserved", "drawing") else
+               "A run never re-draws a release's noise: to publish this data again, name a new release "
+               f"(`release:` in {spec.source}); it is charged to the lifetime budget again")
         raise AlreadyReleasedError(f"release {spec.release!r} of dataset {spec.dataset.name!r} is already "
                                    f"{existing.state} (run {existing.run_id}, {existing.created_at}); {where}. "
-                                   "Nothing was spent.")
+                                   f"{fix}. Nothing was spent.")
     if os.path.lexists(output_dir / spec.release):  # a dangling symlink too: nothing is written through one
         raise AlreadyReleasedError(f"{output_dir / spec.release} already exists; refusing to overwrite a "
-                                   "published release. Nothing was spent.")
+                                   f"published release. Name a new release (`release:` in {spec.source}) or publish "
+                                   "into another output directory (--output-dir). Nothing was spent.")
     if not plan.fits:
         raise OverBudgetError(over_budget_message(spec, plan))
     if spec.local_tables and spec.tables:
@@ -219,8 +225,33 @@ def over_budget_message(spec: Spec, plan: Plan) -> str:
     needs = f"{plan.symbol} = {amount_text(plan.total)}"
     if isinstance(plan.charge, ApproxDP):
         needs += f", δ = {fraction_text(plan.charge.delta)}"
-    return (f"the release needs {needs}, over the {' and the '.join(budget_overruns(spec, plan))}. The data was not "
-            "read; nothing spent.")
+    return (f"the release needs {needs}, over the {' and the '.join(budget_overruns(spec, plan))}. "
+            + " ".join(_over_budget_fixes(spec, plan)) + " The data was not read; nothing spent.")
+
+
+def _ledger_option(spec: Spec) -> str:
+    """The ``--ledger`` a ledger command needs to reach the spec's pinned ledger (none unpinned:
+    the run's own, from the same environment)."""
+    if not spec.ledger:
+        return ""
+    return f" --ledger {resolve_location(None, spec.ledger, spec.source.resolve().parent).shown}"
+
+
+def _over_budget_fixes(spec: Spec, plan: Plan) -> list[str]:
+    """What would make the release fit: the tables' budgets lowered (the planner proposes a split),
+    the release budget raised within the lifetime's, or a recorded decision to raise the cap."""
+    symbol, unit = plan.symbol, "rho" if plan.symbol == "ρ" else "epsilon"
+    fixes = []
+    if plan.total.amount > plan.release_budget.amount:
+        fixes.append(f"Fix: lower the tables' {symbol} in {spec.source.name} to sum to at most the release budget "
+                     f"({amount_text(plan.release_budget)}; `dprelease plan {spec.source} --allocate` proposes a "
+                     f"split), or raise `budget:`.")
+    if plan.lifetime_spent_after.amount > plan.lifetime_budget.amount:
+        fixes.append(f"Fix: a release of at most the remaining {amount_text(plan.lifetime_remaining)} "
+                     f"{plan.ledger_symbol} (lower its tables' {symbol}), or, as a recorded decision, raise the "
+                     f"dataset's cap: `dprelease ledger set-budget {spec.dataset.name} --{unit} NEW_CAP --reason "
+                     f"TEXT{_ledger_option(spec)}`.")
+    return fixes or [f"Fix: lower the δ of the release in {spec.source.name}, or raise the budget's δ."]
 
 
 def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
