@@ -16,7 +16,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 # An empty PREFECT_API_URL means "no server" to a user, but breaks Prefect's event worker.
 if os.environ.get("PREFECT_API_URL", None) == "":
@@ -166,7 +166,9 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
     from dprelease.lifecycle import Orchestrator, RunFailed, Voice, run_spec
 
     logger = get_run_logger()
-    voice = Voice(say=logger.warning, show=logger.warning, error=lambda text: print(text, file=sys.stderr))
+    lines = _lines_logger(logger)
+    say = lambda text: (lines.warning if text.lower().startswith("warning") else lines.info)(text)  # noqa: E731
+    voice = Voice(say=say, show=lines.info, error=lambda text: print(text, file=sys.stderr))
     record = {"kind": "prefect", "api": os.environ.get("PREFECT_API_URL", ""), "chosen_by": "schedule"}
     try:
         run = this_run()
@@ -193,6 +195,20 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
         logger.error(message)
         return Failed(message=message)
     return None
+
+
+def _lines_logger(run_logger: Any) -> Any:
+    """The run's logger for the lifecycle's own lines, at INFO: a child of the run logger's
+    logger (``….dprelease``, level INFO), so its records reach the run logger's handlers — the
+    run's logs in the API, the worker's terminal — while Prefect's own chatter keeps
+    ``PREFECT_LOGGING_LEVEL`` (WARNING by default). So a successful run logs INFO lines only,
+    a warning is a WARNING and a refusal an ERROR: alerting on WARNING fires on what needs a look."""
+    import logging
+
+    base = run_logger.logger if isinstance(run_logger, logging.LoggerAdapter) else run_logger
+    child = base.getChild("dprelease")
+    child.setLevel(logging.INFO)
+    return type(run_logger)(child, run_logger.extra) if isinstance(run_logger, logging.LoggerAdapter) else child
 
 
 def this_run() -> ScheduledRun:

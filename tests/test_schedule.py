@@ -506,6 +506,33 @@ def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceba
     assert not [r for r in records if r.levelno >= logging.ERROR]
 
 
+def test_a_successful_scheduled_run_logs_at_info_and_its_warnings_at_warning(tmp_path, monkeypatch):
+    """Issue 29, point 11: the lifecycle's lines of a successful run are INFO records of the run's
+    logger (a child at INFO, so they pass PREFECT_LOGGING_LEVEL=WARNING), a "warning: …" line a
+    WARNING; nothing at ERROR. Alerting on WARNING then fires on warnings only."""
+    import logging
+
+    import dprelease.lifecycle
+    from dprelease import orchestrate
+
+    parent = logging.getLogger("test-scheduled-success")
+    records = run_logs(monkeypatch, "test-scheduled-success")
+    monkeypatch.setattr(parent, "level", logging.WARNING)  # as PREFECT_LOGGING_LEVEL leaves Prefect's loggers
+
+    def publish(*args, voice, **kwargs):  # type: ignore[no-untyped-def]
+        voice.say("ledger id 1234: sqlite:///ledger.sqlite (chosen by the spec's ledger: key)")
+        voice.say("warning: ledger id 1234 was created at /elsewhere and is opened here")
+        voice.show("published acs-demo-2019: 4 tables, ε = 1 → /out/acs-demo-2019")
+
+    monkeypatch.setattr(dprelease.lifecycle, "run_spec", publish)
+    spec = demo_spec(tmp_path)
+    bind_here(monkeypatch, spec, tmp_path / "out")
+    assert orchestrate.scheduled_release.fn(str(spec), None, str(tmp_path / "out")) is None
+    assert [(r.levelname, r.getMessage().split(":")[0]) for r in records] == [
+        ("INFO", "ledger id 1234"), ("WARNING", "warning"), ("INFO", "published acs-demo-2019")]
+    assert all(r.name == "test-scheduled-success.dprelease" for r in records)
+
+
 def test_a_scheduled_run_that_no_schedule_process_bound_or_that_differs_at_all_is_refused(tmp_path, monkeypatch):
     """The flow's body, called directly: without a binding kept for its deployment (a worker,
     say) it refuses before the lifecycle is called, and a binding given in its environment
