@@ -177,3 +177,30 @@ def test_settings_that_release_nothing_do_not_change_the_fingerprint(tmp_path):
     for extra in ("accuracy: {confidence: 0.9}", "limits: {max_cells: 1000}", "ledger: /tmp/elsewhere.sqlite"):
         assert fingerprint(load_spec(write_spec(tmp_path, body + extra + "\n"))) == base, extra
     assert fingerprint(load_spec(write_spec(tmp_path, body.replace("epsilon: 0.5", "epsilon: 0.4", 1)))) != base
+
+
+def test_a_misspelled_measured_column_is_refused_at_validate_and_plan(tmp_path, cli):
+    """Issue 29, point 5: `measure: {mean: PINPC}` (the data has PINCP) validated and planned;
+    now both refuse it (exit 2) with the name the file has; its header only is read. A spec whose
+    data is not there yet validates, with a note."""
+    data = ROOT / "data" / "nist_acs" / "national2019.csv"
+    text = f"""release: typo
+dataset: {{name: typo, path: {data}, na_values: ["N"], lifetime_budget: {{epsilon: 4}}}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+columns:
+  SEX: {{domain: [1, 2]}}
+tables:
+  - {{name: m, group_by: [SEX], measure: {{mean: PINPC, bounds: [0, 200000], granularity: 1000}}, epsilon: 1}}
+"""
+    spec = tmp_path / "typo.yaml"
+    spec.write_text(text)
+    for command in (("validate",), ("plan",)):
+        result = cli(*command, spec)
+        assert result.code == 2, result
+        assert "column PINPC: not in the data file" in result.stderr and "did you mean 'PINCP'?" in result.stderr
+    spec.write_text(text.replace("PINPC", "PINCP"))
+    assert cli("validate", spec).code == 0
+    spec.write_text(text.replace(str(data), str(tmp_path / "later.csv")))  # no data yet: said, not refused
+    later = cli("validate", spec)
+    assert later.code == 0 and "the data's header was not checked" in later.stderr, later

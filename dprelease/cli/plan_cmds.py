@@ -7,7 +7,7 @@ import json
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -20,21 +20,23 @@ from dprelease.cli.common import (
     spec_ledger,
     spec_location,
 )
-from dprelease.errors import ExitCode, SpecError
+from dprelease.errors import DataError, ExitCode, SpecError
 from dprelease.ledger import Ledger
 from dprelease.notices import large_delta_warnings, ledger_line, repeated_table_warnings
 
 
 @handled
 def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help="Release spec files.")]) -> None:
-    """Check release specs against the schema and the semantic rules. Never opens the data."""
+    """Check release specs against the schema and the semantic rules, and the columns they read
+    against the data files' headers where the files are there (no row is read)."""
     from dprelease.spec import load_spec
 
     failed = 0
     for path in specs:
         try:
             spec = load_spec(path)
-        except SpecError as exc:
+            header_problems(spec)
+        except (SpecError, DataError) as exc:
             failed += 1
             print(exc, file=sys.stderr)
             continue
@@ -59,6 +61,26 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
     if failed:
         say(f"{failed} of {len(specs)} spec(s) invalid")
         raise typer.Exit(ExitCode.INVALID)
+
+
+def header_problems(spec: Any) -> None:
+    """Every column the spec reads (grouped, filtered, measured, the unit's id) against the data
+    files' headers (their column names only: no row is read): a missing column is a
+    :class:`DataError` (exit 2) naming the closest column the file has. Data not there (a spec
+    written before its data arrives) or a header that cannot be read is said, not refused here
+    (`check` and `run` refuse it)."""
+    from dprelease.data.check import check_data
+
+    try:
+        found = check_data(spec, full=False)
+    except DataError as exc:  # no data there yet (a spec written before its data arrives): said, not refused
+        say(f"note: {spec.source}: the data's header was not checked: {exc}")
+        return
+    problems = [f.line() for f in found.problems if f.kind in ("absent", "duplicate")]
+    if problems:
+        raise DataError(f"{spec.source}: the data's header lacks what the spec reads:\n  " + "\n  ".join(problems))
+    if found.files:
+        say(f"note: {spec.source}: the data's header was not checked ({found.files[0]})")
 
 
 @handled
@@ -108,6 +130,7 @@ def plan(
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)
+    header_problems(spec)  # a column the data lacks: no plan to approve
     if confidence is not None:
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = spec_location(spec, ledger)

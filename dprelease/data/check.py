@@ -17,6 +17,7 @@ never writes a file and never touches the ledger.
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -202,8 +203,10 @@ def _schema(src: Source, piece: Piece, names: list[str], result: DataCheck) -> l
     shown = ", ".join(header[:30]) + (" ..." if len(header) > 30 else "")
     absent = [n for n in names if n not in header]
     for name in absent:
+        close = difflib.get_close_matches(name, header, n=1)
         _note(result, name, "absent", f"not in the data file {piece.path}",
-              f"name the column as the data does (the file has: {shown}), or add it to the data")
+              (f"did you mean {close[0]!r}? " if close else "")
+              + f"name the column as the data does (the file has: {shown}), or add it to the data")
     repeated = sorted({n for n in names if header.count(n) > 1})
     for name in repeated:
         _note(result, name, "duplicate", f"appears more than once in the header of {piece.path}",
