@@ -275,3 +275,56 @@ def test_from_the_top_of_a_project_the_pins_stay_inside_it(tmp_path, cli, monkey
     monkeypatch.chdir(outside)
     assert cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY).code == 0
     assert yaml.safe_load((outside / "national2019.yaml").read_text())["ledger"] == "../ledgers/national2019.sqlite"
+
+
+def accepted(text: str) -> str:
+    """The starter's proposed rules, uncommented as a statistician accepting them would."""
+    lines = text.splitlines()
+    start = lines.index("# rules:")
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("#  "))
+    return "\n".join(lines[:start] + ["rules:"] + [line[1:] for line in lines[start + 1:end]] + lines[end:]) + "\n"
+
+
+def test_init_proposes_the_rules_the_dictionary_states(tmp_path, cli):
+    """Issue 29, point 6: "N/A (age less than 15 years)" proposes `MSP missing exactly when AGEP
+    < 15` (commented out: the statistician accepts it); accepted, the rules hold for the NIST
+    data, and a table of adults by marital status has its N/A cell structural (an exact zero,
+    no noise). Labels of several conditions propose nothing; nor does a dictionary with no age."""
+    from dprelease.plan import plan_release
+
+    spec = tmp_path / "proj" / "nist.yaml"
+    assert cli("init", NIST / "national2019.csv", "--dictionary", DICTIONARY, "--output", spec).code == 0
+    text = spec.read_text()
+    assert "rules" not in yaml.safe_load(text)  # proposed only
+    assert "#   - name: msp-not-applicable-under-15\n#     description: \"the dictionary: MSP is 'N/A (age less " \
+        "than 15 years)' exactly when AGEP < 15\"\n#     if: {AGEP: {lt: 15}}\n#     then: {MSP: {missing: " \
+        "true}}\n#     both_ways: true\n" in text
+    names = [r["name"] for r in yaml.safe_load(accepted(text))["rules"]]
+    assert names == ["msp-not-applicable-under-15", "edu-not-applicable-under-3", "pincp-not-applicable-under-15",
+                     "pincp_decile-not-applicable-under-15", "drem-not-applicable-under-5",
+                     "dphy-not-applicable-under-5"]  # not INDP_CAT's "less than 16 years old, or …"
+    adults = accepted(text).replace("tables:\n", "tables:\n  - {name: adults_by_msp, group_by: [SEX, MSP], "
+                                                 "where: {AGEP: {ge: 15}}, epsilon: \"1/4\"}\n", 1)
+    spec.write_text(adults.replace("budget: {epsilon: 1}", "budget: {epsilon: 1/2}"))
+    assert cli("validate", spec).code == 0
+    checked = cli("check", spec)
+    assert checked.code == 0 and "rules: no row breaks a declared rule" in checked.stdout, checked.output
+    table = next(t for t in plan_release(load_spec(spec), None).tables if t.name == "adults_by_msp")
+    assert len(table.structural) == 2  # (Male, N/A) and (Female, N/A)
+
+    data, dictionary = small(tmp_path)
+    labels = json.loads(dictionary.read_text())
+    labels["COLOR"]["values"]["N"] = "N/A (less than 16 years old, or never asked)"
+    dictionary.write_text(json.dumps(labels))
+    out = tmp_path / "small.yaml"
+    assert cli("init", data, "--dictionary", dictionary, "--output", out).code == 0
+    assert "rules" not in out.read_text()
+    labels["COLOR"]["values"]["N"] = "N/A (under 16)"
+    labels["AGE"]["description"] = "years since the start"
+    dictionary.write_text(json.dumps(labels))
+    assert cli("init", data, "--dictionary", dictionary, "--output", out, "--force").code == 0
+    assert "rules" not in out.read_text()  # no column is the age
+    labels["AGE"]["description"] = "Age of the person"
+    dictionary.write_text(json.dumps(labels))
+    assert cli("init", data, "--dictionary", dictionary, "--output", out, "--force").code == 0
+    assert "#     if: {AGE: {lt: 16}}\n#     then: {COLOR: {missing: true}}" in out.read_text()

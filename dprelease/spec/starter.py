@@ -316,6 +316,9 @@ def starter(data: Path, output: Path, dictionary: Path | None = None, project: P
         lines += _column_lines(c)
     for n in undocumented:
         lines.append(f"  {n}: {{}}   # TODO: declare domain: [...] or range: [lo, hi]")
+    proposed = proposed_rules(columns)
+    if proposed:
+        lines += ["", *proposed]
     lines += ["", "tables:"]
     example = _example_column(columns)
     budget = Fraction(1, 4)
@@ -350,6 +353,43 @@ def starter(data: Path, output: Path, dictionary: Path | None = None, project: P
     return Starter("\n".join(lines), columns, findings, notes,
                    complete=dictionary is not None and not undocumented, release=release, ledger=ledger,
                    output_dir=output_dir)
+
+
+_UNDER_AGE = re.compile(r"^N/A \((?:age )?(?:less than|under|younger than) (\d+)(?: years?)?(?: old)?\)?$", re.IGNORECASE)
+
+
+def proposed_rules(columns: list[StarterColumn]) -> list[str]:
+    """The rules the dictionary states, commented out for the statistician to accept: a missing
+    category labelled "N/A (age less than 15 years)" (or "less than 15 years old", "under 15")
+    is missing exactly when the age is under 15 — ``if: {AGE: {lt: 15}}, then: {COLUMN:
+    {missing: true}}, both_ways: true`` —, where one declared range column is the age (its
+    description says "age"). A label of several conditions ("… or …") proposes nothing. Once
+    accepted, a run checks each rule against the data before spending, and the cells a rule
+    excludes are structural zeros from the start (docs/structural_zeros.md). A function of the
+    dictionary alone: no data value."""
+    ages = [c for c in columns if c.skipped is None and c.range is not None
+            and re.search(r"\bage\b", c.description or "", re.IGNORECASE)]
+    if len(ages) != 1:
+        return []
+    age = ages[0]
+    rules: list[str] = []
+    for c in columns:
+        found = _UNDER_AGE.match(c.missing.strip()) if c.skipped is None and c.missing and c is not age else None
+        if found is None:
+            continue
+        years = int(found.group(1))
+        rules += [f"#   - name: {c.name.lower()}-not-applicable-under-{years}",
+                  f"#     description: {_q(f'the dictionary: {c.name} is {c.missing!r} exactly when {age.name} < {years}')}",
+                  f"#     if: {{{age.name}: {{lt: {years}}}}}",
+                  f"#     then: {{{c.name}: {{missing: true}}}}",
+                  "#     both_ways: true"]
+    if not rules:
+        return []
+    return ["# Rules the dictionary states (proposed: uncomment those that hold for every row; a run checks",
+            "# them against the data before spending, and the cells they exclude become structural zeros,",
+            "# published as exact zeros instead of noise, e.g. a table of adults by marital status has no",
+            "# \"N/A (age less than 15 years)\" cells).",
+            "# rules:", *rules]
 
 
 def _example_column(columns: list[StarterColumn]) -> StarterColumn | None:
