@@ -121,10 +121,13 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
         "budget_unit": _unit(budgets.total), "total": fraction_text(budgets.total.amount),
         "release_budget": fraction_text(budgets.release.amount),
         "confidence": manifest["confidence"],  # of every "moe" and "margin" (the spec's); "moe95" is at 95%
-        # "moe": a cell's noise margin (a mean's: its sum part's); "margin": in the measure's own units
+        # "moe": a count's or sum's cell noise margin, in persons or the summed unit (a mean, a mode and a
+        # quantile have none: a number of their parts or ranks would read as their own); "margin": every
+        # measure's, in its own units
         "tables": [{"name": t["name"], "level": t.get("level"),
                     "epsilon": fraction_text(table_budget(manifest, t).amount),  # in budget_unit, as ever
-                    "mechanism": t["mechanism"], "moe95": t.get("moe95"), "moe": t.get("moe"),
+                    "mechanism": t["mechanism"],
+                    **({"moe95": t.get("moe95"), "moe": t.get("moe")} if _cell_margin(t) else {}),
                     **({"margin": t["margin"]} if "margin" in t else {}),  # in the measure's own units
                     "structural_cells": t.get("structural_cells", 0)}
                    for t in manifest["tables"]],
@@ -139,6 +142,13 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
         **{k: manifest[k] for k in ("ledger", "approval", "evaluated_in_the_open") if k in manifest},
         **({"partition": manifest["partition"]} if "partition" in manifest else {}),
     }
+
+
+def _cell_margin(entry: dict[str, Any]) -> bool:
+    """Whether a manifest's table is a count or a sum: the ones whose cells' ``moe`` is in their
+    own unit (persons, the summed column's)."""
+    measure = entry.get("measure", "count")
+    return measure == "count" or (isinstance(measure, dict) and "sum" in measure)
 
 
 # ---------------------------------------------------------------- the trade-off, from the manifest

@@ -552,3 +552,20 @@ def test_a_release_publishes_large_levels_as_parquet(tmp_path, cli, monkeypatch)
     pq.write_table(stored.set_column(0, "RAC1P", pa.array(["Martian"] * len(frame))), directory / files["persons_by_race"])
     with pytest.raises(NotARelease, match="'Martian', not a declared category of RAC1P"):
         release.table("persons_by_race")
+
+
+def test_the_json_report_gives_a_cell_moe_to_counts_and_sums_only(measures):
+    """Issue 29, point 8: a mean's "moe" was its sum part's (1,151,300 beside a ±2,056 margin), a
+    mode's and a quantile's 0; now only counts and sums carry "moe"/"moe95" (in persons, in the
+    summed unit), and every table its "margin" in its measure's own units."""
+    from dprelease import reporting
+
+    _, directory = measures
+    manifest = json.loads((directory / "manifest.json").read_text())
+    tables = {t["name"]: t for t in reporting.report_json(manifest, None)["tables"]}
+    for name in ("persons_by_race", "income_by_sex"):
+        assert tables[name]["moe"] == tables[name]["margin"]["value"] > 0, name
+        assert "moe95" in tables[name]
+    for name in ("mean_income_by_sex_age", "modal_race_by_sex", "median_age_by_sex"):
+        assert "moe" not in tables[name] and "moe95" not in tables[name], name
+        assert tables[name]["margin"]["kind"] in ("mean", "mode", "quantile")
