@@ -43,7 +43,7 @@ from dprelease.accounting import ApproxDP, Budget, budget_from_record, budget_of
 from dprelease.errors import UserError
 from dprelease.plan.margins import Margin
 from dprelease.publish import MARGIN_COLUMNS, invariant_path, table_path, value_column
-from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, Spec, Table
+from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, RangeColumn, Spec, Table
 from dprelease.spec.canonical import spec_from_canonical
 
 __all__ = ["MANIFEST_FORMATS", "NotARelease", "Part", "Release", "TableFacts", "read_release"]
@@ -275,20 +275,59 @@ class Release:
         if isinstance(table.measure, ModeMeasure) and not parquet:  # Parquet's is categorical already
             frame[table.measure.kind] = self._categorical(path, table.measure.column, frame[table.measure.kind],
                                                           empty_is_missing=True)
+        if isinstance(table.measure, ModeMeasure) and isinstance(self.spec.column(table.measure.column), RangeColumn):
+            frame[table.measure.kind] = _numbers(frame[table.measure.kind])  # a range column's value: a number
         return frame
 
     def margins(self, name: str, level: str | None = None) -> pd.DataFrame:
-        """Table ``name`` as :meth:`table` gives it, with ``margin_of_error`` per cell at the
-        release's confidence in the measure's own units (:attr:`TableFacts.margin`): a mean's at
-        the cell's published noisy count (a plug-in for its row count; NaN where it gives no
-        bound), every other measure's the same for all cells. Post-processing of published figures."""
+        """Table ``name`` as :meth:`table` gives it, with its margin per cell at the release's
+        confidence (:attr:`TableFacts.margin`), in columns named for what they count, so that no
+        figure of rows sits where a value's margin is read:
+
+        * a count or a sum: ``margin_of_error`` (persons, the summed unit), the same for all cells;
+        * a mean: ``margin_of_error`` in the mean's unit at the cell's published noisy count (a
+          plug-in for its row count; NaN where it gives no bound);
+        * a mode: ``count_gap``, in rows: the published category's count is within it of the
+          true mode's;
+        * a quantile: ``rank_error``, in rows: the published category's rank is within it of
+          q·n, beyond the best category's own distance; and where the release publishes a count
+          of the same cells (a count table of the same group_by, where and level): ``rows``, its
+          published count, and ``quantile_low`` and ``quantile_high``, the quantile levels
+          q ∓ rank_error / rows (clipped to [0, 1]; NaN for an empty cell). Never in the value's
+          units: no published figure converts ranks into values with a stated guarantee.
+
+        Post-processing of published figures only."""
         frame, margin = self.table(name, level), self.facts(name, level).margin
         if margin is None:
             raise KeyError(f"{self.release} was published before margins were stated per measure")
-        frame["margin_of_error"] = ([margin.at_count(n) for n in frame["count"]] if margin.kind == "mean"
-                                    else margin.value)
-        frame["margin_of_error"] = frame["margin_of_error"].astype("float64")
+        if margin.kind == "mean":
+            frame["margin_of_error"] = pd.Series([margin.at_count(n) for n in frame["count"]], dtype="float64")
+        elif margin.kind == "mode":
+            frame["count_gap"] = margin.value
+        elif margin.kind == "quantile":
+            frame["rank_error"] = margin.value
+            self._quantile_levels(name, level, frame, margin.value)
+        else:
+            frame["margin_of_error"] = float(margin.value) if margin.value is not None else np.nan
         return frame
+
+    def _quantile_levels(self, name: str, level: str | None, frame: pd.DataFrame, rank_error: int | None) -> None:
+        """``rows``, ``quantile_low`` and ``quantile_high`` of a quantile table's cells, from a
+        published count of the same cells (same group_by, where and level), if there is one."""
+        table = self._tables[name]
+        assert isinstance(table.measure, ModeMeasure) and table.measure.q is not None
+        counts = next((t for t in self.spec.tables if t.measure is None and t.group_by == table.group_by
+                       and t.where == table.where and t.levels == table.levels and t.name in self._tables), None)
+        if counts is None or rank_error is None:
+            return
+        keys = [c for c in frame.columns if c in (*table.group_by, *(table.levels or ()))]
+        rows = self.table(counts.name, level)[[*keys, "count"]].rename(columns={"count": "rows"})
+        merged = frame.merge(rows, on=keys, how="left", sort=False) if keys else frame.assign(rows=rows["count"].iloc[0])
+        n = merged["rows"].astype("float64").where(merged["rows"] > 0)
+        q = float(table.measure.q)
+        frame["rows"] = merged["rows"].to_numpy()
+        frame["quantile_low"] = (q - rank_error / n).clip(lower=0.0).to_numpy()
+        frame["quantile_high"] = (q + rank_error / n).clip(upper=1.0).to_numpy()
 
     def tables(self) -> dict[str, pd.DataFrame | dict[str, pd.DataFrame]]:
         """Every table: a DataFrame, or for a geographic table a dict of one per level."""
@@ -448,6 +487,14 @@ class Release:
             raise NotARelease(f"{path}: {column} holds {texts[unknown].iloc[0]!r}, not a declared category of "
                               f"{column}; the release directory has been altered")
         return texts.mask(empty).astype(declared)
+
+
+def _numbers(categories: pd.Series) -> pd.Series:
+    """A categorical of a range column's values (whole numbers written as text) as nullable
+    integers (an empty cell: missing)."""
+    values = np.asarray([int(c) for c in categories.cat.categories] + [0], dtype=np.int64)
+    codes = categories.cat.codes.to_numpy()
+    return pd.Series(pd.arrays.IntegerArray(values[codes], codes < 0), index=categories.index)
 
 
 def _value_columns(table: Table) -> dict[str, pa.DataType]:

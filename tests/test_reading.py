@@ -127,7 +127,7 @@ def as_published(value) -> str:
     """A DataFrame cell as the CSV writes it: true/false, whole numbers without .0, NaN empty."""
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return ""
     if isinstance(value, float) and value == int(value):
         return str(int(value))
@@ -246,9 +246,9 @@ def test_means_sums_modes_and_quantiles(measures):
     assert list(mean["SEX"].cat.categories) == ["Female", "Male"]  # as declared (domain [2, 1])
     mode = release.table("modal_race_by_sex")["mode"]
     assert mode.dtype == release.table("persons_by_race")["RAC1P"].dtype  # RAC1P's categories, in order
-    quantile = release.table("median_age_by_sex")["quantile"]
-    assert list(quantile.cat.categories) == [str(a) for a in range(100)] and quantile.cat.ordered
-    assert all(20 <= int(q) <= 60 for q in quantile)
+    quantile = release.table("median_age_by_sex")["quantile"]  # AGEP is a range column: its values are numbers
+    assert quantile.dtype == "Int64" and quantile.notna().all()
+    assert all(20 <= q <= 60 for q in quantile)
     assert release.table("income_by_sex")["sum"].dtype == np.int64
 
 
@@ -477,8 +477,12 @@ def test_margins_in_each_measures_own_units_per_published_cell(measures):
         at = margin.at_count(count)
         assert (np.isnan(shown) if at is None else shown == at), (count, shown)
     assert mean["margin_of_error"].notna().any()
-    modes = release.margins("modal_race_by_sex")["margin_of_error"]
-    assert modes.nunique() == 1 and modes.iloc[0] == release.facts("modal_race_by_sex").margin.value > 0
+    modes = release.margins("modal_race_by_sex")
+    assert "margin_of_error" not in modes  # a gap in rows, not a margin of the category
+    assert modes["count_gap"].nunique() == 1 and modes["count_gap"].iloc[0] == release.facts("modal_race_by_sex").margin.value > 0
+    quantiles = release.margins("median_age_by_sex")  # no count of the same cells here: ranks only
+    assert list(quantiles.columns) == ["SEX", "quantile", "rank_error"]
+    assert (quantiles["rank_error"] == release.facts("median_age_by_sex").margin.value).all()
     sums = release.margins("income_by_sex")["margin_of_error"]
     assert (sums == release.facts("income_by_sex").margin_of_error).all()
 
@@ -569,3 +573,27 @@ def test_the_json_report_gives_a_cell_moe_to_counts_and_sums_only(measures):
     for name in ("mean_income_by_sex_age", "modal_race_by_sex", "median_age_by_sex"):
         assert "moe" not in tables[name] and "moe95" not in tables[name], name
         assert tables[name]["margin"]["kind"] in ("mean", "mode", "quantile")
+
+
+def test_a_quantile_s_margin_is_in_ranks_and_levels_never_in_the_value_s_units(tmp_path, cli):
+    """Issue 29, point 1: `margins("median_age_by_sex")` showed `44 … margin_of_error 34`, read as
+    44 ± 34 years; 34 is a rank error in rows. Now: the median age is a number; its margin is
+    `rank_error` (rows) and, from the release's count of the same cells, the quantile levels it
+    guarantees, q ∓ rank_error / rows; no `margin_of_error` column. A mode's is `count_gap`."""
+    spec = tmp_path / "median.yaml"
+    spec.write_text(MEASURES.format(data=ROOT / "data" / "nist_acs" / "national2019.csv").replace(
+        "  - name: persons_by_race\n    group_by: [RAC1P]\n", "  - name: persons_by_sex\n    group_by: [SEX]\n"))
+    assert cli("run", spec, "--output-dir", tmp_path / "out", "--orchestrator", "inline").code == 0
+    release = read_release(tmp_path / "out" / "acs-measures-2019")
+    frame = release.margins("median_age_by_sex")
+    assert list(frame.columns) == ["SEX", "quantile", "rank_error", "rows", "quantile_low", "quantile_high"]
+    assert frame["quantile"].dtype == "Int64"
+    rank = release.facts("median_age_by_sex").margin.value
+    rows = release.table("persons_by_sex").set_index("SEX")["count"]
+    for _, cell in frame.iterrows():
+        assert cell["rank_error"] == rank and cell["rows"] == rows[cell["SEX"]] > 0
+        assert cell["quantile_low"] == pytest.approx(max(0.0, 0.5 - rank / cell["rows"]))
+        assert cell["quantile_high"] == pytest.approx(min(1.0, 0.5 + rank / cell["rows"]))
+        assert 0.4 < cell["quantile_low"] < 0.5 < cell["quantile_high"] < 0.6  # 27,253 rows: a narrow band
+    alone = read_release(tmp_path / "out" / "acs-measures-2019").margins("modal_race_by_sex")
+    assert list(alone.columns) == ["SEX", "mode", "count_gap"]
