@@ -331,12 +331,11 @@ def _guarantee(manifest: dict[str, Any], budgets: ReleaseBudgets) -> str:
                 f"ε = {_amount(release)}, δ = {_delta(release)}). Each discrete "
                 "Gaussian table is calibrated through zCDP: the largest ρ whose (ε, δ) bound (Canonne, Kamath and "
                 "Steinke 2020, Proposition 12) is within the table's (ε, δ), rounded down, then σ² = Δ₂²/(2ρ) "
-                "rounded up; pure ε-DP tables have δ = 0. Post-processing is free.")
+                f"rounded up; pure ε-DP tables have δ = 0. {_per_measure(manifest, 'budget')}Post-processing is free.")
     if not isinstance(total, ZCDP):
         return (f"Pure ε-differential privacy; neighbouring datasets: {neighbouring}. The {n} measurements compose "
                 f"sequentially: the release as a whole is {total}-DP "
-                f"(release budget {_amount(release)}). Each table is one histogram over the full "
-                "declared domain, so its cells together cost the table's ε once. Post-processing is free.")
+                f"(release budget {_amount(release)}). {_per_measure(manifest, 'ε')}Post-processing is free.")
     pure = [t for t in manifest["tables"] if "mechanism_epsilon" in t]
     return (f"ρ-zero-concentrated differential privacy; neighbouring datasets: {neighbouring}. The {n} "
             f"measurements compose sequentially: the release as a whole is {charge}-zCDP "
@@ -344,7 +343,31 @@ def _guarantee(manifest: dict[str, Any], budgets: ReleaseBudgets) -> str:
             f"budget {_amount(release)}). "
             + (f"{len(pure)} pure ε-DP measurement(s) run at the largest ε with ε²/2 ≤ their ρ (ε-DP implies "
                "ε²/2-zCDP). " if pure else "")
-            + "Post-processing is free.")
+            + _per_measure(manifest, "ρ") + "Post-processing is free.")
+
+
+def _per_measure(manifest: dict[str, Any], unit: str) -> str:
+    """What one table of each measure kind in the release is, and why it costs its budget once."""
+    kinds = []
+    for t in manifest["tables"]:
+        measure = t.get("measure", "count")
+        kind = measure if isinstance(measure, str) else next(iter(k for k in ("sum", "mean", "mode", "quantile")
+                                                                  if k in measure), "count")
+        if kind not in kinds:
+            kinds.append(kind)
+    said = {"count": f"A count table is one histogram over its full declared domain: a person is in one cell, so its "
+                     f"cells together cost the table's {unit} once.",
+            "sum": f"A sum table is one histogram of values clamped to its bounds over its full declared domain: its "
+                   f"cells together cost the table's {unit} once.",
+            "mean": f"A mean table is two histograms of the same cells, a noisy sum of clamped values and a noisy "
+                    f"count, which share the table's {unit} (its sum_share); each mean is their quotient "
+                    "(post-processing).",
+            "mode": f"A mode table is one choice per cell among the column's declared categories (permute-and-flip "
+                    f"on their counts): the cells hold disjoint rows, so together they cost the table's {unit} once.",
+            "quantile": f"A quantile table is one choice per cell among the column's declared categories "
+                        f"(permute-and-flip on their ranks): the cells hold disjoint rows, so together they cost the "
+                        f"table's {unit} once."}
+    return "".join(said[k] + " " for k in kinds)
 
 
 def _invariants_warning(manifest: dict[str, Any]) -> list[str]:

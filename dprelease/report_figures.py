@@ -53,6 +53,8 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> list[Figure
     margins = _cell_margins(manifest, names)
     points = burn_down(manifest, state)
     curves = tradeoff_curves(manifest, Fraction(manifest["confidence"]))
+    units = [_unit(t) for t in manifest["tables"]]
+    panels = list(dict.fromkeys(u for c, u in zip(curves, units) if any(p.moe is not None for p in c.points)))
     return [
         Figure("allocation", f"{symbol} allocation per table",
                f"Bar chart of {symbol} per table: " + "; ".join(f"{n} {decimal_text(a)}" for n, a in zip(names, amounts))
@@ -69,9 +71,10 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> list[Figure
                "No table of this release has a margin of error.",
                _margin_png(margins, confidence)),
         Figure("tradeoff", f"Privacy–accuracy trade-off: the ±MoE {confidence} over {symbol}",
-               f"Line chart of each table's margin of error at {confidence} over its {symbol} × 1/8 to 8, the "
-               "published budget starred; the same figures are in the table below.",
-               _tradeoff_png(curves, symbol, confidence)),
+               f"Line charts of each table's margin of error at {confidence} over its {symbol} × 1/8 to 8, one "
+               f"panel per unit ({'; '.join(panels)}), the published budget starred; the same figures are in the "
+               "table below.",
+               _tradeoff_png(curves, symbol, confidence, units)),
     ]
 
 
@@ -138,17 +141,62 @@ def _margin_png(margins: list[tuple[str, int]], confidence: str) -> str:
     return _png(fig)
 
 
-def _tradeoff_png(curves: list[Curve], symbol: str, confidence: str) -> str:
-    """One line per measurement: its margin over the grid (log-scaled budget, symlog margin, since
-    a margin can be 0), the published budget a star."""
+def _unit(entry: dict[str, Any]) -> str:
+    """What a measurement's trade-off margin is counted in (its manifest's margin record): one
+    panel of the trade-off figure per unit, never persons, dollars and ranks on one axis."""
+    margin = entry.get("margin") or {}
+    unit, kind = margin.get("unit", "persons"), margin.get("kind", "cell")
+    return {"mean": f"{unit}, a mean's", "quantile": "rows of rank (a quantile's)",
+            "mode": "rows of count gap (a mode's)"}.get(kind, unit if unit == "persons" else f"{unit}, a sum's")
+
+
+_LINES = tuple(zip(("o", "s", "^", "D", "v", "P", "X", "h"), ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)),
+                                                              (0, (1, 2)), (0, (8, 2)))))
+
+
+def _tradeoff_png(curves: list[Curve], symbol: str, confidence: str, units: list[str] | None = None) -> str:
+    """One panel per unit the margins are counted in (persons, a summed column's units, ranks),
+    one line per measurement: its margin over the grid (log-scaled budget, symlog margin, since a
+    margin can be 0), the published budget a star. Lines differ in colour, marker and dash, and a
+    line drawn over another is thinner, so that two equal curves both show."""
     import matplotlib.pyplot as plt
 
-    shown = [c for c in curves if any(p.moe is not None for p in c.points)]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    units = units if units is not None else ["± margin of error per cell"] * len(curves)
+    shown = [(c, u) for c, u in zip(curves, units) if any(p.moe is not None for p in c.points)]
+    panels = list(dict.fromkeys(u for _, u in shown))
+    fig, axes = plt.subplots(max(len(panels), 1), 1, figsize=(7, 1.2 + 3.0 * max(len(panels), 1)), sharex=True,
+                             squeeze=False)
     if not shown:
-        ax.text(0.5, 0.5, "no table with a margin of error", ha="center", va="center")
-        ax.set_axis_off()
+        axes[0][0].text(0.5, 0.5, "no table with a margin of error", ha="center", va="center")
+        axes[0][0].set_axis_off()
         return _png(fig)
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # 0.25, not 2⁻²
+    for row, unit in enumerate(panels):
+        ax = axes[row][0]
+        mine = [c for c, u in shown if u == unit]
+        for i, c in enumerate(mine):
+            marker, dash = _LINES[i % len(_LINES)]
+            xs = [float(p.budget.amount) for p in c.points if p.moe is not None]  # display only
+            ys = [p.moe for p in c.points if p.moe is not None]
+            ax.plot(xs, ys, marker=marker, markersize=max(6 - i, 3), linewidth=max(2.4 - 0.4 * i, 0.8), linestyle=dash,
+                    color=plt.get_cmap("tab10")(i % 10), label=c.key, zorder=2 + i)
+            if c.chosen is not None and c.chosen.moe is not None:
+                ax.plot([float(c.chosen.budget.amount)], [c.chosen.moe], marker="*", markersize=15, linestyle="none",
+                        markerfacecolor=TRADEOFF_MARK, markeredgecolor="black", zorder=20)
+        ax.plot([], [], marker="*", markersize=12, linestyle="none", markerfacecolor=TRADEOFF_MARK,
+                markeredgecolor="black", label=f"published {symbol}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(0, 1.4 * max(p.moe for c in mine for p in c.points if p.moe is not None) + 1)
+        ax.xaxis.set_major_formatter(plain)
+        ax.yaxis.set_major_formatter(plain)
+        ax.set_ylabel(f"± {unit}, {confidence}", fontsize=8)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1][0].set_xlabel(f"{symbol} of the table (the published one × 1/8 … 8)")
+    return _png(fig)
     for i, c in enumerate(shown):
         xs = [float(p.budget.amount) for p in c.points if p.moe is not None]  # display only
         ys = [p.moe for p in c.points if p.moe is not None]

@@ -192,9 +192,11 @@ def _figures(manifest: dict[str, Any], state: DatasetState | None, confidence: s
         out.append(f"<figure><figcaption>{esc(f.title)}</figcaption><img id='fig-{f.key}' class='figure' "
                    f"alt='{esc(f.alt)}' src='data:image/png;base64,{f.png}'></figure>")
         if f.key == "tradeoff":
+            approx = isinstance(release_budgets(manifest).total, ApproxDP)
             out.append(f"<p>Each table's expected margin of error per cell at {confidence} (from its noise "
                        "distribution alone, not the data) had its budget been the published one × 1/8 … 8: the same "
-                       "mechanism and sensitivity, under (ε, δ) at its own δ. The published budget is in bold.</p>"
+                       "mechanism and sensitivity" + (", each at its own δ" if approx else "")
+                       + ". The published budget is in bold; each margin is in its table's own unit.</p>"
                        + tradeoff_html(tradeoff_curves(manifest, Fraction(manifest["confidence"])), symbol, confidence))
     return section("Figures", *out, ident="figures")
 

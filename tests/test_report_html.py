@@ -300,3 +300,68 @@ def test_invariants_are_explained_before_the_guarantee(tmp_path):
     assert page.texts["h2"][:3] == ["Warnings", "⚠ Invariants: NOT protected by differential privacy", "Guarantee"]
     assert any(w.startswith("invariants: the number of persons per place at STATE is published EXACTLY")
                for w in page.texts["li"])
+
+
+def measures_manifest(tmp_path):
+    """A manifest (from the plan: no data) of a zCDP release of a mean, a sum, a mode, a median
+    and a count."""
+    from tests.conftest import ROOT
+    from tests.test_reading import MEASURES
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "measures.yaml"
+    path.write_text(MEASURES.format(data=ROOT / "data" / "nist_acs" / "national2019.csv"))
+    spec = load_spec(path)
+    return manifest(spec, plan_release(spec, None), "run-1", CREATED)
+
+
+def test_the_guarantee_and_the_tradeoff_speak_of_each_measure_and_definition(tmp_path):
+    """Issue 29, point 10: the Guarantee says what a table of each measure kind is (not "each table
+    is one histogram" beside a mean and a median); a pure release's trade-off says nothing of δ,
+    an (ε, δ) release's does."""
+    measures = budget_report_md(measures_manifest(tmp_path / "m"))
+    for words in ("A count table is one histogram over its full declared domain",
+                  "A mean table is two histograms of the same cells", "A mode table is one choice per cell",
+                  "A quantile table is one choice per cell", "A sum table is one histogram of values clamped"):
+        assert words in measures, words
+    assert "cost the table's ρ once" in measures
+    _, demo = demo_manifest(tmp_path)
+    guarantee = budget_report_md(demo)
+    assert "A count table is one histogram" in guarantee and "A mean table" not in guarantee
+    assert "cost the table's ε once" in guarantee
+    pure = next(p for p in re.findall(r"<p>(.*?)</p>", html_page(demo, None), re.S)
+                if "had its budget been the published one" in p)
+    assert "δ" not in pure and "in its table's own unit" in pure
+    path = spec_path(tmp_path, "approx")
+    spec = load_spec(path)
+    approx = manifest(spec, plan_release(spec, None), "run-1", CREATED)
+    assert approx["privacy"]["definition"] == "approx"
+    approximate = next(p for p in re.findall(r"<p>(.*?)</p>", html_page(approx, None), re.S)
+                       if "had its budget been the published one" in p)
+    assert "each at its own δ" in approximate
+
+
+def test_the_tradeoff_figure_has_one_panel_per_unit_and_lines_that_differ(tmp_path, monkeypatch):
+    """Persons, PINCP units and ranks on one axis no more: one panel per unit; lines of one panel
+    differ in marker and dash, and a later one is thinner (two equal curves both show)."""
+    from dprelease import report_figures
+
+    drawn = []
+    monkeypatch.setattr(report_figures, "_png", lambda fig: drawn.append(fig) or "")
+    found = {f.key: f for f in report_figures.figures(measures_manifest(tmp_path), None)}
+    assert "one panel per unit (PINCP units, a mean's; PINCP units, a sum's; rows of count gap (a mode's); rows of rank (a " \
+        "quantile's); persons)" in found["tradeoff"].alt
+    labels = [ax.get_ylabel() for ax in drawn[-1].axes]
+    assert [label.split(",")[0] for label in labels] == ["± PINCP units", "± PINCP units", "± rows of count gap (a mode's)",
+                                                         "± rows of rank (a quantile's)", "± persons"]
+    assert "a mean's" in labels[0] and [len(ax.get_legend().get_texts()) for ax in drawn[-1].axes] == [2] * 5
+    _, demo = demo_manifest(tmp_path)
+    drawn.clear()
+    report_figures.figures(demo, None)
+    [panel] = drawn[-1].axes  # the demo: counts only
+    lines = [line for line in panel.get_lines() if line.get_label() != "_nolegend_" and len(line.get_xdata()) > 1]
+    assert len(lines) == len(demo["tables"]) >= 2
+    styles = [(line.get_marker(), str(line.get_linestyle())) for line in lines]
+    assert len(set(styles)) == len(styles)
+    widths = [line.get_linewidth() for line in lines]
+    assert widths == sorted(widths, reverse=True) and widths[0] > widths[-1]
