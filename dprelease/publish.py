@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -89,7 +89,12 @@ def value_column(table: Table) -> str:
     return "count" if table.measure is None else "sum"
 
 
-MARGIN_COLUMNS = {"cell": "moe", "mean": "moe", "mode": "moe_count_gap", "quantile": "moe_rank"}
+# the margin columns of `accuracy: margin_columns`: the privacy noise's, named so (ACS users read `moe` as the
+# sampling error of weighted estimates; these are unweighted counts and the survey's sampling error is not in them)
+MARGIN_COLUMNS = {"cell": "noise_moe", "mean": "noise_moe", "mode": "noise_count_gap", "quantile": "noise_rank_error"}
+EARLIER_MARGIN_COLUMNS = {"cell": "moe", "mean": "moe", "mode": "moe_count_gap", "quantile": "moe_rank"}  # read, kept
+_NOT_SAMPLING = ("the privacy noise's only, not the sampling error of weighted estimates (the table counts records, "
+                 "unweighted): ")
 
 
 def margin_values(margin: Margin, values: np.ndarray, structural: np.ndarray | None) -> pa.Array:
@@ -113,7 +118,7 @@ def margin_values(margin: Margin, values: np.ndarray, structural: np.ndarray | N
 
 
 def column_meanings(spec: Spec, table: Table, dims: tuple[str, ...], structural: np.ndarray | None,
-                    margin: Margin | None) -> list[dict[str, str]]:
+                    margin: Margin | None, margin_names: Mapping[str, str] = MARGIN_COLUMNS) -> list[dict[str, str]]:
     """The columns of a published table file, in order, and what each means (the manifest's
     ``columns``): what :func:`write_table` writes with the same arguments."""
     out = [{"name": d, "meaning": f"category of {d}" + (" (geographic level)" if i == 0 and d in spec.geography
@@ -131,7 +136,7 @@ def column_meanings(spec: Spec, table: Table, dims: tuple[str, ...], structural:
         out.append({"name": value_column(table), "meaning": f"noisy {'count of' if table.measure is None else 'sum of'} "
                     f"{what}, post-processed ({table.post_process})"})
     if margin is not None:
-        meaning = {"cell": f"± margin of error at {confidence} of the noise added to this cell (before "
+        meaning = _NOT_SAMPLING + {"cell": f"± margin of error at {confidence} of the noise added to this cell (before "
                            "post-processing), in the estimate's units",
                    "mean": f"± margin of error at {confidence} of the mean, in {table.measure.column if table.measure else ''} "
                            "units, at this cell's published count (a conservative bound); empty where the count "
@@ -140,7 +145,7 @@ def column_meanings(spec: Spec, table: Table, dims: tuple[str, ...], structural:
                            "mode's",
                    "quantile": f"at {confidence}, the published category's rank is within this many rows of the "
                                "quantile's"}[margin.kind]
-        out.append({"name": MARGIN_COLUMNS[margin.kind], "meaning": meaning})
+        out.append({"name": margin_names[margin.kind], "meaning": meaning})
     if structural is not None and structural.any() and table.structural_zeros != "omit":
         out.append({"name": "structural", "meaning": "true where the spec makes the cell impossible: an exact zero, "
                     "not an estimate"})
@@ -148,7 +153,8 @@ def column_meanings(spec: Spec, table: Table, dims: tuple[str, ...], structural:
 
 
 def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | None, values: np.ndarray,
-                directory: Path, structural: np.ndarray | None = None, margin: Margin | None = None) -> Path:
+                directory: Path, structural: np.ndarray | None = None, margin: Margin | None = None,
+                margin_names: Mapping[str, str] = MARGIN_COLUMNS) -> Path:
     """The level's geography column (if any), the group_by columns with their labels, then ``count``
     (or ``sum``, or ``mode``: the chosen category's label; or ``mean`` and ``count``).
 
@@ -176,7 +182,7 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
     else:
         columns[value_column(table)] = pa.array(values, pa.int64())
     if margin is not None:
-        columns[MARGIN_COLUMNS[margin.kind]] = margin_values(margin, values, structural)
+        columns[margin_names[margin.kind]] = margin_values(margin, values, structural)
     arrow = pa.table(columns)
     if structural is not None and structural.any():
         if table.structural_zeros == "omit":

@@ -42,7 +42,7 @@ import pyarrow as pa
 from dprelease.accounting import ApproxDP, Budget, budget_from_record, budget_of
 from dprelease.errors import UserError
 from dprelease.plan.margins import Margin
-from dprelease.publish import MARGIN_COLUMNS, invariant_path, table_path, value_column
+from dprelease.publish import EARLIER_MARGIN_COLUMNS, MARGIN_COLUMNS, invariant_path, table_path, value_column
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, RangeColumn, Spec, Table
 from dprelease.spec.canonical import spec_from_canonical
 
@@ -260,8 +260,10 @@ class Release:
         if version is not None and not (base / table_path(table, level, suffix="parquet" if parquet else "csv")).exists():
             parquet = not parquet  # a version written where the size that chooses Parquet was another
         path = base / table_path(table, level, suffix="parquet" if parquet else "csv")
-        margin = MARGIN_COLUMNS[facts.margin.kind] if facts.margin is not None else None
-        if margin is not None and margin in self._columns(name, level):  # accuracy: margin_columns
+        listed = self._columns(name, level)  # accuracy: margin_columns (named as when the release was published)
+        margin = None if facts.margin is None else next(
+            (c for c in (MARGIN_COLUMNS[facts.margin.kind], EARLIER_MARGIN_COLUMNS[facts.margin.kind]) if c in listed), None)
+        if margin is not None:
             values[margin] = pa.float64() if facts.margin.kind == "mean" else pa.int64()
         if parquet:  # a mode's or quantile's category, as categories of its column (null: an empty cell)
             frame = self._read_parquet(path, dims, values, optional=("structural",), categories=(

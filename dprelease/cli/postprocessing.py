@@ -77,11 +77,11 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     staging = versions / f".{number}-{label}.staging"
     shutil.rmtree(staging, ignore_errors=True)
     files.make_dirs(staging)  # 0700, and postprocessed/ too if new (the tables in it 0600: dprelease.files)
-    margins = _margin_columns(manifest)
+    margins, names = _margin_columns(manifest)
     for table in spec.tables:
         for level, dims, _ in table.measured():
             write_table(spec, table, dims, level, published[(table.name, level)], staging,
-                        structural[(table.name, level)], margins.get((table.name, level)))
+                        structural[(table.name, level)], margins.get((table.name, level)), names)
     write_json(staging / "postprocess.json", {
         "release": spec.release, "method": method or "as specified per table", "created_at": utc_now(),
         "from": "measurements/ (the release's raw noisy values)", "budget_spent": "0",
@@ -91,14 +91,18 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     return final
 
 
-def _margin_columns(manifest: dict) -> dict:  # type: ignore[type-arg]
+def _margin_columns(manifest: dict) -> tuple[dict, dict]:  # type: ignore[type-arg]
     """The margins the release published beside its estimates (``accuracy: margin_columns``), by
-    measurement, from the manifest's records: the new version publishes them too."""
+    measurement, from the manifest's records, and the names it gave their columns (today's, or
+    those of a release published before the privacy noise's margins were named so): the new
+    version publishes them too, under the same names, as the release's manifest lists them."""
     from dprelease.plan.margins import Margin
-    from dprelease.publish import MARGIN_COLUMNS
+    from dprelease.publish import EARLIER_MARGIN_COLUMNS, MARGIN_COLUMNS
 
-    return {(t["name"], t.get("level")): Margin.from_record(t["margin"]) for t in manifest["tables"]
-            if "margin" in t and any(c["name"] in MARGIN_COLUMNS.values() for c in t.get("columns", []))}
+    listed = {c["name"] for t in manifest["tables"] for c in t.get("columns", [])[-2:]}  # a margin, then structural
+    names = EARLIER_MARGIN_COLUMNS if listed & set(EARLIER_MARGIN_COLUMNS.values()) else MARGIN_COLUMNS
+    return ({(t["name"], t.get("level")): Margin.from_record(t["margin"]) for t in manifest["tables"]
+             if "margin" in t and any(c["name"] in names.values() for c in t.get("columns", []))}, names)
 
 
 def _structural(release_dir: Path, spec, manifest: dict) -> dict[tuple[str, str | None], np.ndarray | None]:  # type: ignore[no-untyped-def,type-arg]
