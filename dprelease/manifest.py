@@ -56,6 +56,7 @@ class RunFacts:
     approval: Approval | None = None
     evaluations: tuple[Evaluation, ...] = ()
     ledger_birth: Birth | None = None  # how the ledger was born (None: before births were recorded)
+    warnings: tuple[str, ...] = ()  # what `plan` warns of beyond the plan's own review: a large δ, tables re-measured
 
     def manifest_part(self) -> dict[str, Any]:
         born = self.ledger_birth
@@ -86,8 +87,10 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
         "software": {"name": "dprelease", "version": __version__},
         "spec_fingerprint": plan.fingerprint,
         **(facts.manifest_part() if facts is not None else {}),
-        "warnings": review_warnings(replace(plan_facts(plan, spec.dataset.partition_note), evaluations=tuple(
-            (e.evaluated_at, e.evaluated_by) for e in (facts.evaluations if facts is not None else ())))),
+        "context_warnings": list(facts.warnings if facts is not None else ()),  # beyond the plan's review
+        "warnings": [*(facts.warnings if facts is not None else ()), *review_warnings(replace(
+            plan_facts(plan, spec.dataset.partition_note), evaluations=tuple(
+                (e.evaluated_at, e.evaluated_by) for e in (facts.evaluations if facts is not None else ()))))],
         **({"release_template": spec.release_template, "run_date": spec.run_date.isoformat()}  # type: ignore[union-attr]
            if spec.release_template else {}),
         "spec": "spec.json",

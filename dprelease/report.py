@@ -77,7 +77,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
     life_sym = budgets.cap.symbol
     implied = read_budget(manifest["implied_approximate_dp"]) if "implied_approximate_dp" in manifest else None
     headers, aligned, rows = spend_table(manifest)
-    warned = review_warnings(manifest_facts(manifest))
+    warned = [*manifest.get("context_warnings", ()), *review_warnings(manifest_facts(manifest))]  # as reporting.warnings
     lines = [
         f"# Budget report — {manifest['release']}",
         "",

@@ -91,9 +91,12 @@ def other_runs(state: DatasetState | None) -> list[OtherRun]:
 
 
 def warnings(manifest: dict[str, Any], state: DatasetState | None) -> list[str]:
-    """The release's warnings (:func:`dprelease.plan.review.review_warnings`, from its manifest),
-    with the dataset's unfinished reservations when the ledger is reachable."""
-    return review_warnings(manifest_facts(manifest), state)
+    """The release's warnings: those its manifest states beyond the plan's review
+    (``context_warnings``: what `plan` showed of its context at publication, a large δ, tables
+    re-measured), then the review's
+    (:func:`dprelease.plan.review.review_warnings`, from its manifest) with the dataset's
+    unfinished reservations when the ledger is reachable."""
+    return [*manifest.get("context_warnings", ()), *review_warnings(manifest_facts(manifest), state)]
 
 
 def _unit(budget: Budget) -> str:

@@ -234,3 +234,26 @@ def test_refusals_end_with_the_fix(cli, tmp_path):
         assert ledger.state("nist-acs-national-2019").spent == PureDP(Fraction(1))  # the refusals spent nothing
     finally:
         ledger.close()
+
+
+def test_a_releases_manifest_and_reports_carry_the_warnings_its_plan_shows(cli, tmp_path):
+    """Issue 29, point 4: `plan` warned that a table re-measures the same people, while the
+    release's report said "Warnings: None" (a scheduled release's too): the manifest, and so every
+    report, now carries them, in plan's order."""
+    from tests.conftest import shipped_project
+
+    configs = shipped_project(tmp_path)
+    demo = configs / "acs_demo.yaml"
+    out = ("--output-dir", tmp_path / "out", "--orchestrator", "inline")
+    assert cli("run", demo, *out).code == 0
+    again = configs / "again.yaml"
+    again.write_text(demo.read_text().replace("release: acs-demo-2019", "release: acs-demo-again"))
+    planned = cli("plan", again, "--json")
+    assert planned.code == 0, planned
+    shown = json.loads(planned.stdout)["warnings"]
+    assert any("table puma_by_sex was already released in release acs-demo-2019" in w for w in shown), shown
+    assert cli("run", again, *out).code == 0
+    manifest = json.loads((tmp_path / "out" / "acs-demo-again" / "manifest.json").read_text())
+    assert manifest["warnings"] == shown
+    report = cli("report", tmp_path / "out" / "acs-demo-again", "--format", "md")
+    assert report.code == 0 and "table puma_by_sex was already released in release acs-demo-2019" in report.stdout

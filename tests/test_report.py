@@ -92,6 +92,11 @@ def test_json_and_md_reports(two_releases, cli):
 def test_warnings_flag_what_needs_review(two_releases):
     release, _ = two_releases
     manifest = reporting.read_manifest(release)
+    repeated = [f"table {t} was already released in release acs-demo-2019 (committed): publishing it again spends "
+                "again (the same people measured twice); drop it from the spec unless a second measurement is intended"
+                for t in dict.fromkeys(t["name"] for t in manifest["tables"])]
+    assert reporting.warnings(manifest, None) == repeated == manifest["context_warnings"]  # the second release's plan's
+    manifest["context_warnings"] = []
     assert reporting.warnings(manifest, None) == []
     manifest["tables"][0]["budget"] = {"epsilon": "3/2"}  # the typed records the reports read
     manifest["budget"]["lifetime"]["spent_after"] = {"epsilon": "15/4"}  # of 4: 1/4 remains

@@ -575,3 +575,39 @@ def test_a_scheduled_run_that_no_schedule_process_bound_or_that_differs_at_all_i
     assert args == (spec, None, out)
     due = latest_firing(MONTHLY, datetime.now(timezone.utc).replace(tzinfo=None))
     assert kwargs["run_date"] == due.replace(tzinfo=timezone.utc) and kwargs["require_approval"] is True
+
+
+def test_schedule_shows_the_next_runs_warnings_and_runway_and_refuses_what_it_would_refuse(tmp_path, cli, monkeypatch):
+    """Issue 29, point 4, before anything is served (no server here: the checks come first): the
+    next run's plan warnings (a table the dataset already published), the budget's runway (how
+    many more runs and the date of the last), an unapproved plan said but not refused (a reviewer
+    may approve it before it fires); a next run that would be refused as already released (exit
+    4) or over budget (exit 3) is not served."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    spec = demo_spec(tmp_path)
+    assert cli("run", spec, "--output-dir", tmp_path / "out", "--orchestrator", "inline").code == 0  # ε 1 of 4
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    from dprelease.cron import firings
+
+    first, _, third = firings("0 3 1 * *", now, 3)
+    same = cli("schedule", spec, "--cron", "0 3 1 * *")  # acs-demo-2019 again: refused, nothing served
+    assert same.code == 4 and f"the next run ({first:%Y-%m-%d %H:%M} UTC, release acs-demo-2019) would be " \
+        "refused: release 'acs-demo-2019' is already committed" in same.stderr, same
+    assert "Nothing was served." in same.stderr and "prefect server start" not in same.stderr
+    monthly = tmp_path / "monthly.yaml"
+    monthly.write_text(spec.read_text().replace("release: acs-demo-2019", 'release: "acs-monthly-{run_date:%Y-%m}"'))
+    served = cli("schedule", monthly, "--cron", "0 3 1 * *")
+    assert served.code == 2 and "prefect server start" in served.stderr  # every check passed: the server is next
+    assert f"the next run ({first:%Y-%m-%d %H:%M} UTC, release acs-monthly-{first:%Y-%m}): table puma_by_sex was " \
+        "already released in release acs-demo-2019" in served.stderr
+    assert f"budget runway: each run charges ε = 1; 3 of 4 remain for nist-acs-national-2019: that covers 3 more " \
+        f"run(s), the last on {third:%Y-%m-%d} 03:00 UTC" in served.stderr, served.stderr
+    assert "will be refused unless its plan is approved before it fires" in served.stderr
+    assert cli("plan", monthly, "--approve", "--by", "Reviewer").code == 0
+    approved = cli("schedule", monthly, "--cron", "0 3 1 * *")
+    assert approved.code == 2 and "approved before it fires" not in approved.stderr
+    over = tmp_path / "over.yaml"
+    over.write_text(monthly.read_text().replace("lifetime_budget: {epsilon: 4}", "lifetime_budget: {epsilon: 1}"))
+    assert cli("ledger", "set-budget", "nist-acs-national-2019", "--epsilon", "1", "--reason", "spent").code == 0
+    refused = cli("schedule", over, "--cron", "0 3 1 * *")
+    assert refused.code == 3 and "would be refused: the release needs ε = 1, over the lifetime budget" in refused.stderr

@@ -13,7 +13,7 @@ import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -188,8 +188,8 @@ def schedule(
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
     _check_cron(cron)
     location = spec_location(spec, ledger)  # where each run will look
-    with spec_ledger(spec, location, quiet=True):  # so does a ledger that is not there
-        pass
+    with spec_ledger(spec, location, quiet=True) as opened:  # so does a ledger that is not there
+        _next_run(spec_path, cron, opened, require_approval=not no_approval)
     clash = _name_clash(spec.release_template, cron)
     if clash is not None:
         first, second, alike = clash  # (not `name`: that is the deployment's)
@@ -228,6 +228,67 @@ def schedule(
             "after the spec or its domain files change, or dated other than the latest firing of the cron, is "
             "refused. Ctrl-C stops it.")
         orchestrate.serve_schedule(binding)
+
+
+def _next_run(spec_path: Path, cron: str, ledger: Any, *, require_approval: bool) -> None:
+    """What the schedule's next run will meet, before serving it: the warnings `plan` shows of that
+    run's plan (its release named for the next firing), the budget's runway (how many more runs
+    the lifetime budget covers, and the date of the last), and a refusal (exit 3 or 4, nothing
+    served) where that run would be refused as over budget or already released. An unapproved plan
+    is said, not refused: a reviewer may approve it before it fires (each run checks then)."""
+    from dprelease.cron import firings
+    from dprelease.accounting import amount_text
+    from dprelease.errors import AlreadyReleasedError, NotApprovedError, OverBudgetError
+    from dprelease.lifecycle import over_budget_message
+    from dprelease.lifecycle.refusals import approval_of
+    from dprelease.notices import large_delta_warnings, repeated_table_warnings
+    from dprelease.plan import plan_release
+    from dprelease.plan.review import plan_facts, review_warnings
+    from dprelease.spec import load_spec
+
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    upcoming = (firings(cron, now, 1) or [now])[0]
+    spec = load_spec(spec_path, run_date=upcoming.replace(tzinfo=timezone.utc))
+    state = ledger.state(spec.dataset.name)
+    plan = plan_release(spec, state)
+    when = f"the next run ({upcoming:%Y-%m-%d %H:%M} UTC, release {spec.release})"
+    for warning in (large_delta_warnings(spec) + repeated_table_warnings(spec.release, [t.name for t in spec.tables], state)
+                    + review_warnings(plan_facts(plan, spec.dataset.partition_note), state)):
+        say(f"warning: {spec_path}: {when}: {warning}")
+    if plan.existing_run is not None:
+        raise AlreadyReleasedError(f"{spec_path}: {when} would be refused: release {spec.release!r} is already "
+                                   f"{plan.existing_run.state} (run {plan.existing_run.run_id}). Name each run apart "
+                                   "with a template, e.g. release: \"acs-{run_date:%Y-%m}\". Nothing was served.")
+    if not plan.fits:
+        raise OverBudgetError(f"{spec_path}: {when} would be refused: {over_budget_message(spec, plan)} Nothing was "
+                              "served.")
+    runs = _runway(plan)
+    if runs is not None:
+        dates = firings(cron, now, min(runs, 1000)) or []
+        last = f", the last on {dates[-1]:%Y-%m-%d %H:%M} UTC" if dates and len(dates) == runs else ""
+        say(f"{spec_path}: budget runway: each run charges {plan.charge}; {amount_text(plan.lifetime_remaining)} of "
+            f"{amount_text(plan.lifetime_budget)} remain for {spec.dataset.name}: that covers {runs} more run(s){last}; "
+            "later runs are refused as over budget (nothing spent)")
+    try:
+        approval_of(spec, plan, ledger, require_approval, lambda _: None)  # as the run will check it
+    except NotApprovedError as exc:
+        say(f"warning: {spec_path}: {when} will be refused unless its plan is approved before it fires: {exc}")
+
+
+def _runway(plan: Any) -> int | None:
+    """How many runs of this plan's charge the remaining lifetime budget covers (exact), or None
+    where a run charges nothing."""
+    from fractions import Fraction
+
+    from dprelease.accounting import ApproxDP
+
+    charge, remaining = plan.charge, plan.lifetime_remaining
+    counts = []
+    if charge.amount > 0:
+        counts.append(int(Fraction(remaining.amount) // Fraction(charge.amount)))
+    if isinstance(charge, ApproxDP) and isinstance(remaining, ApproxDP) and charge.delta > 0:
+        counts.append(int(Fraction(remaining.delta) // Fraction(charge.delta)))
+    return min(counts) if counts else None
 
 
 def _check_cron(cron: str) -> None:
