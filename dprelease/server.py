@@ -42,6 +42,7 @@ from dprelease.processes import alive, data_dir, pid_exists, process_start, read
 
 MODES = ("auto", "prefect", "inline")
 START_TIMEOUT = 120.0  # seconds: a first start migrates a new PREFECT_HOME's database (~15 s here)
+START_ATTEMPTS = 3  # ports tried when another server takes the one chosen as ours starts
 DEFAULT_PORT = 4200
 
 
@@ -229,6 +230,15 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, timeout
         time.sleep(0.25)
 
 
+def _its_own(process: subprocess.Popen[bytes], url: str, secret: str) -> bool:
+    """Whether the server answering at ``url`` is ``process``'s: the process still runs, and the
+    server refuses a request without the secret and serves one with it (a server another user or
+    an earlier session left on the port answers otherwise: without authentication, or with a
+    secret of its own)."""
+    return (process.poll() is None and server_auth.answers(url) == 401
+            and server_auth.answers(url, secret) == 200 and process.poll() is None)
+
+
 def start(port: int | None = None) -> tuple[Server, Server | None, bool]:
     """Start the day's server, or find it running: (the server, the one it replaced, whether it
     was already up). A recorded server that answers without authentication (started before
@@ -240,11 +250,27 @@ def start(port: int | None = None) -> tuple[Server, Server | None, bool]:
     if running is not None:
         stop()
         port = port or urllib.parse.urlsplit(running.url).port
-    chosen = _free_port(port)
-    url = f"http://127.0.0.1:{chosen}/api"
+    secret = server_auth.kept_secret()
     log = state_file().parent / "server.log"
-    process = _spawn(chosen, log, extra_env={server_auth.SERVER_VARIABLE: server_auth.kept_secret()})
-    _wait_healthy(process, url, log, START_TIMEOUT)
+    chosen = _free_port(port)
+    for attempt in range(START_ATTEMPTS):
+        url = f"http://127.0.0.1:{chosen}/api"
+        process = _spawn(chosen, log, extra_env={server_auth.SERVER_VARIABLE: secret})
+        try:
+            _wait_healthy(process, url, log, START_TIMEOUT)
+        except UserError:
+            if process.poll() is None or api_problem(url, timeout=2) is not None:
+                raise
+            # it exited while another server answers on its port: the port was taken (below)
+        if _its_own(process, url, secret):
+            break
+        if process.poll() is None:
+            _end(process.pid)  # another server took the port as ours started: ours cannot bind it
+        if port is not None or attempt == START_ATTEMPTS - 1:
+            raise UserError(f"another server answers at {url}: port {chosen} was taken as the Prefect server started "
+                            f"(its log: {log}); nothing was recorded. "
+                            + ("Choose another --port." if port is not None else "Run `dprelease server start` again."))
+        chosen = _any_free_port()
     home = os.environ.get("PREFECT_HOME") or str(Path.home() / ".prefect")
     server = Server(process.pid, process_start(process.pid), url, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                     str(log), home)

@@ -239,3 +239,42 @@ def test_a_day_server_without_authentication_is_replaced_never_kept_silently(tmp
         server.stop()
         old.kill()
         old.wait()
+
+
+def test_server_start_never_reports_another_servers_answer_as_its_own(tmp_path, monkeypatch, cli):
+    """Issue 29, point 3: `server start` reported success for a server that had died ("Port 4200
+    is already in use"): another server, taking the port as ours started, answered the health
+    check. Now the answering server must be ours (it refuses without the secret, serves with it,
+    and our process runs); if not, ours is stopped and another free port is tried (with --port:
+    refused). The other server is left alone. (Stand-ins for Prefect's server, as above.)"""
+    from dprelease.cli import warm
+
+    def fake(port: int, log: Path, *, with_parent: bool = False,  # type: ignore[no-untyped-def]
+             extra_env: dict[str, str] | None = None):
+        environ = {k: v for k, v in os.environ.items() if k != server_auth.SERVER_VARIABLE}
+        return subprocess.Popen([sys.executable, "-c", FAKE_PREFECT_SERVER, str(port)], env={**environ, **(extra_env or {})},
+                                start_new_session=True, stderr=subprocess.DEVNULL)
+
+    taken = server._any_free_port()
+    other = fake(taken, tmp_path / "other.log")  # someone else's, without authentication
+    url = f"http://127.0.0.1:{taken}/api"
+    try:
+        server._wait_healthy(other, url, tmp_path / "other.log", 30)
+        monkeypatch.setattr(server, "_spawn", fake)
+        monkeypatch.setattr(server, "_free_port", lambda preferred: taken)  # free when probed, taken as ours starts
+        monkeypatch.setattr(warm, "stop", lambda: None)
+        monkeypatch.setattr(warm, "start", lambda api: (None, "warm runner: not started (a test)"))
+        pinned = cli("server", "start", "--port", str(taken))
+        assert pinned.code == 2 and f"another server answers at {url}: port {taken} was taken" in pinned.stderr, pinned
+        assert "Choose another --port" in pinned.stderr and server.recorded() is None
+        result = cli("server", "start")
+        assert result.code == 0, result
+        ours = server.recorded()
+        assert ours is not None and ours.url != url and ours.pid != other.pid
+        assert result.stdout.startswith(f"started: {ours.url} (PID {ours.pid}") or ours.url in result.stdout, result
+        assert server_auth.answers(ours.url) == 401 and server_auth.answers(ours.url, server_auth.read_secret()) == 200
+        assert other.poll() is None and server_auth.answers(url) == 200  # the other server left alone
+    finally:
+        server.stop()
+        other.kill()
+        other.wait()
