@@ -139,7 +139,10 @@ def release_flow(run_id: str, release: str) -> None:
                           description=f"Spend per measurement of release {release}")
 
 
-@flow(name="dprelease-scheduled", retries=0, persist_result=False, validate_parameters=False, log_prints=False)
+SCHEDULED_FLOW = "dprelease-scheduled"  # the flow every deployment of `dprelease schedule` runs
+
+
+@flow(name=SCHEDULED_FLOW, retries=0, persist_result=False, validate_parameters=False, log_prints=False)
 def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None = None,
                       require_approval: bool = True) -> State | None:
     """One scheduled run of a release spec: the release is named from the spec's template with the
@@ -238,6 +241,24 @@ def is_cron(cron: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def trigger(deployment: str) -> tuple[str, str]:
+    """A flow run of the deployment ``dprelease-scheduled/DEPLOYMENT``, created now on the server
+    at PREFECT_API_URL (set by the caller: never an ephemeral one); (its id, its name). Raises
+    UserError where the server has no such deployment."""
+    from prefect.deployments import run_deployment
+    from prefect.exceptions import ObjectNotFound
+
+    from dprelease.errors import UserError
+
+    try:
+        run = run_deployment(name=f"{SCHEDULED_FLOW}/{deployment}", timeout=0)
+    except ObjectNotFound:
+        raise UserError(f"no deployment {SCHEDULED_FLOW}/{deployment} on the Prefect server at "
+                        f"{os.environ.get('PREFECT_API_URL')}: `dprelease schedule SPEC --name {deployment}` serves one "
+                        "(the default name is the spec's file name). Nothing was started.") from None
+    return str(run.id), str(run.name)
 
 
 def serve_schedule(binding: ScheduleBinding) -> None:

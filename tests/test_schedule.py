@@ -71,12 +71,6 @@ def deployment(url: str, name: str):  # type: ignore[no-untyped-def]
         return None
 
 
-def trigger_and_wait(url: str, deployment_id: str) -> dict:  # type: ignore[type-arg]
-    run = api(url, f"/deployments/{deployment_id}/create_flow_run", {})
-    return wait_for(lambda: (lambda r: r if r["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED") else None)(
-        api(url, f"/flow_runs/{run['id']}")), 240, "the scheduled run to finish")
-
-
 def demo_spec_with_its_domain(tmp_path: Path) -> Path:
     """:func:`demo_spec` reading a copy of its domain file beside it (``domains/puma.txt``)."""
     (tmp_path / "domains").mkdir()
@@ -86,7 +80,7 @@ def demo_spec_with_its_domain(tmp_path: Path) -> Path:
     return spec
 
 
-def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
+def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli, cli_process):
     """... and takes no orders (issue 27, case 9: :func:`_takes_no_orders`); the session's server
     requires no authentication, which `schedule` says in one line."""
     url = run_env["PREFECT_API_URL"]
@@ -129,7 +123,10 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli):
         assert next(a for a in artifacts if a["type"] == "markdown")["data"].startswith(
             (out / release / "budget_report.md").read_text())
 
-        refused = trigger_and_wait(url, other_deployment["id"])  # for now: it runs as the latest firing
+        triggered = cli_process("trigger", "unapproved-test", env=run_env)  # as docs/commands.md shows it
+        assert triggered.code == 0, triggered
+        assert "Starting temporary server" not in triggered.output and f"on {url}" in triggered.stdout, triggered
+        refused = finished(url, triggered.stdout.split("flow run ")[1].split(" ")[0])  # as the latest firing
         assert refused["state"]["type"] == "FAILED" and "not approved" in refused["state"]["message"], refused["state"]
         assert f"release acs-monthly-other-{month} is not approved" in refused["state"]["message"], refused["state"]
         assert refused["state"]["message"].startswith("refused (exit 5): "), refused["state"]
@@ -611,3 +608,18 @@ def test_schedule_shows_the_next_runs_warnings_and_runway_and_refuses_what_it_wo
     assert cli("ledger", "set-budget", "nist-acs-national-2019", "--epsilon", "1", "--reason", "spent").code == 0
     refused = cli("schedule", over, "--cron", "0 3 1 * *")
     assert refused.code == 3 and "would be refused: the release needs ε = 1, over the lifetime budget" in refused.stderr
+
+
+def test_trigger_never_starts_a_temporary_server(tmp_path, cli_process):
+    """Issue 29, point 2: `prefect deployment run 'dprelease-scheduled/NAME'`, as the docs gave
+    it, started a throwaway server and ended in a traceback. `dprelease trigger NAME` talks to the
+    server in use or refuses, clearly: no server (none kept, no PREFECT_API_URL), or one that does
+    not answer. (Its run through a served deployment: the test above.)"""
+    env = {"PREFECT_API_URL": "", "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    none = cli_process("trigger", "monthly", env=env)
+    assert none.code == 2 and "a triggered run needs the server its schedule is served on: start one with " \
+        "`dprelease server start`" in none.stderr, none
+    dead = cli_process("trigger", "monthly", env={**env, "PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    assert dead.code == 2 and "the Prefect server at http://127.0.0.1:9/api does not answer" in dead.stderr, dead
+    for result in (none, dead):
+        assert "Traceback" not in result.output and "temporary server" not in result.output.lower()

@@ -21,7 +21,7 @@ server_app = typer.Typer(no_args_is_help=True, help="Keep one local Prefect serv
 app.add_typer(server_app, name="server")
 
 for command in (init_cmds.init, plan_cmds.validate, plan_cmds.plan, check_cmds.check, release_cmds.run,
-                release_cmds.postprocess, release_cmds.schedule, release_cmds.report, simulate_cmds.randomize, simulate_cmds.evaluate):
+                release_cmds.postprocess, release_cmds.schedule, release_cmds.trigger, release_cmds.report, simulate_cmds.randomize, simulate_cmds.evaluate):
     app.command()(command)
 ledger_app.callback()(ledger_cmds.ledger_show)
 ledger_app.command("init")(ledger_cmds.ledger_init)

@@ -180,7 +180,7 @@ def schedule(
     release from the spec's template, e.g. release: "acs-monthly-{run_date:%Y-%m}", with its
     firing of the cron (UTC): the latest at or before now, no other; by default it refuses a plan
     that is not approved (nothing spent)."""
-    from dprelease import server, server_auth
+    from dprelease import server_auth
     from dprelease.lifecycle.prepare import output_location
     from dprelease.schedule_binding import ScheduleBinding, serving
     from dprelease.spec import load_spec
@@ -197,15 +197,7 @@ def schedule(
             f"which release {spec.release_template!r} names alike ({alike!r}): only the first of such runs can "
             "publish, the others are refused as already released; name every run apart, e.g. with the hour and "
             "minute: release: \"acs-{run_date:%Y-%m-%d-%H%M}\"")
-    kept = server.recorded()
-    api = (os.environ.get("PREFECT_API_URL") or server.profile_api_url()[1]
-           or (kept.url if kept is not None else None))
-    if api is None:
-        raise UserError("schedules need a Prefect server: start one with `dprelease server start` (or `prefect "
-                        "server start` and set PREFECT_API_URL, e.g. http://127.0.0.1:4200/api), then run this again")
-    os.environ["PREFECT_API_URL"] = api  # before Prefect is imported
-    os.environ.update(server.client_env(api))  # the secret of the server dprelease keeps (never shown)
-    server.check_access(api)
+    api = _server_in_use("schedules need a Prefect server")
     if server_auth.answers(api) == 200:
         say(f"warning: the Prefect server at {api} requires no authentication: anyone who reaches it can start, "
             "pause or delete this deployment and read its runs' logs (runs with other parameters are refused); "
@@ -228,6 +220,46 @@ def schedule(
             "after the spec or its domain files change, or dated other than the latest firing of the cron, is "
             "refused. Ctrl-C stops it.")
         orchestrate.serve_schedule(binding)
+
+
+def _server_in_use(need: str) -> str:
+    """The Prefect server schedules use (``PREFECT_API_URL``, the active profile's, or the one
+    `dprelease server start` keeps), made this process's before Prefect is imported, with its
+    credentials; never a temporary one: without a server, a user error saying how to start one."""
+    from dprelease import server
+
+    kept = server.recorded()
+    api = (os.environ.get("PREFECT_API_URL") or server.profile_api_url()[1]
+           or (kept.url if kept is not None else None))
+    if api is None:
+        raise UserError(f"{need}: start one with `dprelease server start` (or `prefect server start` and set "
+                        "PREFECT_API_URL, e.g. http://127.0.0.1:4200/api), then run this again")
+    os.environ["PREFECT_API_URL"] = api  # before Prefect is imported
+    os.environ.update(server.client_env(api))  # the secret of the server dprelease keeps (never shown)
+    problem = server.api_problem(api)
+    if problem is not None:
+        raise UserError(f"the Prefect server at {api} {problem}; start it with `dprelease server "
+                        "start`, or set PREFECT_API_URL to the one in use. Nothing was started.")
+    server.check_access(api)
+    return api
+
+
+@handled
+def trigger(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The deployment's name, as `schedule --name` gave it "
+                                        "(default there: the spec's file name).")],
+) -> None:
+    """Start a run of a scheduled deployment now, on the server in use (the one `dprelease server
+    start` keeps, or PREFECT_API_URL): never a temporary one. The run checks itself against what
+    `schedule` bound, as every run does, and runs as the cron's latest firing; the serving process
+    (`dprelease schedule`) must be running to pick it up."""
+    api = _server_in_use("a triggered run needs the server its schedule is served on")
+    from dprelease import orchestrate  # imports Prefect: only now
+
+    run_id, run_name = orchestrate.trigger(name)
+    out.print(f"triggered {orchestrate.SCHEDULED_FLOW}/{name}: flow run {run_id} ({run_name}) on {api}; the serving "
+              "`dprelease schedule` process runs it as the cron's latest firing (its logs: the Prefect UI, or "
+              f"`prefect flow-run logs {run_id}`)", markup=False, highlight=False)
 
 
 def _next_run(spec_path: Path, cron: str, ledger: Any, *, require_approval: bool) -> None:
