@@ -230,3 +230,40 @@ def test_a_pure_release_runs_on_zcdp_and_approx_ledgers(tmp_path, run_env):
             state = ledger.state(pure.dataset.name)
         assert state.spent == planned.charge and state.budget == cap  # Σ ε²/2 in ρ; Σ ε in (ε, δ)
         assert (state.spent.amount == sum(t.budget.epsilon ** 2 / 2 for t in planned.tables)) == (terms.kind == "zcdp")
+
+
+def test_evaluate_under_zcdp_compares_with_a_real_clamp(tmp_path):
+    """Issue 29: under zCDP `evaluate`'s clamp columns equalled its consistent ones: its clamp went
+    through `--method clamp`, which overrides discrete Laplace count tables only (a zCDP table,
+    discrete Gaussian, kept its consistent post-processing). Evaluate now clamps every count table
+    per cell: its clamp rows differ from its consistent ones."""
+    from dprelease.evaluate import evaluate
+    from dprelease.spec import load_spec
+    from tests.conftest import ROOT
+
+    path = tmp_path / "zcdp.yaml"
+    path.write_text(f"""release: zcdp-geo
+dataset:
+  name: zcdp-geo
+  path: {ROOT / "data" / "nist_acs" / "national2019.csv"}
+  na_values: ["N"]
+privacy: {{definition: zcdp, unit: row, delta: 1e-6}}
+budget: {{rho: 1}}
+columns:
+  PUMA: {{domain_file: {ROOT / "configs" / "domains" / "puma.txt"}, geographic: true}}
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+geography:
+  levels: [STATE, PUMA]
+  STATE: {{from: PUMA, prefix: 2}}
+tables:
+  - name: persons_by_sex
+    group_by: [geography, SEX]
+    rho: {{root: 0.001, STATE: 0.001, PUMA: 0.001}}
+""")
+    spec = load_spec(path)
+    assert spec.tables[0].mechanism == "discrete_gaussian"
+    rows = {(r.table, r.level, r.method): r for r in evaluate(spec, 3)}
+    for level in ("root", "STATE", "PUMA"):
+        clamp, consistent = rows[("persons_by_sex", level, "clamp")], rows[("persons_by_sex", level, "consistent")]
+        assert (clamp.cell_mae, clamp.cell_p95, clamp.total_mae) != (consistent.cell_mae, consistent.cell_p95,
+                                                                   consistent.total_mae), level
