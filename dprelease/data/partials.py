@@ -1,0 +1,250 @@
+"""Exact histograms as partial sums: a batch's keys counted sparsely or densely, partials added.
+
+The one job: turn the cell keys of some rows (place and cell in one mixed-radix integer, built by
+:mod:`dprelease.data.histogram`) into exact per-cell integers, and add such partials, so that
+memory and time grow with the rows and the occupied cells, not with the declared domain times
+the number of batches.
+
+Model. A :class:`Partial` is one histogram of ``cells`` cells with ``parts`` integer rows (1 for
+counts and sums; 2 for a mean: its sum and its count over the same rows). It is either *dense*
+(``keys`` None, ``values`` of shape (parts, cells)) or *sparse* (``keys`` the occupied cells,
+strictly increasing, ``values`` of shape (parts, len(keys))). A cell absent from a sparse partial
+holds 0 in every part. Partials of disjoint rows add: the histogram of all rows is their sum,
+whatever the order or grouping (a commutative monoid), which is what lets batches, files and Dask
+pieces be counted anywhere and combined tree-wise.
+
+Algorithm.
+* One batch (:func:`count_keys`): dense ``numpy.bincount`` when the domain is small against the
+  batch, ``cells <= DENSE_PER_ROW * rows``; else sort-based: ``numpy.sort`` of the keys (an
+  argsort when there are weights), the starts of equal runs, their lengths (counts) or
+  ``numpy.add.reduceat`` of the weights in int64 (sums). Measured on this machine (numpy 2.4,
+  2^20 rows, median of 7): the sort-based count takes 4.3–4.5 ms whatever the domain; a dense
+  bincount added into an accumulator takes 1.4 ms + about 0.85 ns per cell (4.9 ms at 2^20 cells,
+  9.0 ms at 2^22, 59 ms at 2^26); they cross between 2 and 4 cells per row, hence
+  ``DENSE_PER_ROW = 2``. Sums with weights stay in the dense path's arithmetic (float64 only
+  while every partial sum is below 2^53) or int64, as :mod:`dprelease.data.histogram` did.
+* Adding (:meth:`Accumulator.add`): dense + anything is dense (a sparse one scattered into it);
+  sparse + sparse is a merge of two sorted key lists by ``numpy.searchsorted`` (linear in their
+  lengths); a merged partial holding more than half of its domain becomes dense (it would
+  otherwise take more memory than the dense array). An accumulator keeps a stack of sparse runs
+  and merges the two on top while the lower one is at most twice the upper (as a binary counter):
+  every key is merged O(log batches) times, not once per batch.
+* Densify (:meth:`Partial.dense`) once, at the end, for the caller that needs every declared cell.
+
+Cost. Per batch of n rows: O(n log n) for a sparse histogram (sort), O(n + cells) for a dense
+one. Accumulating B batches: O(K log B) where K is the occupied cells, plus the final dense
+array where it is asked for. Memory: the occupied cells (16 bytes per cell and part) and one
+batch, never a dense domain per batch.
+
+Assumes: keys are in [0, cells) (built from codes of the declared domains); weights are whole
+numbers held as float64 or int64; the rows of partials that are added are disjoint.
+Guarantees: exact integer counts and sums (int64), equal to ``numpy.bincount(keys, weights,
+minlength=cells)`` of all the rows at once; a sum that could overflow int64 is refused
+(:class:`~dprelease.errors.DataError`), never wrapped. A transformation: no noise, no
+privacy loss of its own; the histograms it builds have the sensitivity stated in
+:mod:`dprelease.data.histogram`. Imports numpy and :mod:`dprelease.errors` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dprelease.errors import DataError
+
+DENSE_PER_ROW = 2  # a batch is counted densely when its histogram has at most this many cells per row
+
+
+@dataclass(eq=False)
+class Partial:
+    """Exact integers of one histogram over some rows: dense (``keys`` None) or sparse."""
+
+    cells: int
+    values: np.ndarray  # int64, (parts, cells) dense or (parts, len(keys)) sparse
+    keys: np.ndarray | None = None  # sparse: the occupied cells, strictly increasing
+
+    @property
+    def parts(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def size(self) -> int:
+        """Entries held: the domain when dense, the occupied cells when sparse."""
+        return self.cells if self.keys is None else self.keys.size
+
+    def dense(self) -> np.ndarray:
+        """Every declared cell (int64, shape (parts, cells)); a dense partial's own array."""
+        if self.keys is None:
+            return self.values
+        out = np.zeros((self.parts, self.cells), dtype=np.int64)
+        out[:, self.keys] = self.values
+        return out
+
+
+def empty(cells: int, parts: int = 1) -> Partial:
+    """The histogram of no rows (sparse, nothing occupied)."""
+    return Partial(cells, np.zeros((parts, 0), dtype=np.int64), np.zeros(0, dtype=key_dtype(cells)))
+
+
+def key_dtype(cells: int) -> np.dtype:
+    """The narrowest signed integer that holds every key (int32 sorts twice as fast as int64)."""
+    return np.dtype(np.int32 if cells <= 2**31 else np.int64)
+
+
+def count_keys(keys: np.ndarray, cells: int, weights: tuple[np.ndarray | None, ...] = (None,),
+               column: str = "", granularity: int = 1) -> Partial:
+    """The histogram of one batch: per cell, for each entry of ``weights``, the rows' count
+    (``None``) or the exact sum of that array's whole numbers (``column`` and ``granularity``
+    only name a refused sum)."""
+    if cells <= DENSE_PER_ROW * max(keys.size, 1):
+        return Partial(cells, np.stack([_dense(keys, cells, w, column, granularity) for w in weights]))
+    if all(w is None for w in weights):
+        ordered = np.sort(keys)
+        starts = _starts(ordered)
+        counts = np.diff(np.r_[starts, ordered.size]).astype(np.int64)
+        return Partial(cells, np.broadcast_to(counts, (len(weights), counts.size)).copy(), ordered[starts])
+    order = np.argsort(keys)
+    ordered = keys[order]
+    starts = _starts(ordered)
+    rows = []
+    for w in weights:
+        if w is None:
+            rows.append(np.diff(np.r_[starts, ordered.size]).astype(np.int64))
+        else:
+            rows.append(_sparse_sums(w[order], starts, column, granularity))
+    return Partial(cells, np.stack(rows), ordered[starts])
+
+
+def _starts(ordered: np.ndarray) -> np.ndarray:
+    if not ordered.size:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+
+
+def _dense(keys: np.ndarray, cells: int, weights: np.ndarray | None, column: str, g: int) -> np.ndarray:
+    if weights is None:
+        return np.bincount(keys, minlength=cells).astype(np.int64, copy=False)
+    return exact_sums(weights, keys, cells, column, g)
+
+
+def _refuse_overflow(units: np.ndarray, column: str, g: int) -> None:
+    if np.abs(units).max(initial=0) * units.size >= 2.0**63:
+        raise DataError(f"a sum of {column} could exceed 2^63 units of the granularity {g}: raise the "
+                        "granularity or narrow the bounds")
+
+
+def _sparse_sums(units: np.ndarray, starts: np.ndarray, column: str, g: int) -> np.ndarray:
+    """Sums of runs of ``units`` (whole numbers) beginning at ``starts``, exact in int64."""
+    if not units.size:
+        return np.zeros(0, dtype=np.int64)
+    if np.abs(units).sum() >= 2.0**53:  # the same refusal as the dense path's
+        _refuse_overflow(units, column, g)
+    return np.add.reduceat(units.astype(np.int64), starts)
+
+
+def exact_sums(units: np.ndarray, index: np.ndarray, cells: int, column: str, g: int) -> np.ndarray:
+    """Per cell, the exact integer sum of ``units`` (whole numbers held as float64), int64: in
+    float64 only when every partial sum stays below 2^53, else in int64; refuses sums that could
+    overflow int64."""
+    if np.abs(units).sum() < 2.0**53:  # every partial sum is an exact float64 integer
+        return np.bincount(index, weights=units, minlength=cells).astype(np.int64)
+    _refuse_overflow(units, column, g)
+    order = np.argsort(index, kind="stable")
+    ordered = index[order]
+    starts = _starts(ordered)
+    sums = np.zeros(cells, dtype=np.int64)
+    if ordered.size:
+        sums[ordered[starts]] = np.add.reduceat(units.astype(np.int64)[order], starts)
+    return sums
+
+
+def add(a: Partial, b: Partial) -> Partial:
+    """The sum of two partials of disjoint rows (either may be reused for the result)."""
+    if (a.cells, a.parts) != (b.cells, b.parts):
+        raise AssertionError("partials of different histograms")  # pragma: no cover - a bug
+    if a.keys is None:
+        if b.keys is None:
+            a.values += b.values
+        else:
+            a.values[:, b.keys] += b.values
+        return a
+    if b.keys is None:
+        return add(b, a)
+    return _settled(_merge(a, b))
+
+
+def _merge(a: Partial, b: Partial) -> Partial:
+    """Two sparse partials merged by their sorted keys (linear, through ``searchsorted``)."""
+    if a.keys.size < b.keys.size:  # type: ignore[union-attr]
+        a, b = b, a
+    ak, bk = a.keys, b.keys
+    assert ak is not None and bk is not None
+    at = np.searchsorted(ak, bk)
+    shared = at < ak.size
+    shared[shared] = ak[at[shared]] == bk[shared]
+    values = a.values.copy() if shared.any() else a.values
+    values[:, at[shared]] += b.values[:, shared]
+    new = ~shared
+    if not new.any():
+        return Partial(a.cells, values, ak)
+    keys = np.insert(ak, at[new], bk[new])
+    return Partial(a.cells, np.insert(values, at[new], b.values[:, new], axis=1), keys)
+
+
+def _settled(p: Partial) -> Partial:
+    """A sparse partial that holds more than half its domain, made dense (less memory)."""
+    if p.keys is not None and 2 * p.keys.size > p.cells:
+        return Partial(p.cells, p.dense())
+    return p
+
+
+@dataclass(eq=False)
+class Accumulator:
+    """Partials of one histogram added as they come: a dense total, or a stack of sparse runs
+    merged like a binary counter (the run below is merged while it is at most twice the top)."""
+
+    cells: int
+    parts: int = 1
+    total: Partial | None = None  # dense, once anything dense was added
+    runs: list[Partial] = field(default_factory=list)
+
+    def add(self, p: Partial) -> Accumulator:
+        if p.keys is None or self.total is not None:
+            self.total = p if self.total is None else add(self.total, p)
+            if self.total.keys is None:
+                for run in self.runs:
+                    add(self.total, run)
+                self.runs.clear()
+            return self
+        if p.keys.size:
+            self.runs.append(p)
+        while len(self.runs) >= 2 and self.runs[-2].size <= 2 * self.runs[-1].size:
+            top = self.runs.pop()
+            merged = add(self.runs.pop(), top)
+            if merged.keys is None:  # grew past half its domain: dense from now on
+                return self.add(merged)
+            self.runs.append(merged)
+        return self
+
+    def absorb(self, other: Accumulator) -> Accumulator:
+        """These partials plus ``other``'s (of disjoint rows)."""
+        if other.total is not None:
+            self.add(other.total)
+        for run in other.runs:
+            self.add(run)
+        return self
+
+    def partial(self) -> Partial:
+        """Everything added, as one partial (the runs merged, smallest first)."""
+        result = self.total
+        for run in sorted(self.runs, key=lambda r: r.size):
+            result = run if result is None else add(result, run)
+        self.total, self.runs = result, []
+        return result if result is not None else empty(self.cells, self.parts)
+
+    def dense(self) -> np.ndarray:
+        """The histogram over every declared cell: shape (cells,), or (parts, cells) for more
+        than one part."""
+        values = self.partial().dense()
+        return values[0] if self.parts == 1 else values
