@@ -240,31 +240,33 @@ class Accumulator:
     shown: np.ndarray | None = None  # what :meth:`dense` returned (kept until more is added)
 
     def add(self, p: Partial) -> Accumulator:
+        return self.add_all([p])
+
+    def add_all(self, partials: list[Partial]) -> Accumulator:
+        """Add partials of disjoint rows (their arrays may be reused); the merge rule is applied
+        once, after all of them."""
         self.shown = None
-        if p.keys is None or self.total is not None:
-            self.total = p if self.total is None else add(self.total, p)
-            if self.total.keys is None:
-                for run in self.runs:
-                    add(self.total, run)
-                self.runs.clear()
+        for p in partials:
+            if p.keys is None or self.total is not None:
+                self.total = p if self.total is None else add(self.total, p)
+            elif p.keys.size:
+                self.runs.append(p)
+        if self.total is not None and self.total.keys is None:
+            for run in self.runs:
+                add(self.total, run)
+            self.runs.clear()
             return self
-        if p.keys.size:
-            self.runs.append(p)
         held = sum(r.size for r in self.runs)
         if 2 * held > self.cells:
-            return self.add(Partial(self.cells, self._scattered()))
-        if len(self.runs) > 1 and held > GROWTH * max(self.merged, MERGE_FLOOR):
+            self.total, self.runs = Partial(self.cells, self._scattered()), []
+        elif len(self.runs) > 1 and held > GROWTH * max(self.merged, MERGE_FLOOR):
             self.runs = [_merge(self.runs)]
             self.merged = self.runs[0].size
         return self
 
     def absorb(self, other: Accumulator) -> Accumulator:
         """These partials plus ``other``'s (of disjoint rows; ``other``'s arrays may be reused)."""
-        if other.total is not None:
-            self.add(other.total)
-        for run in other.runs:
-            self.add(run)
-        return self
+        return self.add_all(([other.total] if other.total is not None else []) + other.runs)
 
     def partial(self) -> Partial:
         """Everything added, as one partial (the runs merged)."""
