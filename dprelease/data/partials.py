@@ -21,14 +21,17 @@ Algorithm.
   2^20 rows, median of 7): the sort-based count takes 4.3–4.5 ms whatever the domain; a dense
   bincount added into an accumulator takes 1.4 ms + about 0.85 ns per cell (4.9 ms at 2^20 cells,
   9.0 ms at 2^22, 59 ms at 2^26); they cross between 2 and 4 cells per row, hence
-  ``DENSE_PER_ROW = 2``. Sums with weights stay in the dense path's arithmetic (float64 only
-  while every partial sum is below 2^53) or int64, as :mod:`dprelease.data.histogram` did.
+  ``DENSE_PER_ROW = 2``. Dense sums keep the arithmetic :mod:`dprelease.data.histogram` had
+  (float64 only while every partial sum is below 2^53, else int64); sparse sums add in int64,
+  refused where the dense path refuses.
 * Adding (:meth:`Accumulator.add`): dense + anything is dense (a sparse one scattered into it);
-  sparse + sparse: both key lists side by side, sorted, equal keys' values added (a count's key and
-  value packed in one int64 for numpy's SIMD sort; a first version merged by ``searchsorted`` and
-  ``numpy.insert`` and spent 2.3 of 3.4 s of counting at 10M rows / 250,000 blocks there); a merged partial holding more than half of its domain becomes dense (it would
-  otherwise take more memory than the dense array). An accumulator keeps the sparse runs as they
-  come and merges them all at once when they hold GROWTH = 4 times the entries of its last merge:
+  sparse + sparse: the key lists side by side, sorted, equal keys' values added (a count's key and
+  value packed in one int64 for numpy's SIMD sort; a first version merged pairs by
+  ``searchsorted`` and ``numpy.insert`` and spent 2.3 of 3.4 s of counting at 10M rows / 250,000
+  blocks there). Sparse runs holding more than half the domain become dense (they would otherwise
+  take more memory than the dense array). An accumulator keeps the sparse runs as they come and
+  merges them all at once when they hold GROWTH = 4 times the entries of its last merge (and more
+  than GROWTH × MERGE_FLOOR = 4M entries):
   every entry is merged O(1) times amortised (a binary counter's log₂ B merges per entry cost 1.7
   of 2.7 s at 10M rows / 250,000 blocks, where nearly every row is a cell of its own and merging
   saves little; a merge costs about 30 ns per entry here, against 5 ns per row to count a batch).
@@ -38,8 +41,9 @@ Algorithm.
 Cost. Per batch of n rows: O(n log n) for a sparse histogram (sort), O(n + cells) for a dense
 one. Accumulating: O(N log N) sorting over the N entries merged, N at most about 4/3 of the
 entries counted (amortised), plus the final dense array where it is asked for (the runs scattered
-into it). Memory: at most about GROWTH times the occupied cells, capped at the dense array's
-size, plus one batch (12–16 bytes per entry and part), never a dense domain per batch.
+into it). Memory: at most about GROWTH times the occupied cells (or 4M entries), capped at the
+dense array's size, plus one batch (12–16 bytes per entry and part), never a dense domain per
+batch.
 
 Assumes: keys are in [0, cells) (built from codes of the declared domains); weights are whole
 numbers held as float64 or int64; the rows of partials that are added are disjoint.
@@ -103,11 +107,6 @@ def scatter(out: np.ndarray, p: Partial) -> None:
     keys = p.keys.astype(np.intp)  # type: ignore[union-attr]
     for row, values in zip(out, p.values):
         row[keys] += values
-
-
-def empty(cells: int, parts: int = 1) -> Partial:
-    """The histogram of no rows (sparse, nothing occupied)."""
-    return Partial(cells, np.zeros((parts, 0), dtype=np.int64), np.zeros(0, dtype=key_dtype(cells)))
 
 
 def key_dtype(cells: int) -> np.dtype:
@@ -194,7 +193,7 @@ def add(a: Partial, b: Partial) -> Partial:
         return a
     if b.keys is None:
         return add(b, a)
-    return _settled(_merge([a, b]))
+    return _merge([a, b])
 
 
 def _merge(runs: list[Partial]) -> Partial:
@@ -215,13 +214,6 @@ def _merge(runs: list[Partial]) -> Partial:
         keys, values = keys[order], values[:, order]
     starts = _starts(keys)
     return Partial(a.cells, np.add.reduceat(values, starts, axis=1) if keys.size else values, keys[starts])
-
-
-def _settled(p: Partial) -> Partial:
-    """A sparse partial that holds more than half its domain, made dense (less memory)."""
-    if p.keys is not None and 2 * p.keys.size > p.cells:
-        return Partial(p.cells, p.dense())
-    return p
 
 
 @dataclass(eq=False)
@@ -267,14 +259,6 @@ class Accumulator:
     def absorb(self, other: Accumulator) -> Accumulator:
         """These partials plus ``other``'s (of disjoint rows; ``other``'s arrays may be reused)."""
         return self.add_all(([other.total] if other.total is not None else []) + other.runs)
-
-    def partial(self) -> Partial:
-        """Everything added, as one partial (the runs merged)."""
-        if self.total is not None:
-            return self.total
-        if len(self.runs) > 1:
-            self.runs = [_merge(self.runs)]
-        return self.runs[0] if self.runs else empty(self.cells, self.parts)
 
     def _scattered(self) -> np.ndarray:
         """The runs added into one dense array (keys are distinct within a run)."""
