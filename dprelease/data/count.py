@@ -1,9 +1,16 @@
 """Every exact count a release measures, in one pass over the data: streamed here, or on Dask.
 
+One direction: the pieces to read and, per piece, a stream of encoded batches come from
+:mod:`dprelease.data.load` (which reads through :mod:`dprelease.data.scan` and never calls back
+here); each batch is counted into partials (:mod:`dprelease.data.histogram`,
+:mod:`dprelease.data.partials`: sparse where a histogram is large against the batch) and added.
 Histograms are additive: the rows of a batch counted on their own and added to the counts of
 the other batches give the counts of all rows. So the local engine reads one batch at a time
-(memory: the domain-sized histograms plus one batch, whatever the number of rows), and the
-Dask engine counts pieces of the data on the cluster's workers and adds them up here.
+(memory: the small histograms, the occupied cells of the large ones, one batch), and the Dask
+engine counts pieces of the data on the cluster's workers, which add the pieces' partials
+tree-wise among themselves; this process receives one result. A histogram is made dense over its
+declared domain when it is first read (:class:`Histograms`), one at a time as the noise step pops
+them.
 
 Privacy contract: a transformation, no noise. Every histogram is the one
 :func:`~dprelease.data.histogram.histogram` gives over all rows, whose sensitivity (1 per row
