@@ -255,14 +255,21 @@ def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
     workers keep glibc's adaptive allocator: Dask's nannies set ``MALLOC_TRIM_THRESHOLD_`` in
     their workers' environment by default, which fixes glibc's mmap threshold, so every large
     array is mapped afresh and its pages faulted in; two such workers counting a 4M-row piece each
-    took 5.3–5.7 s here, 1.6–1.8 s without it. A cluster started elsewhere is the operator's
+    took 5.3–5.7 s here, 1.6–1.8 s without it. A nanny sets it in this process's own environment
+    (which its workers inherit), so a cluster started here before would pass it on: it is left out
+    of the environment while the workers start. A cluster started elsewhere is the operator's
     (docs/scaling.md says how to start its workers)."""
+    import os
+
     import dask
 
-    environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
-               if k != "MALLOC_TRIM_THRESHOLD_"}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
-        return make(processes=True, dashboard_address=None, **options)
+    saved = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            return make(processes=True, dashboard_address=None, **options)
+    finally:
+        if saved is not None:
+            os.environ["MALLOC_TRIM_THRESHOLD_"] = saved
 
 
 def count_on_worker(piece: Piece, spec: Spec) -> tuple[str, Any]:
