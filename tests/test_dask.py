@@ -190,3 +190,16 @@ def test_a_worker_failure_comes_back_by_type_only(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="a Dask worker failed: MemoryError") as raised:
         count_module._unpack(outcome)
     assert "12345" not in str(raised.value)
+
+
+def test_the_cluster_a_run_starts_keeps_the_adaptive_allocator():
+    """Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers by default (every large array
+    then mapped and faulted in afresh: two workers counted 3x slower); the cluster a run starts for
+    ``kind: dask`` without an address leaves it out, and keeps the nannies' other settings."""
+    from dprelease.data.count import local_cluster
+
+    with local_cluster(distributed.LocalCluster, n_workers=1, threads_per_worker=1) as local, \
+            distributed.Client(local.scheduler_address) as client:
+        environ = client.run(lambda: {k: __import__("os").environ.get(k)
+                                      for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")})
+    assert list(environ.values()) == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]

@@ -1,9 +1,16 @@
 """Every exact count a release measures, in one pass over the data: streamed here, or on Dask.
 
+One direction: the pieces to read and, per piece, a stream of encoded batches come from
+:mod:`dprelease.data.load` (which reads through :mod:`dprelease.data.scan` and never calls back
+here); each batch is counted into partials (:mod:`dprelease.data.histogram`,
+:mod:`dprelease.data.partials`: sparse where a histogram is large against the batch) and added.
 Histograms are additive: the rows of a batch counted on their own and added to the counts of
 the other batches give the counts of all rows. So the local engine reads one batch at a time
-(memory: the domain-sized histograms plus one batch, whatever the number of rows), and the
-Dask engine counts pieces of the data on the cluster's workers and adds them up here.
+(memory: the small histograms, the occupied cells of the large ones, one batch), and the Dask
+engine counts pieces of the data on the cluster's workers, which add the pieces' partials
+tree-wise among themselves; this process receives one result. A histogram is made dense over its
+declared domain when it is first read (:class:`Histograms`), one at a time as the noise step pops
+them.
 
 Privacy contract: a transformation, no noise. Every histogram is the one
 :func:`~dprelease.data.histogram.histogram` gives over all rows, whose sensitivity (1 per row
@@ -15,22 +22,57 @@ holds the ledger reservation (:mod:`dprelease.measure`), never on a worker.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 import numpy as np
-import pyarrow as pa
 
 from dprelease import __version__
-from dprelease.data.histogram import histogram, place_totals
-from dprelease.data.load import Encoded, columns_to_read, encode, encode_batch, source
+from dprelease.data.histogram import histogram_cells, parts, place_partials, table_partials
+from dprelease.data.load import Encoded, encode, encoded_batches, pieces
+from dprelease.data.partials import Accumulator, Partial
 from dprelease.data.scan import Piece
 from dprelease.errors import DataError, UserError
 from dprelease.faults import checkpoint
-from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure
+from dprelease.spec import ROOT, MeanMeasure, Spec, SumMeasure
 
 Key = tuple[str, "str | None"]  # (table, geographic level)
+K = TypeVar("K")
+
+
+class Histograms(MutableMapping[K, np.ndarray], Generic[K]):
+    """Exact histograms by key, each held as an :class:`~dprelease.data.partials.Accumulator`
+    (sparse where it is large against the rows) and densified over its declared domain when it
+    is first read, one at a time; ``pop`` hands the dense array over and forgets it."""
+
+    def __init__(self, accumulators: dict[K, Accumulator]) -> None:
+        self.accumulators = accumulators
+
+    def __getitem__(self, key: K) -> np.ndarray:
+        return self.accumulators[key].dense()
+
+    def __setitem__(self, key: K, value: np.ndarray) -> None:
+        values = np.asarray(value, dtype=np.int64)
+        values = values.reshape(1, -1) if values.ndim == 1 else values
+        self.accumulators[key] = Accumulator(values.shape[1], values.shape[0]).add(Partial(values.shape[1], values))
+
+    def __delitem__(self, key: K) -> None:
+        del self.accumulators[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.accumulators)
+
+    def __len__(self) -> int:
+        return len(self.accumulators)
+
+    def absorb(self, other: Histograms[K]) -> None:
+        """In place: these histograms plus ``other``'s (of disjoint rows)."""
+        if self.accumulators.keys() != other.accumulators.keys():
+            raise AssertionError("counts of different releases")  # pragma: no cover
+        for key, acc in other.accumulators.items():
+            self.accumulators[key].absorb(acc)
 
 
 @dataclass(eq=False)
@@ -38,8 +80,8 @@ class ExactCounts:
     """Exact histograms per (table, level), place totals per invariant level, and local
     tables' answers per category, with how many rows were read and dropped. Confidential."""
 
-    histograms: dict[Key, np.ndarray]
-    invariants: dict[str, np.ndarray] = field(default_factory=dict)
+    histograms: Histograms[Key]
+    invariants: Histograms[str] = field(default_factory=lambda: Histograms({}))
     local_counts: dict[str, np.ndarray] = field(default_factory=dict)
     rows_read: int = 0
     rows_dropped: int = 0
@@ -51,12 +93,12 @@ class ExactCounts:
 
     def add(self, other: ExactCounts) -> ExactCounts:
         """In place: these counts plus ``other``'s (the counts of disjoint rows)."""
-        for parts, more in ((self.histograms, other.histograms), (self.invariants, other.invariants),
-                            (self.local_counts, other.local_counts)):
-            if parts.keys() != more.keys():
-                raise AssertionError("counts of different releases")  # pragma: no cover
-            for key, value in more.items():
-                parts[key] += value  # type: ignore[index]
+        self.histograms.absorb(other.histograms)
+        self.invariants.absorb(other.invariants)
+        if self.local_counts.keys() != other.local_counts.keys():
+            raise AssertionError("counts of different releases")  # pragma: no cover
+        for key, value in other.local_counts.items():
+            self.local_counts[key] += value
         self.rows_read += other.rows_read
         self.rows_dropped += other.rows_dropped
         self.rows_over_bound += other.rows_over_bound
@@ -66,29 +108,26 @@ class ExactCounts:
 def count_encoded(spec: Spec, data: Encoded) -> ExactCounts:
     """Every histogram of the release (each level of a geographic table, a mode's categories as
     the last dimension), the invariants' place totals and the local tables' answers, of the rows
-    in ``data``."""
-    histograms: dict[Key, np.ndarray] = {}
+    in ``data``: partials, sparse where a histogram is large against the rows."""
+    histograms: dict[Key, Accumulator] = {}
     for table in spec.tables:
-        mode = (table.measure.column,) if isinstance(table.measure, ModeMeasure) else ()
-        for level, dims, _ in table.measured():
-            histograms[(table.name, level)] = histogram(spec, table, data, dims + mode)
-    return ExactCounts(histograms, place_totals(spec, data), dict(data.local_counts), data.rows_read,
+        cells = histogram_cells(spec, table)
+        for level, partial in table_partials(spec, table, data).items():
+            histograms[(table.name, level)] = Accumulator(cells[level], parts(table)).add(partial)
+    invariants = {level: Accumulator(p.cells).add(p) for level, p in place_partials(spec, data).items()}
+    return ExactCounts(Histograms(histograms), Histograms(invariants), dict(data.local_counts), data.rows_read,
                        data.rows_dropped, data.rows_over_bound)
 
 
 def count_piece(spec: Spec, piece: Piece, timings: dict[str, float] | None = None,
                 read: Callable[[int], None] | None = None) -> ExactCounts:
-    """The counts of one piece of the data, read batch by batch (here or on a Dask worker);
-    ``read`` is told the piece's bytes read so far (a progress bar)."""
-    src = source(spec)
-    names, text = columns_to_read(spec)
-    total = None
+    """The counts of one piece of the data, batch by batch as they come scanned and encoded
+    (here or on a Dask worker); ``read`` is told the piece's bytes read so far (a progress bar)."""
+    total = zero_counts(spec)
     clock = time.perf_counter()
-    for first_row, batch in src.batches(piece, names, text, read=read):
-        data = encode_batch(spec, batch, where=piece.path, first_row=first_row)
+    for data in encoded_batches(spec, piece, read=read):
         counted = time.perf_counter()
-        counts = count_encoded(spec, data)
-        total = counts if total is None else total.add(counts)
+        total.add(count_encoded(spec, data))
         checkpoint("histogram")  # a batch counted (fault injection for the crash tests; inert otherwise)
         if timings is not None:
             now = time.perf_counter()
@@ -97,14 +136,20 @@ def count_piece(spec: Spec, piece: Piece, timings: dict[str, float] | None = Non
             clock = now
     if timings is not None:
         timings["load"] = timings.get("load", 0.0) + time.perf_counter() - clock
-    return total if total is not None else zero_counts(spec)
+    return total
 
 
 def zero_counts(spec: Spec) -> ExactCounts:
-    """The counts of no rows: every histogram of its declared shape, all zero."""
-    names, _ = columns_to_read(spec)
-    empty = pa.table({n: pa.array([], pa.string()) for n in names})
-    return count_encoded(spec, encode_batch(spec, empty, where="(no rows)", bound=True))
+    """The counts of no rows: every histogram of its declared shape, all zero (from the spec
+    alone: nothing is read)."""
+    histograms: dict[Key, Accumulator] = {}
+    for table in spec.tables:
+        for level, cells in histogram_cells(spec, table).items():
+            histograms[(table.name, level)] = Accumulator(cells, parts(table))
+    invariants = {level: Accumulator(1 if level == ROOT else spec.column(level).size)
+                  for level in spec.invariant_levels}
+    local = {t.name: np.zeros(spec.column(t.column).size, dtype=np.int64) for t in spec.local_tables}
+    return ExactCounts(Histograms(histograms), Histograms(invariants), local)
 
 
 def count_exact(spec: Spec, *, timings: dict[str, float] | None = None,
@@ -132,7 +177,7 @@ def count_exact(spec: Spec, *, timings: dict[str, float] | None = None,
     else:
         counts = zero_counts(spec)
         done = 0
-        for piece in source(spec).files():
+        for piece in pieces(spec):
             counts.add(count_piece(spec, piece, timings, None if read is None else lambda n, base=done: read(base + n)))
             done += _size(piece)
     _check_sums_fit(spec, counts)
@@ -169,32 +214,62 @@ def _unreachable(address: str, where: str) -> str | None:
 
 
 def _count_on_dask(spec: Spec) -> ExactCounts:
-    """Pieces counted on the cluster's workers, added up here as they arrive (one at a time in
-    memory). Without an address, a cluster of local worker processes for this run. The
-    ``histogram`` checkpoint fires here as each piece arrives: the workers' own checkpoints are
-    inert, as fault hooks are installed only in the run's process."""
+    """Pieces counted on the cluster's workers into partials, combined there tree-wise: as two
+    results are ready (pieces or sums of pieces) a worker adds them (:func:`combine_on_worker`),
+    so the driver receives one result, not every piece's histograms. Without an address, a
+    cluster of local worker processes for this run. The ``histogram`` checkpoint fires here as
+    each piece is counted: the workers' own checkpoints are inert, as fault hooks are installed
+    only in the run's process."""
     from distributed import Client, LocalCluster, as_completed
 
-    src = source(spec)
-    pieces = src.split(src.files())
-    cluster = None
-    if spec.engine.address is None:
-        cluster = LocalCluster(processes=True, dashboard_address=None)
+    work = pieces(spec, split=True)
+    cluster = local_cluster(LocalCluster) if spec.engine.address is None else None
     client = Client(spec.engine.address or cluster, set_as_default=False)
     try:
-        total = zero_counts(spec)
-        futures = client.map(count_on_worker, pieces, spec=spec, pure=False)
-        for future in as_completed(futures, loop=client.loop):
-            outcome = future.result()
-            future.release()
-            total.add(_unpack(outcome))
-            # a piece counted, seen here: a hook is installed in this process, never on a worker
-            checkpoint("histogram")
-        return total
+        futures = client.map(count_on_worker, work, spec=spec, pure=False)
+        counted = {f.key for f in futures}
+        ready = as_completed(futures, loop=client.loop)
+        waiting = None
+        for future in ready:
+            if future.key in counted:
+                # a piece counted, seen here: a hook is installed in this process, never on a worker
+                checkpoint("histogram")
+            if waiting is None:
+                waiting = future
+            else:
+                ready.add(client.submit(combine_on_worker, waiting, future, pure=False))
+                waiting = None
+        if waiting is None:
+            return zero_counts(spec)
+        outcome = waiting.result()
+        waiting.release()
+        return _unpack(outcome)
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
+    """A Dask cluster of local worker processes (``make``: ``distributed.LocalCluster``) whose
+    workers keep glibc's adaptive allocator: Dask's nannies set ``MALLOC_TRIM_THRESHOLD_`` in
+    their workers' environment by default, which fixes glibc's mmap threshold, so every large
+    array is mapped afresh and its pages faulted in; two such workers counting a 4M-row piece each
+    took 5.3–5.7 s here, 1.6–1.8 s without it. A nanny sets it in this process's own environment
+    (which its workers inherit), so a cluster started here before would pass it on: it is left out
+    of the environment while the workers start. A cluster started elsewhere is the operator's
+    (docs/scaling.md says how to start its workers)."""
+    import os
+
+    import dask
+
+    saved = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            return make(processes=True, dashboard_address=None, **options)
+    finally:
+        if saved is not None:
+            os.environ["MALLOC_TRIM_THRESHOLD_"] = saved
 
 
 def count_on_worker(piece: Piece, spec: Spec) -> tuple[str, Any]:
@@ -207,6 +282,22 @@ def count_on_worker(piece: Piece, spec: Spec) -> tuple[str, Any]:
         return "data error", str(exc)
     except Exception as exc:  # noqa: BLE001 - reported by type, never by message, on the driver
         return "failure", f"{type(exc).__name__} while counting {piece.path}"
+
+
+def combine_on_worker(a: tuple[str, Any], b: tuple[str, Any]) -> tuple[str, Any]:
+    """On a worker: two outcomes of :func:`count_on_worker` (or of this) as one. Counts add (their
+    partials merged); a failure wins over counts (the first one found is kept), as a value; two
+    versions of dprelease are reported as both."""
+    for outcome in (a, b):
+        if outcome[0] != "counts":
+            return outcome
+    (va, ca), (vb, cb) = a[1], b[1]
+    if va != vb:
+        return "counts", (f"{va} and {vb}", ca)
+    try:
+        return "counts", (va, ca.add(cb))
+    except Exception as exc:  # noqa: BLE001 - reported by type, never by message, on the driver
+        return "failure", f"{type(exc).__name__} while adding counts"
 
 
 def _unpack(outcome: tuple[str, Any]) -> ExactCounts:

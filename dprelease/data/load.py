@@ -14,6 +14,7 @@ offending value; it must only ever reach the operator's terminal.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dprelease.arrays import rank_within
-from dprelease.data.scan import Source
+from dprelease.data.scan import Piece, Source
 from dprelease.data.scan import fingerprint as file_fingerprint
 from dprelease.errors import DataError, first_line
 from dprelease.spec import (
@@ -37,7 +38,8 @@ from dprelease.spec import (
     MeanMeasure,
 )
 
-__all__ = ["Encoded", "encode", "encode_batch", "file_fingerprint", "needed_columns", "read_table"]
+__all__ = ["Encoded", "encode", "encode_batch", "encoded_batches", "file_fingerprint", "needed_columns", "pieces",
+           "read_table"]
 
 
 def code_dtype(size: int) -> np.dtype:
@@ -97,6 +99,22 @@ def columns_to_read(spec: Spec) -> tuple[list[str], list[str]]:
     names = list(dict.fromkeys([c.name for c in declared] + identifier + summed + period))
     text = [c.name for c in declared if isinstance(c, CategoricalColumn)] + identifier + summed + period
     return names, text
+
+
+def pieces(spec: Spec, *, split: bool = False) -> list[Piece]:
+    """The dataset's files (``split``: Parquet files cut into runs of row groups, for a cluster)."""
+    src = source(spec)
+    files = src.files()
+    return src.split(files) if split else files
+
+
+def encoded_batches(spec: Spec, piece: Piece, *, read: Callable[[int], None] | None = None) -> Iterator[Encoded]:
+    """scan → encode: one piece's rows, batch by batch (:mod:`dprelease.data.scan`), each encoded
+    (:func:`encode_batch`); what counting reads, in one direction. ``read``: see
+    :meth:`~dprelease.data.scan.Source.batches`."""
+    names, text = columns_to_read(spec)
+    for first_row, batch in source(spec).batches(piece, names, text, read=read):
+        yield encode_batch(spec, batch, where=piece.path, first_row=first_row)
 
 
 def read_table(spec: Spec) -> pa.Table:
