@@ -16,15 +16,19 @@ sum to each child's separator value and whose columns to the parent's cells. Per
    ceiling (a maximum flow over the blocks of one chunk only).
 
 Blocks are cut into chunks of about ``CHUNK_CELLS`` padded cells (sorted by their number of
-children, so padding is small); a level with more than ``PARALLEL_CELLS`` free cells sends its
-chunks to worker processes (:class:`Workers`, ``concurrent.futures``, one per CPU), a smaller
-one is fitted here. Cost: linear in the level's cells times the Newton iterations, and
-min(children, cells)² per block and iteration; memory: a chunk per worker besides the level.
+children, so padding is small); a level with more than ``PARALLEL_CELLS`` free cells (2^23,
+about 33,000 places of a 252-cell table) sends its chunks to worker processes
+(:class:`Workers`, ``concurrent.futures``, one per CPU; starting them costs about a second),
+a smaller one is fitted here. The chunks, and so the integers, do not depend on where they
+run. Cost: linear in the level's cells times the Newton iterations, and min(children, cells)²
+per block and iteration; memory: a chunk per worker besides the level.
 
 Guarantees: non-negative integers, zero on the known zeros, the sums exact; a block whose
 Newton iteration reached its cap is counted in the returned :class:`FitStats` (the caller must
 report it: its integers still have the exact sums, but are not from the exact nearest point).
-Sees published noisy values only; imports numpy and its siblings, never the data readers.
+BLAS runs on one thread per process during the fit (threadpoolctl): the processes are the
+parallelism. Sees published noisy values only; imports numpy, threadpoolctl and its siblings,
+never the data readers.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from dprelease.postprocess.integral import round_two_way
 from dprelease.postprocess.transport import fit_blocks
 
 CHUNK_CELLS = 1 << 20  # padded cells per chunk (a few arrays of this many floats per worker)
-PARALLEL_CELLS = 1 << 21  # a level with more free cells than this is fitted in worker processes
+PARALLEL_CELLS = 1 << 23  # a level with more free cells than this is fitted in worker processes (starting
+# them costs about a second: the imports)
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,9 @@ class Workers:
         if self.processes <= 1:
             return None
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("forkserver"))
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([__name__])  # imported once by the server, not by each worker
+            self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_one_blas_thread)
         return self._pool
 
     def close(self) -> None:
@@ -82,6 +90,12 @@ class Workers:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _one_blas_thread() -> None:
+    """In a worker, for its lifetime: BLAS on one thread (the processes are the parallelism; a
+    threaded BLAS on the fit's many small products is up to 10× slower on a busy machine)."""
+    threadpool_limits(limits=1, user_api="blas")
 
 
 Chunk = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # values (n × m), children per block, row sums, column sums
@@ -117,7 +131,8 @@ def fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_v
                           parent_values[np.ix_(ps, in_s)].astype(np.float64)))
             placed.append((children, in_s))
     pool = workers.pool() if workers is not None and free.size * places > PARALLEL_CELLS else None
-    results = pool.map(fit_chunk, tasks) if pool is not None else map(fit_chunk, tasks)
+    with threadpool_limits(limits=1, user_api="blas"):  # here too (see _one_blas_thread)
+        results = list(pool.map(fit_chunk, tasks) if pool is not None else map(fit_chunk, tasks))
     stats = FitStats()
     for (children, in_s), (ints, chunk_stats) in zip(placed, results):
         out[np.ix_(children, in_s)] = ints

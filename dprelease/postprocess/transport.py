@@ -129,12 +129,13 @@ def _newton_direction(active: np.ndarray, gr: np.ndarray, gc: np.ndarray, mu: np
     dr = np.where(dr > 0, dr, 1.0) + mu[:, None]
     dc = np.where(dc > 0, dc, 1.0) + mu[:, None]
     w = s / dc[:, None, :]
-    schur = -np.matmul(w, np.swapaxes(s, 1, 2))
+    s_t = np.ascontiguousarray(np.swapaxes(s, 1, 2))  # a contiguous transpose: the batched product runs faster
+    schur = -np.matmul(w, s_t)
     idx = np.arange(s.shape[1])
     schur[:, idx, idx] += dr
     rhs = gr - np.matmul(w, gc[:, :, None])[:, :, 0]
     da = np.linalg.solve(schur, rhs[:, :, None])[:, :, 0]
-    db = (gc - np.matmul(np.swapaxes(s, 1, 2), da[:, :, None])[:, :, 0]) / dc
+    db = (gc - np.matmul(s_t, da[:, :, None])[:, :, 0]) / dc
     return da, db
 
 
