@@ -193,6 +193,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="100k/2.5k,400k/10k")
     parser.add_argument("--baseline-src", type=Path, help="root of the baseline checkout (its dprelease/)")
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--reuse-baseline", action="store_true",
+                        help="take the baseline's figures from its last run on the case, where there is one")
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
     rows = []
@@ -201,8 +203,11 @@ def main() -> None:
         case = prepare(persons, blocks)
         info = json.loads((case / "case.json").read_text())
         runs = {"this": measure(case, None, args.timeout, "this")}
-        if args.baseline_src:
+        if args.reuse_baseline and (case / "baseline.run.json").exists():
+            runs["baseline"] = {**json.loads((case / "baseline.run.json").read_text()), "reused": True}
+        elif args.baseline_src:
             runs["baseline"] = measure(case, args.baseline_src, args.timeout, "baseline")
+            (case / "baseline.run.json").write_text(json.dumps(runs["baseline"]))
         for tag, r in runs.items():
             print(f"{size} {tag}: {json.dumps(r)}", flush=True)
         rows.append((size, info, runs))
@@ -211,7 +216,7 @@ def main() -> None:
     for size, info, runs in rows:
         for tag, r in runs.items():
             base, this = runs.get("baseline", {}).get("seconds"), runs["this"].get("seconds")
-            ratio = f"{base / this:.1f}×" if tag == "this" and base and this else ""
+            ratio = f"{base / this:.1f}×" if tag == "this" and base and this else ("reused" if r.get("reused") else "")
             cells = [f"{r[k]:.2f}" if k in r else "—" for k in ("seconds", "postprocess_estimate", "postprocess_fit")]
             rss = f"{r['peak_rss_mb']:.0f}" if "peak_rss_mb" in r else "—"
             print(f"| {size} | {info['published_cells']:,} | {tag} | {r['status']} | {' | '.join(cells)} | {rss} | {ratio} |")

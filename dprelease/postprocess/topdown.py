@@ -158,10 +158,8 @@ def _top_down(tree: gls.Tree, sizes: tuple[int, ...], scopes: list[Scope],
 
 def _marginal(values: np.ndarray, to: np.ndarray, n: int) -> np.ndarray:
     """Per place, the sums of ``values``' cells by their cell ``to`` (places × n)."""
-    places = values.shape[0]
-    out = np.zeros((places, n), dtype=values.dtype)
-    np.add.at(out, (slice(None), to), values)
-    return out
+    order = np.argsort(to, kind="stable")  # every one of the n cells has cells (a marginal's map is onto)
+    return np.add.reduceat(values[:, order], np.searchsorted(to[order], np.arange(n)), axis=1)
 
 
 def _fit_root(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_values: np.ndarray) -> np.ndarray:
