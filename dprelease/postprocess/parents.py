@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import Executor, ProcessPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,27 +118,46 @@ def fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_v
     has = np.flatnonzero(n_children)
     by_size = has[np.argsort(n_children[has], kind="stable")]  # parents by their number of children
     start = np.r_[0, np.cumsum(n_children)[:-1]]
-    tasks: list[Chunk] = []
-    placed: list[tuple[np.ndarray, np.ndarray]] = []  # per task: its children (rows of out), its cells
+    placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per chunk: its parents, children, cells
     for s in range(sep_values.shape[1]):
         in_s = free[to_sep[free] == s]
-        if in_s.size == 0:
-            continue
-        for group in _chunks(n_children[by_size], in_s.size):
+        for group in (_chunks(n_children[by_size], in_s.size) if in_s.size else []):
             ps = by_size[group]
             k = n_children[ps]
-            children = order[np.repeat(start[ps] - (np.cumsum(k) - k), k) + np.arange(k.sum())]
-            tasks.append((estimate[np.ix_(children, in_s)], n_children[ps], sep_values[children, s].astype(np.float64),
-                          parent_values[np.ix_(ps, in_s)].astype(np.float64)))
-            placed.append((children, in_s))
+            placed.append((ps, order[np.repeat(start[ps] - (np.cumsum(k) - k), k) + np.arange(k.sum())], in_s))
+
+    def task(i: int) -> Chunk:  # built when sent: a chunk's copy of the estimate lives only while it is fitted
+        ps, children, in_s = placed[i]
+        s = int(to_sep[in_s[0]])
+        return (estimate[np.ix_(children, in_s)], n_children[ps], sep_values[children, s].astype(np.float64),
+                parent_values[np.ix_(ps, in_s)].astype(np.float64))
+
     pool = workers.pool() if workers is not None and free.size * places > PARALLEL_CELLS else None
-    with threadpool_limits(limits=1, user_api="blas"):  # here too (see _one_blas_thread)
-        results = list(pool.map(fit_chunk, tasks) if pool is not None else map(fit_chunk, tasks))
     stats = FitStats()
-    for (children, in_s), (ints, chunk_stats) in zip(placed, results):
-        out[np.ix_(children, in_s)] = ints
-        stats = stats + chunk_stats
+    with threadpool_limits(limits=1, user_api="blas"):  # here too (see _one_blas_thread)
+        for i, (ints, chunk_stats) in _fitted(len(placed), task, pool, 2 * (workers.processes if workers else 1)):
+            _, children, in_s = placed[i]
+            out[np.ix_(children, in_s)] = ints
+            stats = stats + chunk_stats
     return out, stats
+
+
+def _fitted(count: int, task: Callable[[int], Chunk], pool: Executor | None, most: int
+            ) -> Iterator[tuple[int, tuple[np.ndarray, FitStats]]]:
+    """(i, :func:`fit_chunk` of ``task(i)``) for every chunk, here or on ``pool`` — at most
+    ``most`` chunks in flight, so that memory holds a few chunks, not a copy of the level."""
+    if pool is None:
+        yield from ((i, fit_chunk(task(i))) for i in range(count))
+        return
+    pending: dict[Future[tuple[np.ndarray, FitStats]], int] = {}
+    sent = 0
+    while sent < count or pending:
+        while sent < count and len(pending) < most:
+            pending[pool.submit(fit_chunk, task(sent))] = sent
+            sent += 1
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            yield pending.pop(future), future.result()
 
 
 def _chunks(sizes: np.ndarray, m: int) -> list[np.ndarray]:
