@@ -6,6 +6,7 @@ confidential data in memory and never hand it to an orchestrator.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +24,7 @@ from dprelease.mechanisms.local import Estimate, estimate_local
 from dprelease.plan import Plan
 from dprelease.plan.margins import margin_of
 from dprelease.plan.measurements import Mean
-from dprelease.postprocess import Invariants, postprocess_release, structural_masks
+from dprelease.postprocess import FitWarning, Invariants, postprocess_release, structural_masks
 from dprelease.publish import (
     Layout,
     discard_staging,
@@ -39,7 +40,8 @@ from dprelease.publish import (
 from dprelease.report import budget_report_md
 from dprelease.spec import ModeMeasure, Spec, canonical
 
-STAGE_TIMINGS = ("check", "identity", "fingerprint", "load", "histogram", "noise", "postprocess", "publish")
+STAGE_TIMINGS = ("check", "identity", "fingerprint", "load", "histogram", "noise", "postprocess", "publish",
+                 "postprocess_estimate", "postprocess_fit")  # the last two: parts of postprocess (consistent groups)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class ReleaseRun:
     noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
     invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
     published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)
+    postprocess_warnings: list[str] = field(default_factory=list)  # e.g. a fit's iteration cap reached: run.json
     local_counts: dict[str, np.ndarray] = field(default_factory=dict)  # randomized answers per category
     local_estimates: dict[str, tuple[Estimate, Estimate]] = field(default_factory=dict)  # (IBU, MI)
     flow_run_id: str | None = None
@@ -171,9 +174,16 @@ class ReleaseRun:
         invariants (exact totals published outside DP; no other data, no budget)."""
         self.stage = "postprocess"
         start = time.perf_counter()
-        self.published_values = postprocess_release(self.spec, self.noisy, self.plan.noise_variances(),
-                                                    invariants=Invariants.from_totals(self.invariants),
-                                                    structural=structural_masks(self.plan))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", FitWarning)
+            self.published_values = postprocess_release(self.spec, self.noisy, self.plan.noise_variances(),
+                                                        invariants=Invariants.from_totals(self.invariants),
+                                                        structural=structural_masks(self.plan), timings=self.timings)
+        for w in caught:  # the fit's reports go to the run record; any other warning on as it came
+            if issubclass(w.category, FitWarning):
+                self.postprocess_warnings.append(str(w.message))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         for p in self.plan.local:  # estimates from the randomized answers: post-processing
             self.local_estimates[p.name] = estimate_local(self.local_counts[p.name], p.keep_probability)
         self._timed("postprocess", start)
@@ -242,6 +252,7 @@ class ReleaseRun:
             "noise_drawn": self.noise_drawn,
             "published": self.published,
             "error": _error_record(self.error),
+            "postprocess_warnings": self.postprocess_warnings,
             "timings": {**{k: round(v, 6) for k, v in self.timings.items()},
                         "total": round(time.perf_counter() - self.started, 6)},
             "output": str(self.layout.final.resolve()) if self.published else None,

@@ -18,6 +18,7 @@ import numpy as np
 from dprelease.plan import Plan
 from dprelease.plan.structural import measurement_masks
 from dprelease.postprocess.consistent import consistent_group
+from dprelease.postprocess.topdown import FitWarning
 from dprelease.postprocess.invariants import (
     Invariants,
     check_invariants,
@@ -25,7 +26,7 @@ from dprelease.postprocess.invariants import (
 )
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, Table
 
-__all__ = ["Invariants", "check_invariants", "clamp_or_none", "groups", "mean_values", "overridable",
+__all__ = ["FitWarning", "Invariants", "check_invariants", "clamp_or_none", "groups", "mean_values", "overridable",
            "postprocess_release", "structural_masks"]
 
 Key = tuple[str, str | None]  # (table, level); level None for a plain table
@@ -78,7 +79,8 @@ def groups(spec: Spec) -> list[list[Table]]:
 def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], variances: dict[Key, float],
                         method: str | None = None,
                         invariants: Invariants | None = None,
-                        structural: Masks | None = None) -> dict[Key, np.ndarray]:
+                        structural: Masks | None = None, timings: dict[str, float] | None = None,
+                        workers: int | None = None) -> dict[Key, np.ndarray]:
     """The published values of every measurement. ``variances``: each count measurement's noise
     variance, as its plan states it (:meth:`dprelease.plan.Plan.noise_variances`; a published
     release's manifest records its mechanism and scale, :func:`noise_variance`): consistent
@@ -95,6 +97,11 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], variances: dic
     ``structural``: the plan's structural cells (:func:`structural_masks`); by default the same
     function of the spec the planner uses. They are published as exact zeros (no category for
     a mode, an empty mean over a zero count).
+
+    ``timings`` (if given) gains the seconds of the consistent groups' estimate
+    (``postprocess_estimate``) and top-down fit (``postprocess_fit``); ``workers``: processes
+    for the fit of large levels (default one per CPU). A fit that reached an iteration cap is
+    reported as a :class:`.topdown.FitWarning` (the caller records it).
     """
     structural = measurement_masks(spec) if structural is None else structural
     published: dict[Key, np.ndarray] = {}
@@ -115,7 +122,7 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], variances: dic
         consistent = [[t] for t in spec.tables if t.post_process != "consistent" and overridable(t)] + groups(spec)
     for group in consistent:
         binding = invariants if not any(t.where for t in group) else None
-        published.update(consistent_group(spec, group, noisy, variances, binding, structural))
+        published.update(consistent_group(spec, group, noisy, variances, binding, structural, timings, workers))
     for t in spec.tables:
         for level, _, _ in t.measured():
             mask = structural.get((t.name, level))

@@ -41,7 +41,8 @@ Key = tuple[str, str | None]
 
 def consistent_group(spec: Spec, tables: list[Table], noisy: dict[Key, np.ndarray], variances: dict[Key, float],
                      invariants: Invariants | None = None,
-                     structural: dict[Key, np.ndarray | None] | None = None) -> dict[Key, np.ndarray]:
+                     structural: dict[Key, np.ndarray | None] | None = None,
+                     timings: dict[str, float] | None = None, workers: int | None = None) -> dict[Key, np.ndarray]:
     """Published (non-negative, integer, consistent) values for every measurement of the group.
 
     Assumes: each measurement's noise independent, mean zero, with the variance ``variances``
@@ -56,6 +57,8 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[Key, np.ndarra
     DP and checked against the spec by the caller, who passes them only for a group whose
     tables count every row (no ``where``). Each place's total then equals its invariant exactly.
     They are the only values of the confidential data this sees; all else is noisy.
+
+    ``timings`` and ``workers``: as :func:`.topdown.consistent_tables` takes them.
     """
     dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
     sizes = tuple(spec.column(c).size for c in dims)
@@ -80,6 +83,6 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[Key, np.ndarra
         masks.append(np.zeros(cells, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(-1)[:cells])
     zeros = forced_zeros(scopes, sizes, masks)
     known = {i: zeros[own.index(m.dims)] for i, m in enumerate(measurements) if m.dims in own and m.variance > 0}
-    published = consistent_tables(tree, sizes, scopes, measurements, zeros, order, fixed, known)
+    published = consistent_tables(tree, sizes, scopes, measurements, zeros, order, fixed, known, timings, workers)
     return {(t.name, name): published[k][index[name]].reshape(-1)
             for k, t in enumerate(tables) for name, _, _ in t.measured()}

@@ -8,21 +8,27 @@ sums. Two shapes occur (:mod:`.topdown`):
   {x ≥ 0, Σ x = s} (Duchi et al. 2008), segment by segment, vectorised;
 * a matrix per block — children × a table's cells inside one separator cell — whose rows must
   sum to the children's separator cell and whose columns to the parent's cells
-  (:func:`project_two_way`): Dykstra's alternating projections (Boyle and Dykstra 1986) between
-  the row simplices and the column simplices, which converge to the nearest point of their
-  intersection; stopped when every row sum is within ``SUM_TOLERANCE`` of its target (columns
-  are exact after every sweep), or after ``MAX_SWEEPS``. The rounding that follows
-  (:mod:`.integral`) makes the sums exact whatever is left.
+  (:func:`project_two_way`): each block projected exactly and on its own by
+  :func:`.transport.fit_blocks` (semismooth Newton on the dual; the top-down fit calls it per
+  parent through :mod:`.parents`). The rounding that follows (:mod:`.integral`) makes the sums
+  exact in integers.
 
-Floats are fine here: this is post-processing of published noisy values. Imports numpy only.
+Floats are fine here: this is post-processing of published noisy values. Imports numpy, scipy
+(the blocks' connected parts) and :mod:`.transport`.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import warnings
 
-SUM_TOLERANCE = 1e-6  # in persons: the row sums' largest distance from their targets to stop at
-MAX_SWEEPS = 500
+import numpy as np
+import scipy.sparse
+import scipy.sparse.csgraph
+
+from dprelease.postprocess import transport
+from dprelease.postprocess.transport import FitWarning, fit_blocks
+
+SUM_TOLERANCE = 1e-6  # in persons: a bound on the fit's sums' distance from their targets (tests)
 
 
 def project_segments(values: np.ndarray, segment: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -53,60 +59,58 @@ def project_two_way(values: np.ndarray, rows: np.ndarray, row_targets: np.ndarra
                     col_targets: np.ndarray, blocks: np.ndarray | None = None) -> np.ndarray:
     """The nearest non-negative ``values`` whose sums per ``rows`` segment and per ``cols``
     segment are the targets (the two must have the same total within each block they share).
-    ``blocks``: each value's block (a set of rows and columns no other block touches), if known.
+    ``blocks``: each value's block (a set of rows and columns no other block touches), if known;
+    else the connected parts of the rows and columns the values join.
 
-    Starts with the affine projection (``_affine``): in a block where it leaves no negative value
-    it is the answer. The other blocks, alone, go to Dykstra's algorithm, rows then columns."""
-    x = _affine(values.astype(np.float64), rows, row_targets, cols, col_targets)
-    if x.size == 0 or x.min() >= 0:
-        return x
-    if blocks is not None:  # only the blocks with a negative value need more
-        redo = np.isin(blocks, np.unique(blocks[x < 0]))
-        used_rows, sub_rows = np.unique(rows[redo], return_inverse=True)
-        used_cols, sub_cols = np.unique(cols[redo], return_inverse=True)
-        x[redo] = _dykstra(np.asarray(values, dtype=np.float64)[redo], sub_rows, row_targets[used_rows],
-                           sub_cols, col_targets[used_cols])
-        return x
-    return _dykstra(np.asarray(values, dtype=np.float64), rows, row_targets, cols, col_targets)
-
-
-def _dykstra(x: np.ndarray, rows: np.ndarray, row_targets: np.ndarray, cols: np.ndarray,
-             col_targets: np.ndarray) -> np.ndarray:
-    """Dykstra's alternating projections between the row and the column simplices, from ``x``."""
-    p = np.zeros_like(x)
-    q = np.zeros_like(x)
-    for _ in range(MAX_SWEEPS):
-        y = project_segments(x + p, rows, row_targets)
-        p = x + p - y
-        x = project_segments(y + q, cols, col_targets)
-        q = y + q - x
-        if np.abs(np.bincount(rows, weights=x, minlength=row_targets.size) - row_targets).max() < SUM_TOLERANCE:
-            break
-    return x
-
-
-def _affine(values: np.ndarray, rows: np.ndarray, row_targets: np.ndarray, cols: np.ndarray,
-            col_targets: np.ndarray) -> np.ndarray:
-    """The Euclidean projection onto the row and column sums alone, when every row segment and
-    every column segment meet in a full block (a complete children × cells grid): each value moves by
-    its row's gap over the row's length, plus its column's gap over the column's length, minus the
-    block's gap over its size. Assumes full grids: every caller's blocks are (the same cells in
-    every child of a parent)."""
-    row_len = np.bincount(rows, minlength=row_targets.size).astype(np.float64)
-    col_len = np.bincount(cols, minlength=col_targets.size).astype(np.float64)
-    row_gap = row_targets - np.bincount(rows, weights=values, minlength=row_targets.size)
-    col_gap = col_targets - np.bincount(cols, weights=values, minlength=col_targets.size)
-    block_size = row_len[rows] * col_len[cols]  # children × cells of the value's block
-    with np.errstate(divide="ignore", invalid="ignore"):
-        row_part = np.where(row_len[rows] > 0, row_gap[rows] / row_len[rows], 0.0)
-        col_part = np.where(col_len[cols] > 0, col_gap[cols] / col_len[cols], 0.0)
-    block_gap = _block_gap(rows, row_gap, cols)
-    return values + row_part + col_part - np.where(block_size > 0, block_gap / block_size, 0.0)
+    Each block is the matrix of its rows × its columns (a pair with no value: no variable),
+    projected exactly on its own (:func:`.transport.fit_blocks`). A block that reached the
+    iteration cap is reported by a :class:`.transport.FitWarning`."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return x.copy()
+    if blocks is None:
+        graph = scipy.sparse.coo_matrix((np.ones(x.size), (rows, row_targets.size + cols)),
+                                        shape=(row_targets.size + col_targets.size,) * 2)
+        blocks = scipy.sparse.csgraph.connected_components(graph, directed=False)[1][rows]
+    block, local_row, n_rows = _local(blocks, rows)
+    _, local_col, n_cols = _local(blocks, cols)
+    out = np.empty_like(x)
+    unconverged = 0
+    for chunk in _by_size(n_rows * n_cols):
+        in_chunk = np.isin(block, chunk)
+        b = np.searchsorted(chunk, block[in_chunk])
+        lr, lc = local_row[in_chunk], local_col[in_chunk]
+        v = np.full((chunk.size, int(n_rows[chunk].max()), int(n_cols[chunk].max())), -np.inf)
+        v[b, lr, lc] = x[in_chunk]
+        r = np.zeros(v.shape[:2])
+        r[b, lr] = row_targets[rows[in_chunk]]
+        c = np.zeros((v.shape[0], v.shape[2]))
+        c[b, lc] = col_targets[cols[in_chunk]]
+        fit = fit_blocks(v, r, c)
+        out[in_chunk] = fit.x[b, lr, lc]
+        unconverged += fit.unconverged
+    if unconverged:
+        warnings.warn(FitWarning(f"{unconverged} blocks reached the cap of {transport.MAX_ITERATIONS} iterations"), stacklevel=2)
+    return out
 
 
-def _block_gap(rows: np.ndarray, row_gap: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Per value, the summed gap of the rows that meet its column: in a full grid, each column
-    meets every row of its block once, so this is the block's gap."""
-    per_col = np.zeros(int(cols.max()) + 1 if cols.size else 0)
-    np.add.at(per_col, cols, row_gap[rows])
-    return per_col[cols]
+def _local(blocks: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per value: its block (0, 1, …), its ``index``'s rank within the block; per block, how
+    many distinct ``index`` values it has."""
+    _, block = np.unique(blocks, return_inverse=True)
+    pairs, pair_of = np.unique(np.stack([block, index]), axis=1, return_inverse=True)
+    first = np.searchsorted(pairs[0], pairs[0], side="left")
+    return block, (np.arange(pairs.shape[1]) - first)[pair_of.ravel()], np.bincount(pairs[0])
+
+
+def _by_size(cells: np.ndarray, most: int = 1 << 20) -> list[np.ndarray]:
+    """The blocks, smallest first, in groups of about ``most`` padded cells."""
+    order = np.argsort(cells, kind="stable")
+    groups, first = [], 0
+    while first < order.size:
+        last = first + 1
+        while last < order.size and cells[order[last]] * (last - first + 1) <= most:
+            last += 1
+        groups.append(np.sort(order[first:last]))
+        first = last
+    return groups

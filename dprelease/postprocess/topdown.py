@@ -10,7 +10,9 @@ One job: run the three steps for one consistency group whose tables form a junct
    are fitted, non-negative, to the sums already fixed — per child, its cells inside each cell
    of the table's *separator* (its dimensions shared with the tables before it) sum to that
    separator cell as the earlier table fixed it (the child's total for the first table); per
-   parent, its children's cells sum to the parent's cell.
+   parent, its children's cells sum to the parent's cell. Below the root each (parent,
+   separator cell) is a block of its own, fitted exactly and on its own, in worker processes
+   when the level is large (:mod:`.parents`, :mod:`.transport`).
 3. :mod:`.integral` — the same sums kept exactly in integers, each cell moved by under one.
 
 So every published table is non-negative and integral, each parent's cells are the sums of its
@@ -26,13 +28,20 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
+import warnings
 
 import numpy as np
 
 from dprelease.postprocess import gls
-from dprelease.postprocess.integral import round_segments, round_two_way
-from dprelease.postprocess.nonnegative import project_segments, project_two_way
+from dprelease.postprocess.integral import round_segments
+from dprelease.postprocess.nonnegative import project_segments
+from dprelease.postprocess.parents import FitStats, Workers, fit_level
+from dprelease.postprocess import transport
+from dprelease.postprocess.transport import FitWarning
 from dprelease.spec.junction import Scope
+
+__all__ = ["FitWarning", "consistent_tables", "forced_zeros", "separator"]
 
 
 
@@ -77,7 +86,8 @@ def forced_zeros(scopes: list[Scope], sizes: tuple[int, ...], masks: list[np.nda
 def consistent_tables(tree: gls.Tree, sizes: tuple[int, ...], scopes: list[Scope],
                       measurements: list[gls.Measurement], zeros: list[np.ndarray],
                       order: list[tuple[int, int | None]], fixed_totals: dict[int, np.ndarray],
-                      known: dict[int, np.ndarray] | None = None) -> list[list[np.ndarray]]:
+                      known: dict[int, np.ndarray] | None = None, timings: dict[str, float] | None = None,
+                      workers: int | None = None) -> list[list[np.ndarray]]:
     """Per table (as in ``scopes``), per level, its published integer cells (places × cells).
 
     ``zeros``: per table, the cells that are known zeros (:func:`forced_zeros`); ``known``: per
@@ -86,11 +96,35 @@ def consistent_tables(tree: gls.Tree, sizes: tuple[int, ...], scopes: list[Scope
     ``fixed_totals``: per level index, the places' exact totals (invariants), kept exactly.
     Assumes the measurements' noise as :func:`.gls.estimate` states; ``order`` from :func:`junction_order`.
     Guarantees: non-negative integers; each parent's cells the sums of its children's; tables
-    agree on every shared marginal; the known zeros are zeros; the invariants hold exactly."""
+    agree on every shared marginal; the known zeros are zeros; the invariants hold exactly.
+    A block whose fit reached its iteration cap is reported as a :class:`FitWarning`.
+    ``timings`` (if given) gains the seconds of the estimate (``postprocess_estimate``) and of the
+    fit (``postprocess_fit``: non-negative and integers); ``workers``: processes for the fit of
+    large levels (default: one per CPU; 1: all in this process)."""
+    timings = {} if timings is None else timings
+    start = time.perf_counter()
     wanted = [(scopes[t], level) for t in range(len(scopes)) for level in range(len(tree.units))]
     estimates = gls.estimate_with_zeros(tree, sizes, measurements, known or {},
                                         wanted + [((), level) for level in range(len(tree.units))])
+    fitting = time.perf_counter()
+    timings["postprocess_estimate"] = timings.get("postprocess_estimate", 0.0) + fitting - start
+    with Workers(workers) as pool:
+        out, stats = _top_down(tree, sizes, scopes, estimates, zeros, order, fixed_totals, pool)
+    timings["postprocess_fit"] = timings.get("postprocess_fit", 0.0) + time.perf_counter() - fitting
+    if stats.unconverged:
+        warnings.warn(FitWarning(f"the top-down fit reached its cap of {transport.MAX_ITERATIONS} Newton iterations in "
+                                 f"{stats.unconverged} of {stats.blocks} blocks: their integers keep every sum "
+                                 "exactly but are not from the exact nearest non-negative point"), stacklevel=2)
+    return out
+
+
+def _top_down(tree: gls.Tree, sizes: tuple[int, ...], scopes: list[Scope],
+              estimates: dict[tuple[Scope, int], np.ndarray], zeros: list[np.ndarray],
+              order: list[tuple[int, int | None]], fixed_totals: dict[int, np.ndarray],
+              workers: Workers) -> tuple[list[list[np.ndarray]], FitStats]:
+    """Steps 2 and 3 from the estimates, level by level from the root, in junction order."""
     out: list[list[np.ndarray]] = [[np.empty(0)] * len(tree.units) for _ in scopes]
+    stats = FitStats()
     totals: list[np.ndarray] = []
     for level, places in enumerate(tree.units):
         parent = tree.parents[level]
@@ -113,24 +147,24 @@ def consistent_tables(tree: gls.Tree, sizes: tuple[int, ...], scopes: list[Scope
             else:
                 source = next(s for s, _ in order[:k] if set(sep) <= set(scopes[s]))
                 sep_values = _marginal(out[source][level], cell_map(scopes[source], sep, sizes), n_sep)
-            out[t][level] = _fit_level(estimates[(scopes[t], level)], zeros[t], to_sep, sep_values, parent,
-                                       None if parent is None else out[t][level - 1])
-    return out
+            if parent is None:
+                out[t][level] = _fit_root(estimates[(scopes[t], level)], zeros[t], to_sep, sep_values)
+            else:
+                out[t][level], fitted = fit_level(estimates[(scopes[t], level)], zeros[t], to_sep, sep_values,
+                                                  parent, out[t][level - 1], workers)
+                stats = stats + fitted
+    return out, stats
 
 
 def _marginal(values: np.ndarray, to: np.ndarray, n: int) -> np.ndarray:
     """Per place, the sums of ``values``' cells by their cell ``to`` (places × n)."""
-    places = values.shape[0]
-    out = np.zeros((places, n), dtype=values.dtype)
-    np.add.at(out, (slice(None), to), values)
-    return out
+    order = np.argsort(to, kind="stable")  # every one of the n cells has cells (a marginal's map is onto)
+    return np.add.reduceat(values[:, order], np.searchsorted(to[order], np.arange(n)), axis=1)
 
 
-def _fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_values: np.ndarray,
-               parent: np.ndarray | None, parent_values: np.ndarray | None) -> np.ndarray:
-    """One table at one level: non-negative integers, zero on ``zeros``, whose cells inside each
-    separator cell sum to ``sep_values`` per place and (below the root) whose children sum to
-    ``parent_values`` per parent."""
+def _fit_root(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_values: np.ndarray) -> np.ndarray:
+    """One table at a level without parents: non-negative integers, zero on ``zeros``, whose
+    cells inside each separator cell sum to ``sep_values`` per place (one simplex each)."""
     places, cells = estimate.shape
     free = np.flatnonzero(~zeros)
     out = np.zeros((places, cells), dtype=np.int64)
@@ -138,17 +172,7 @@ def _fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_
         return out
     n_sep = sep_values.shape[1]
     values = estimate[:, free].ravel()
-    place = np.repeat(np.arange(places), free.size)
-    rows = place * n_sep + np.tile(to_sep[free], places)
-    row_targets = sep_values.astype(np.float64).ravel()
-    if parent is None:
-        fitted = project_segments(values, rows, row_targets)
-        out[:, free] = round_segments(fitted, rows, sep_values.ravel()).reshape(places, free.size)
-        return out
-    assert parent_values is not None
-    cols = parent[place] * free.size + np.tile(np.arange(free.size), places)
-    col_targets = parent_values[:, free].astype(np.float64).ravel()
-    blocks = parent[place] * n_sep + np.tile(to_sep[free], places)  # a parent's cells inside one separator cell
-    fitted = project_two_way(values, rows, row_targets, cols, col_targets, blocks)
-    out[:, free] = round_two_way(fitted, rows, row_targets, cols, col_targets).reshape(places, free.size)
+    rows = np.repeat(np.arange(places), free.size) * n_sep + np.tile(to_sep[free], places)
+    fitted = project_segments(values, rows, sep_values.astype(np.float64).ravel())
+    out[:, free] = round_segments(fitted, rows, sep_values.ravel()).reshape(places, free.size)
     return out

@@ -1,0 +1,195 @@
+"""The top-down fit of one table at one level, parent by parent, in worker processes.
+
+One job: given a table's GLS estimate at a level (places × cells), its known zeros, the sums
+fixed before it — per child, its separator cells (from the tables fitted earlier at this level);
+per parent, its cells (this table one level up) — the non-negative integers nearest the
+estimate with exactly those sums (:func:`fit_level`).
+
+The model. The problem falls apart into independent *blocks*, one per (parent, separator
+cell): the matrix children × the table's free cells inside that separator cell, whose rows must
+sum to each child's separator value and whose columns to the parent's cells. Per block:
+
+1. :func:`.transport.fit_blocks` — the exact nearest non-negative matrix with those sums
+   (semismooth Newton on the dual, converging per block, many blocks of one padded shape at a
+   time);
+2. :func:`.integral.round_two_way` — integers with the same sums, each cell its fit's floor or
+   ceiling (a maximum flow over the blocks of one chunk only).
+
+Blocks are cut into chunks of about ``CHUNK_CELLS`` padded cells (sorted by their number of
+children, so padding is small); a level with more than ``PARALLEL_CELLS`` free cells (2^23,
+about 33,000 places of a 252-cell table) sends its chunks to worker processes
+(:class:`Workers`, ``concurrent.futures``, one per CPU; starting them costs about a second),
+a smaller one is fitted here. The chunks, and so the integers, do not depend on where they
+run. Cost: linear in the level's cells times the Newton iterations, and min(children, cells)²
+per block and iteration; memory: a chunk per worker besides the level.
+
+Guarantees: non-negative integers, zero on the known zeros, the sums exact; a block whose
+Newton iteration reached its cap is counted in the returned :class:`FitStats` (the caller must
+report it: its integers still have the exact sums, but are not from the exact nearest point).
+BLAS runs on one thread per process during the fit (threadpoolctl): the processes are the
+parallelism. Sees published noisy values only; imports numpy, threadpoolctl and its siblings,
+never the data readers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from dprelease.postprocess.integral import round_two_way
+from dprelease.postprocess.transport import fit_blocks
+
+CHUNK_CELLS = 1 << 20  # padded cells per chunk (a few arrays of this many floats per worker)
+PARALLEL_CELLS = 1 << 23  # a level with more free cells than this is fitted in worker processes (starting
+# them costs about a second: the imports)
+
+
+@dataclass(frozen=True)
+class FitStats:
+    """What the fit of some blocks took: ``blocks`` fitted, the most Newton ``iterations`` any
+    took, and how many were ``unconverged`` (their iteration cap reached: to be reported)."""
+
+    blocks: int = 0
+    iterations: int = 0
+    unconverged: int = 0
+
+    def __add__(self, other: FitStats) -> FitStats:
+        return FitStats(self.blocks + other.blocks, max(self.iterations, other.iterations),
+                        self.unconverged + other.unconverged)
+
+
+class Workers:
+    """Worker processes for the fit, started on first use (forkserver: safe beside threads),
+    shut down by :meth:`close`; ``processes`` ≤ 1 fits everything in this process."""
+
+    def __init__(self, processes: int | None = None) -> None:
+        self.processes = len(os.sched_getaffinity(0)) if processes is None else processes
+        self._pool: Executor | None = None
+
+    def pool(self) -> Executor | None:
+        if self.processes <= 1:
+            return None
+        if self._pool is None:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([__name__])  # imported once by the server, not by each worker
+            self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_one_blas_thread)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _one_blas_thread() -> None:
+    """In a worker, for its lifetime: BLAS on one thread (the processes are the parallelism; a
+    threaded BLAS on the fit's many small products is up to 10× slower on a busy machine)."""
+    threadpool_limits(limits=1, user_api="blas")
+
+
+Chunk = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # values (n × m), children per block, row sums, column sums
+
+
+def fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_values: np.ndarray,
+              parent: np.ndarray, parent_values: np.ndarray, workers: Workers | None = None
+              ) -> tuple[np.ndarray, FitStats]:
+    """One table at one level below the root: non-negative integers (places × cells), zero on
+    ``zeros``, whose cells inside each separator cell (``to_sep``) sum to ``sep_values`` per
+    place and whose children (``parent``: each place's parent) sum to ``parent_values``.
+    Assumes the sums agree: per parent and separator cell, its children's separator values and
+    its cells there have the same (whole) total."""
+    places, cells = estimate.shape
+    out = np.zeros((places, cells), dtype=np.int64)
+    free = np.flatnonzero(~zeros)
+    order = np.argsort(parent, kind="stable")  # children of one parent together
+    n_children = np.bincount(parent, minlength=parent_values.shape[0])
+    has = np.flatnonzero(n_children)
+    by_size = has[np.argsort(n_children[has], kind="stable")]  # parents by their number of children
+    start = np.r_[0, np.cumsum(n_children)[:-1]]
+    placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per chunk: its parents, children, cells
+    for s in range(sep_values.shape[1]):
+        in_s = free[to_sep[free] == s]
+        for group in (_chunks(n_children[by_size], in_s.size) if in_s.size else []):
+            ps = by_size[group]
+            k = n_children[ps]
+            placed.append((ps, order[np.repeat(start[ps] - (np.cumsum(k) - k), k) + np.arange(k.sum())], in_s))
+
+    def task(i: int) -> Chunk:  # built when sent: a chunk's copy of the estimate lives only while it is fitted
+        ps, children, in_s = placed[i]
+        s = int(to_sep[in_s[0]])
+        return (estimate[np.ix_(children, in_s)], n_children[ps], sep_values[children, s].astype(np.float64),
+                parent_values[np.ix_(ps, in_s)].astype(np.float64))
+
+    pool = workers.pool() if workers is not None and free.size * places > PARALLEL_CELLS else None
+    stats = FitStats()
+    with threadpool_limits(limits=1, user_api="blas"):  # here too (see _one_blas_thread)
+        for i, (ints, chunk_stats) in _fitted(len(placed), task, pool, 2 * (workers.processes if workers else 1)):
+            _, children, in_s = placed[i]
+            out[np.ix_(children, in_s)] = ints
+            stats = stats + chunk_stats
+    return out, stats
+
+
+def _fitted(count: int, task: Callable[[int], Chunk], pool: Executor | None, most: int
+            ) -> Iterator[tuple[int, tuple[np.ndarray, FitStats]]]:
+    """(i, :func:`fit_chunk` of ``task(i)``) for every chunk, here or on ``pool`` — at most
+    ``most`` chunks in flight, so that memory holds a few chunks, not a copy of the level."""
+    if pool is None:
+        yield from ((i, fit_chunk(task(i))) for i in range(count))
+        return
+    pending: dict[Future[tuple[np.ndarray, FitStats]], int] = {}
+    sent = 0
+    while sent < count or pending:
+        while sent < count and len(pending) < most:
+            pending[pool.submit(fit_chunk, task(sent))] = sent
+            sent += 1
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            yield pending.pop(future), future.result()
+
+
+def _chunks(sizes: np.ndarray, m: int) -> list[np.ndarray]:
+    """Consecutive groups of the (sorted) blocks with at most ``CHUNK_CELLS`` padded cells each
+    (the largest children count in the group × m × the group's blocks), at least one block."""
+    groups, first = [], 0
+    while first < sizes.size:
+        last = first + 1
+        while last < sizes.size and int(sizes[last]) * m * (last - first + 1) <= CHUNK_CELLS:
+            last += 1
+        groups.append(np.arange(first, last))
+        first = last
+    return groups
+
+
+def fit_chunk(task: Chunk) -> tuple[np.ndarray, FitStats]:
+    """Some blocks of one separator cell: ``values`` (their children's rows, block after block ×
+    the cells), ``k`` (children per block), ``r`` (per child its separator value), ``c`` (per
+    block its parent's cells). Their exact fit (:func:`.transport.fit_blocks`, padded to the
+    largest block), then integers with the same sums (:func:`.integral.round_two_way`)."""
+    values, k, r, c = task
+    n, m = values.shape
+    blocks, most = k.size, int(k.max())
+    block_of = np.repeat(np.arange(blocks), k)
+    position = np.arange(n) - np.repeat(np.cumsum(k) - k, k)
+    v = np.full((blocks, most, m), -np.inf)
+    v[block_of, position] = values
+    row_sums = np.zeros((blocks, most))
+    row_sums[block_of, position] = r
+    fit = fit_blocks(v, row_sums, c)
+    x = fit.x[block_of, position]
+    rows = np.repeat(np.arange(n), m)
+    cols = (block_of[:, None] * m + np.arange(m)).ravel()
+    ints = round_two_way(x.ravel(), rows, r, cols, c.ravel()).reshape(n, m)
+    return ints, FitStats(blocks, fit.iterations, fit.unconverged)
