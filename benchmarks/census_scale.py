@@ -19,13 +19,14 @@ all six levels, ``post_process: consistent``.
    process), its address space capped (``--memory-limit``: a run over it fails rather than taking
    the shared machine down), killed with its whole session past ``--timeout`` ("did not finish in
    N s"). The sum of the RSS of its processes (and of the cluster's workers) is sampled every
-   0.2 s. From the run record (``_internal/<release>/run.json`` ``timings``): counting (load +
+   0.2 s, and the run's CPU seconds (user + system, of the run's process; not the workers') are
+   taken from the kernel: on a shared machine they move less with the load than the wall time.
+   From the run record (``_internal/<release>/run.json`` ``timings``): counting (load +
    histogram), noise, post-processing and, where post-processing records them, its estimate
    (``postprocess_estimate``) and fit (``postprocess_fit``), and publish. ``--engine dask``: a
-   LocalCluster of 2 worker processes (1 thread each, memory limit ``--memory-limit`` each) is
-   started here for the size and the run is pointed at it (``--dask-address``); each worker's
-   memory limit is half of ``--memory-limit`` (Dask's own, by RSS: it pauses, then restarts the
-   worker).
+   LocalCluster of 2 worker processes (1 thread each) is started here for the size and the run is
+   pointed at it (``--dask-address``); each worker's memory limit is half of ``--memory-limit``
+   (Dask's own, by RSS: it pauses, then restarts the worker).
 
 Then a cost model of the full census from the largest size that finished (its assumptions are
 printed with it). Published cells are (1 + places at every level) × 314, from the block domain.
@@ -163,6 +164,7 @@ def run_release(data_dir: Path, persons: int, blocks: int, timeout: float, memor
                    "run", str(spec), "--output-dir", f"{tmp}/out", "--ledger", f"{tmp}/ledger.sqlite",
                    "--orchestrator", "inline", *(["--dask-address", dask[0]] if dask else [])]
             load_before = os.getloadavg()[0]
+            cpu_before = _children_cpu()
             started = time.perf_counter()
             proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=cap, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, text=True)
@@ -174,10 +176,11 @@ def run_release(data_dir: Path, persons: int, blocks: int, timeout: float, memor
                 os.killpg(proc.pid, signal.SIGKILL)  # this run's session only: the launcher and the run
                 proc.communicate()
                 return {"status": f"did not finish in {timeout:.0f} s", "wall": time.perf_counter() - started,
-                        "tree_rss_mb": tree.close(), "load": (load_before, os.getloadavg()[0]),
+                        "cpu": _children_cpu() - cpu_before, "tree_rss_mb": tree.close(),
+                        "load": (load_before, os.getloadavg()[0]),
                         **({"peak_rss_mb": so_far} if so_far else {})}
             wall = time.perf_counter() - started
-            result: dict[str, Any] = {"wall": wall, "tree_rss_mb": tree.close(),
+            result: dict[str, Any] = {"wall": wall, "cpu": _children_cpu() - cpu_before, "tree_rss_mb": tree.close(),
                                       "load": (load_before, os.getloadavg()[0])}
             if Path(f"{tmp}/rss.txt").exists():
                 result["peak_rss_mb"] = int(Path(f"{tmp}/rss.txt").read_text()) / 1024
@@ -194,6 +197,12 @@ def run_release(data_dir: Path, persons: int, blocks: int, timeout: float, memor
               **{k: timings[k] for k in STAGES[1:] if k in timings},
               "checks": sum(timings.get(k, 0.0) for k in ("fingerprint", "check", "identity"))}
     return {**result, "status": "ok", **stages, "timings": timings}
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's reaped children (and theirs, where waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def start_cluster(memory_gb: float) -> tuple[Any, str, list[int]]:
@@ -238,10 +247,11 @@ def dash(value: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def size_lines(results: list[dict[str, Any]]) -> list[str]:
-    lines = ["| persons / blocks | engine | published cells | status | whole run s | peak RSS MB (run; all processes) "
+    lines = ["| persons / blocks | engine | published cells | status | whole run s | CPU s of the run's process "
+             "| peak RSS MB (run; all processes) "
              "| counting s | noise s | post-processing s | estimate s | fit s | publish s | plain count s | "
              "whole run ÷ plain | load (1 min) before / after |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         run, plain = r["run"], r["plain"]
         ok = run["status"] == "ok"
@@ -249,7 +259,7 @@ def size_lines(results: list[dict[str, Any]]) -> list[str]:
         rss = f"{dash(run.get('peak_rss_mb'), '{:,.0f}')}; {run['tree_rss_mb']:,.0f}"
         lines.append(f"| {r['persons']:,} / {r['blocks']:,} | {r['engine']} | {r['published_cells']:,} | "
                      f"{'ok' if ok else 'not finished' if 'did not finish' in run['status'] else 'failed'} | "
-                     f"{whole} | {rss} | {dash(run.get('counting'))} | {dash(run.get('noise'))} | "
+                     f"{whole} | {dash(run.get('cpu'), '{:.1f}')} | {rss} | {dash(run.get('counting'))} | {dash(run.get('noise'))} | "
                      f"{dash(run.get('postprocess'), '{:.1f}')} | {dash(run.get('postprocess_estimate'), '{:.1f}')} | "
                      f"{dash(run.get('postprocess_fit'), '{:.1f}')} | {dash(run.get('publish'), '{:.1f}')} | "
                      f"{plain['compute']:.2f} | {dash(run['wall'] / plain['compute'] if ok else None, '{:.0f}×')} | "

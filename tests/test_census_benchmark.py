@@ -99,7 +99,10 @@ def test_data_is_deterministic_for_a_seed_and_persons_are_well_formed(tmp_path):
         values = table[name].to_numpy()
         assert values.min() >= 0 and values.max() < size
     np.testing.assert_array_equal(table["VOTING_AGE"].to_numpy(), table["AGE_GROUP"].to_numpy() >= UNDER_18)
-    with pytest.raises(SystemExit, match="another seed"):
+    per_block = np.bincount(np.concatenate([c.indices.to_numpy() for c in table["BLOCK"].chunks]), minlength=300)
+    assert 0.1 <= (per_block == 0).mean() <= 0.3  # about a fifth of the blocks unpopulated
+    assert per_block.max() >= 10 * per_block.mean()  # heavy-tailed: a few blocks hold many
+    with pytest.raises(SystemExit, match="holds other data"):
         generate(5_000, 300, seed=9, out=a)
 
 
