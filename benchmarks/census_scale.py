@@ -357,7 +357,7 @@ def report(saved: dict[str, Any]) -> list[str]:
              f"(1/5/15 min) at the start: {saved['load_start']}.", "",
              *([saved["note"], ""] if saved.get("note") else []), *size_lines(results), ""]
     done = [r for r in results if r["run"]["status"] == "ok"]
-    if done:
+    if done and not saved.get("no_model"):
         lines += cost_model(max(done, key=lambda r: r["published_cells"]), memory_per_cell(done))
     return lines
 
@@ -390,7 +390,7 @@ def write_readme(saved: dict[str, Any], label: str) -> None:
     readme = HERE / "README.md"
     text = readme.read_text()
     begin, end = begin_end(label)
-    section = "\n".join([begin, "", f"### {label.capitalize()} (the code at {saved['commit']})", "", *report(saved),
+    section = "\n".join([begin, "", f"### {label[:1].upper() + label[1:]} (the code at {saved['commit']})", "", *report(saved),
                           "", end])
     if begin in text:
         text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
