@@ -218,3 +218,39 @@ def test_a_histogram_is_densified_once_and_popped(spec, monkeypatch):
     assert counts.histograms[("count", "BLOCK")] is first
     assert counts.histograms.pop(("count", "BLOCK")) is first and ("count", "BLOCK") not in counts.histograms
     assert count_module.Histograms is type(counts.histograms)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=12), seed=st.integers(0, 2**32 - 1),
+       weighted=st.booleans(), floor=st.sampled_from([1, 100, 1 << 20]))
+def test_census_scale_keys_are_int64_and_counted_sparsely_exactly(sizes, seed, weighted, floor):
+    """Review of issue 28: a census's widest histogram (8M blocks × 2,016 cells) has keys past
+    2^31: int64 keys, counted and merged sparsely (never a dense array of its 2^34 cells here),
+    equal to numpy's count of the same keys, sums exact."""
+    cells = 2**34
+    assert partials.key_dtype(cells) == np.int64
+    rng = np.random.default_rng(seed)
+    acc = Accumulator(cells, 2 if weighted else 1)
+    keys_all, units_all = [], []
+    hot = rng.integers(2**31, cells, 50)  # some keys recur, most are far past int32
+    for n in sizes:
+        keys = np.where(rng.random(n) < 0.5, hot[rng.integers(0, hot.size, n)], rng.integers(0, cells, n)).astype(np.int64)
+        units = rng.integers(-2**40, 2**40, n).astype(np.float64)
+        with_merge_floor(floor, lambda: acc.add(count_keys(keys, cells, (units, None) if weighted else (None,),
+                                                           "X", 1)))  # noqa: B023 - called at once
+        keys_all.append(keys)
+        units_all.append(units)
+    assert acc.total is None  # never dense
+    found = partials._merge(acc.runs) if acc.runs else None
+    keys, units = np.concatenate(keys_all), np.concatenate(units_all)
+    expected_keys, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    if found is None:
+        assert keys.size == 0
+        return
+    assert found.keys.dtype == np.int64 and np.array_equal(found.keys, expected_keys)
+    if weighted:
+        sums = np.zeros(expected_keys.size, dtype=np.int64)
+        np.add.at(sums, inverse, units.astype(np.int64))
+        np.testing.assert_array_equal(found.values, np.stack([sums, counts]))
+    else:
+        np.testing.assert_array_equal(found.values[0], counts)

@@ -204,3 +204,31 @@ tables:
     spec.write_text(text.replace(str(data), str(tmp_path / "later.csv")))  # no data yet: said, not refused
     later = cli("validate", spec)
     assert later.code == 0 and "the data's header was not checked" in later.stderr, later
+
+
+def test_the_default_cell_limit_is_what_this_machine_can_hold(tmp_path, cli, monkeypatch):
+    """Issue 28, item 3: `limits.max_cells` unset is no fixed 10^8 but three quarters of the
+    machine's memory at 64 bytes a published cell: on a machine of 64 MiB, 786,432 cells; a table
+    over it is refused saying so; a spec that sets the limit (a cluster's driver) is taken at it."""
+    import os
+
+    from dprelease.spec.model import BYTES_PER_CELL, MACHINE_SHARE
+
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PHYS_PAGES": 16384, "SC_PAGE_SIZE": 4096}.get(name) or real(name))
+    limit = int(64 * 2**20 * MACHINE_SHARE) // BYTES_PER_CELL
+    assert limit == 786_432
+    spec = write_spec(tmp_path, f"""release: big
+dataset: {{name: big, path: {ROOT / "data" / "nist_acs" / "national2019.csv"}, na_values: ["N"]}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+columns:
+  PINCP: {{range: [0, 999999]}}
+tables:
+  - {{name: by_income, group_by: [PINCP], epsilon: 1}}
+""")
+    refused = cli("validate", spec)
+    assert refused.code == 2 and f"table 'by_income' has 1,000,000 cells, over the limit of {limit:,} (what this " \
+        "machine can hold: 75% of its memory at 64 bytes a published cell)" in refused.stderr, refused
+    spec.write_text(spec.read_text().replace("budget: {epsilon: 1}", "budget: {epsilon: 1}\nlimits: {max_cells: 2000000}"))
+    assert cli("validate", spec).code == 0

@@ -235,3 +235,30 @@ def test_the_run_record_carries_the_fit_timings_and_a_cap_reached(tmp_path, monk
     monkeypatch.setattr(transport, "MAX_ITERATIONS", 1)
     release.postprocess()
     assert any("cap of 1 Newton iterations" in w for w in release.internal_record()["postprocess_warnings"])
+
+
+def test_a_pool_that_breaks_leaves_the_fit_to_this_process_with_the_same_integers(tmp_path, monkeypatch):
+    """Review of issue 28: a caller without a main guard re-runs its body in each forkserver
+    worker and the pool breaks; the fit then finishes here (a warning says why), to the same
+    integers, and the pool is given up for the rest of the run."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    class Broken:
+        def submit(self, fn, *args):  # type: ignore[no-untyped-def]
+            future: Future = Future()
+            future.set_exception(BrokenProcessPool("a worker re-ran an unguarded __main__"))
+            return future
+
+        def shutdown(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            pass
+
+    monkeypatch.setattr(parents, "CHUNK_CELLS", 40)
+    alone, _, _ = _published(tmp_path, workers=1)
+    monkeypatch.setattr(parents, "PARALLEL_CELLS", 0)
+    given: list[parents.Workers] = []
+    monkeypatch.setattr(parents.Workers, "pool", lambda self: given.append(self) or (Broken() if self.processes > 1 else None))
+    with pytest.warns(RuntimeWarning, match="fitted in this process, with the same integers"):
+        broken, _, _ = _published(tmp_path, workers=2)
+    assert all(np.array_equal(alone[k], broken[k]) for k in alone)
+    assert given and all(w.processes == 1 for w in given)

@@ -229,6 +229,7 @@ def _count_on_dask(spec: Spec) -> ExactCounts:
         futures = client.map(count_on_worker, work, spec=spec, pure=False)
         counted = {f.key for f in futures}
         ready = as_completed(futures, loop=client.loop)
+        del futures  # as_completed holds each until it is combined: a piece's partials are freed once added
         waiting = None
         for future in ready:
             if future.key in counted:
@@ -287,7 +288,9 @@ def count_on_worker(piece: Piece, spec: Spec) -> tuple[str, Any]:
 def combine_on_worker(a: tuple[str, Any], b: tuple[str, Any]) -> tuple[str, Any]:
     """On a worker: two outcomes of :func:`count_on_worker` (or of this) as one. Counts add (their
     partials merged); a failure wins over counts (the first one found is kept), as a value; two
-    versions of dprelease are reported as both."""
+    versions of dprelease are reported as both. Consumes its inputs (``a``'s counts are added to
+    in place and ``b``'s arrays taken over): each outcome is combined once and never read again
+    (the driver drops its references as it goes, :func:`_count_on_dask`)."""
     for outcome in (a, b):
         if outcome[0] != "counts":
             return outcome

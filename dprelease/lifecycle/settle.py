@@ -35,6 +35,8 @@ def finish(run: ReleaseRun, voice: Voice) -> None:
     record = run.write_internal_record()
     for line in done_lines(run.spec, run.plan, run.layout.final):
         voice.show(line)
+    for warning in run.postprocess_warnings:  # e.g. a fit's iteration cap reached: never passed silently
+        voice.say(f"warning: post-processing: {warning}")
     voice.say(f"internal run record (not for publication): {record}")
 
 

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -69,7 +71,7 @@ class Workers:
     shut down by :meth:`close`; ``processes`` ≤ 1 fits everything in this process."""
 
     def __init__(self, processes: int | None = None) -> None:
-        self.processes = len(os.sched_getaffinity(0)) if processes is None else processes
+        self.processes = _cpus() if processes is None else processes
         self._pool: Executor | None = None
 
     def pool(self) -> Executor | None:
@@ -91,6 +93,12 @@ class Workers:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (Linux), else the machine's."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def _one_blas_thread() -> None:
@@ -135,29 +143,42 @@ def fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_v
     pool = workers.pool() if workers is not None and free.size * places > PARALLEL_CELLS else None
     stats = FitStats()
     with threadpool_limits(limits=1, user_api="blas"):  # here too (see _one_blas_thread)
-        for i, (ints, chunk_stats) in _fitted(len(placed), task, pool, 2 * (workers.processes if workers else 1)):
+        for i, (ints, chunk_stats) in _fitted(len(placed), task, pool, 2 * (workers.processes if workers else 1), workers):
             _, children, in_s = placed[i]
             out[np.ix_(children, in_s)] = ints
             stats = stats + chunk_stats
     return out, stats
 
 
-def _fitted(count: int, task: Callable[[int], Chunk], pool: Executor | None, most: int
-            ) -> Iterator[tuple[int, tuple[np.ndarray, FitStats]]]:
+def _fitted(count: int, task: Callable[[int], Chunk], pool: Executor | None, most: int,
+            workers: Workers | None = None) -> Iterator[tuple[int, tuple[np.ndarray, FitStats]]]:
     """(i, :func:`fit_chunk` of ``task(i)``) for every chunk, here or on ``pool`` — at most
-    ``most`` chunks in flight, so that memory holds a few chunks, not a copy of the level."""
+    ``most`` chunks in flight, so that memory holds a few chunks, not a copy of the level. A pool
+    that breaks (its workers could not start, or died) is given up for the rest of the run
+    (``workers``): what is left is fitted here, to the same integers."""
     if pool is None:
         yield from ((i, fit_chunk(task(i))) for i in range(count))
         return
     pending: dict[Future[tuple[np.ndarray, FitStats]], int] = {}
     sent = 0
-    while sent < count or pending:
-        while sent < count and len(pending) < most:
-            pending[pool.submit(fit_chunk, task(sent))] = sent
-            sent += 1
-        done, _ = wait(pending, return_when=FIRST_COMPLETED)
-        for future in done:
-            yield pending.pop(future), future.result()
+    try:
+        while sent < count or pending:
+            while sent < count and len(pending) < most:
+                pending[pool.submit(fit_chunk, task(sent))] = sent
+                sent += 1
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                result = future.result()  # (a broken pool raises here: the chunk stays pending, fitted below)
+                yield pending.pop(future), result
+    except BrokenProcessPool:  # the workers could not start or died (e.g. a caller's unguarded __main__, re-run in them)
+        warnings.warn("the fit's worker processes stopped (a program that calls dprelease without an `if __name__ == "
+                      "'__main__':` guard re-runs its body in them); the rest of the level is fitted in this process, "
+                      "with the same integers", RuntimeWarning, stacklevel=2)
+        if workers is not None:
+            workers.close()
+            workers.processes = 1
+        left = sorted({*pending.values(), *range(sent, count)})
+        yield from ((i, fit_chunk(task(i))) for i in left)
 
 
 def _chunks(sizes: np.ndarray, m: int) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from dprelease.errors import InternalError, Problem, SpecError
 from dprelease.spec import defaults
 from dprelease.spec.geography import invariants, parse_geography
-from dprelease.spec.model import DEFAULT_MAX_CELLS, Spec
+from dprelease.spec.model import Spec, machine_max_cells
 from dprelease.spec.schema_check import schema, schema_problems
 from dprelease.spec.sections.columns import (
     declared_columns,
@@ -93,7 +93,7 @@ def _build(r: Reader, run_date: datetime) -> Spec | None:
     budget = release_budget(r, d)
     budget_delta = delta_beside(r, d, ("budget",), "release")
     accuracy = confidence(r)
-    max_cells = r.get(("limits", "max_cells"), int, DEFAULT_MAX_CELLS)
+    max_cells = r.get(("limits", "max_cells"), int, None) or machine_max_cells()  # what this machine can hold
     declared, broken = declared_columns(r, na_values(r))
     derived, broken = derived_columns(r, {c.name: c for c in declared}, broken)
     levels, rollups = parse_geography(r, {c.name: c for c in declared + derived})

@@ -31,7 +31,25 @@ __all__ = ["ROOT", "BinnedColumn", "CategoricalColumn", "Column", "Condition", "
            "MeanMeasure", "ModeMeasure", "Op", "PostProcess", "RangeColumn", "RollupColumn", "Rule", "Spec",
            "SumMeasure", "Table"]
 
-DEFAULT_MAX_CELLS = 10**8
+BYTES_PER_CELL = 64  # a published cell's peak memory in a run (49 measured, benchmarks/census_scale.py), rounded up
+MACHINE_SHARE = 3 / 4  # of the machine's memory a table may take
+
+
+def machine_max_cells() -> int:
+    """``limits.max_cells`` when a spec does not set it: the cells of one table this machine can
+    hold (:data:`MACHINE_SHARE` of its physical memory at :data:`BYTES_PER_CELL` bytes a cell;
+    10^8 where the memory cannot be read). A cluster's driver, or a machine that knows better, sets
+    it in the spec."""
+    import os
+
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 10**8
+    return max(int(memory * MACHINE_SHARE) // BYTES_PER_CELL, 1)
+
+
+DEFAULT_MAX_CELLS = machine_max_cells()
 DEFAULT_CONFIDENCE = Fraction(95, 100)
 
 PostProcess = Literal["clamp", "none", "consistent"]

@@ -11,6 +11,8 @@ from fractions import Fraction
 from dprelease.spec import defaults
 from dprelease.spec.junction import fitting_scopes
 from dprelease.spec.model import (
+    BYTES_PER_CELL,
+    MACHINE_SHARE,
     ROOT,
     Column,
     Condition,
@@ -143,8 +145,12 @@ def _fits(r: Reader, at: Path_, name: str, group_by: list[str], geographic: bool
     for c in group_by:
         cells *= x.columns[c].size
     if cells > x.max_cells:
+        held = "" if r.written(("limits", "max_cells")) else (
+            f" (what this machine can hold: {MACHINE_SHARE:.0%} of its memory at {BYTES_PER_CELL} bytes a published "
+            "cell)")
         r.fail(at + ("group_by",), f"table {name!r} has {cells:,} cells, over the limit of "
-               f"{x.max_cells:,}; group by fewer or coarser columns, or raise limits.max_cells")
+               f"{x.max_cells:,}{held}; group by fewer or coarser columns, or raise limits.max_cells (e.g. for a "
+               "cluster's driver with more memory)")
         return False
     return True
 
