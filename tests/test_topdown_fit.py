@@ -262,3 +262,15 @@ def test_a_pool_that_breaks_leaves_the_fit_to_this_process_with_the_same_integer
         broken, _, _ = _published(tmp_path, workers=2)
     assert all(np.array_equal(alone[k], broken[k]) for k in alone)
     assert given and all(w.processes == 1 for w in given)
+
+
+def test_a_cap_reached_in_a_run_is_said_to_the_operator(tmp_path, cli, monkeypatch):
+    """Review of issue 28: a block left at its iteration cap was written to run.json only; the
+    run now says it after its summary (the release is still published: its sums hold)."""
+    from tests.conftest import shipped
+
+    monkeypatch.setattr(transport, "MAX_ITERATIONS", 1)
+    result = cli("run", shipped(tmp_path, "acs_census.yaml"), "--output-dir", tmp_path / "out", "--orchestrator", "inline")
+    assert result.code == 0, result
+    assert "published acs-census-2019" in result.stdout
+    assert "warning: post-processing: " in result.stderr and "cap of 1 Newton iterations" in result.stderr, result
