@@ -95,7 +95,7 @@ class Geography:
         return self.codes["BLOCK"]
 
 
-def _sizes(gen: np.random.Generator, total: int, low: int, high: int) -> np.ndarray:
+def fan_out(gen: np.random.Generator, total: int, low: int, high: int) -> np.ndarray:
     """Children per parent, uniform in [low, high], summing to exactly ``total`` (the last parent
     takes what is left, at least 1)."""
     sizes = gen.integers(low, high + 1, total // low + 1)
@@ -109,9 +109,9 @@ def _sizes(gen: np.random.Generator, total: int, low: int, high: int) -> np.ndar
 def geography(blocks: int, seed: int = 28) -> Geography:
     """The six-level geography with exactly ``blocks`` blocks (see the module docstring)."""
     gen = np.random.default_rng(seed)  # benchmark data only: never noise
-    per_bg = _sizes(gen, blocks, *FANOUT["BG"])
-    per_tract = _sizes(gen, len(per_bg), *FANOUT["TRACT"])
-    per_county = _sizes(gen, len(per_tract), *FANOUT["COUNTY"])
+    per_bg = fan_out(gen, blocks, *FANOUT["BG"])
+    per_tract = fan_out(gen, len(per_bg), *FANOUT["TRACT"])
+    per_county = fan_out(gen, len(per_tract), *FANOUT["COUNTY"])
     states = min(MAX_STATES, len(per_county))
     weight = gen.pareto(1.2, states) + 0.2
     per_state = 1 + np.floor(weight / weight.sum() * (len(per_county) - states)).astype(int)

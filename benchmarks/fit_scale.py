@@ -35,6 +35,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from census_data import fan_out  # noqa: E402  (the census benchmark's fan-outs, one generator)
+
 DATA = HERE / "data" / "fit"
 FANOUT = {"BG": (17, 49), "TRACT": (1, 5), "COUNTY": (14, 40)}
 LEVELS = ("STATE", "COUNTY", "TRACT", "BG", "BLOCK")
@@ -56,21 +59,12 @@ def parse_size(text: str) -> tuple[int, int]:
     return one(persons), one(blocks)
 
 
-def _sizes(gen: np.random.Generator, total: int, low: int, high: int) -> np.ndarray:
-    sizes = gen.integers(low, high + 1, total // low + 1)
-    ends = np.cumsum(sizes)
-    count = int(np.searchsorted(ends, total)) + 1
-    sizes = sizes[:count].copy()
-    sizes[-1] = total - (ends[count - 2] if count > 1 else 0)
-    return sizes
-
-
 def geography(blocks: int, seed: int = 28) -> tuple[list[str], dict[str, np.ndarray]]:
     """Block codes (15 characters, coarser levels by prefix) and per level each place's parent."""
     gen = np.random.default_rng(seed)  # benchmark data only: never noise
-    per_bg = _sizes(gen, blocks, *FANOUT["BG"])
-    per_tract = _sizes(gen, len(per_bg), *FANOUT["TRACT"])
-    per_county = _sizes(gen, len(per_tract), *FANOUT["COUNTY"])
+    per_bg = fan_out(gen, blocks, *FANOUT["BG"])
+    per_tract = fan_out(gen, len(per_bg), *FANOUT["TRACT"])
+    per_county = fan_out(gen, len(per_tract), *FANOUT["COUNTY"])
     states = min(51, len(per_county))
     weight = gen.pareto(1.2, states) + 0.2
     per_state = 1 + np.floor(weight / weight.sum() * (len(per_county) - states)).astype(int)

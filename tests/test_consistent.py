@@ -260,15 +260,11 @@ def test_evaluate_reports_both_methods_and_refuses_protected_datasets(cli, tmp_p
     assert refused.code == 2 and "not evaluated in the open" in refused.stderr
 
 
-def test_a_method_override_keeps_the_consistency_of_the_tables_it_does_not_override(tmp_path):
-    """`postprocess --method none|clamp` overrides the discrete Laplace count tables only; a
-    zCDP (discrete Gaussian) geographic table keeps its own consistent post-processing, and every
-    level of it is still published (it was missing: a KeyError)."""
-    from dprelease.postprocess import postprocess_release
-    from dprelease.spec import load_spec
-
-    spec_path = tmp_path / "zcdp.yaml"
-    spec_path.write_text(f"""release: zcdp-geo
+def zcdp_geography_spec(directory, rho: str):  # type: ignore[no-untyped-def]
+    """A zCDP release of persons by sex at root, STATE and PUMA (discrete Gaussian, consistent),
+    each level's ρ as ``rho`` says (a YAML mapping)."""
+    path = directory / "zcdp.yaml"
+    path.write_text(f"""release: zcdp-geo
 dataset:
   name: zcdp-geo
   path: {ROOT / "data" / "nist_acs" / "national2019.csv"}
@@ -284,8 +280,19 @@ geography:
 tables:
   - name: persons_by_sex
     group_by: [geography, SEX]
-    rho: {{root: 0.1, STATE: 0.1, PUMA: 0.2}}
+    rho: {rho}
 """)
+    return path
+
+
+def test_a_method_override_keeps_the_consistency_of_the_tables_it_does_not_override(tmp_path):
+    """`postprocess --method none|clamp` overrides the discrete Laplace count tables only; a
+    zCDP (discrete Gaussian) geographic table keeps its own consistent post-processing, and every
+    level of it is still published (it was missing: a KeyError)."""
+    from dprelease.postprocess import postprocess_release
+    from dprelease.spec import load_spec
+
+    spec_path = zcdp_geography_spec(tmp_path, "{root: 0.1, STATE: 0.1, PUMA: 0.2}")
     spec = load_spec(spec_path)
     table = spec.tables[0]
     assert table.post_process == "consistent"

@@ -239,27 +239,9 @@ def test_evaluate_under_zcdp_compares_with_a_real_clamp(tmp_path):
     per cell: its clamp rows differ from its consistent ones."""
     from dprelease.evaluate import evaluate
     from dprelease.spec import load_spec
-    from tests.conftest import ROOT
+    from tests.test_consistent import zcdp_geography_spec
 
-    path = tmp_path / "zcdp.yaml"
-    path.write_text(f"""release: zcdp-geo
-dataset:
-  name: zcdp-geo
-  path: {ROOT / "data" / "nist_acs" / "national2019.csv"}
-  na_values: ["N"]
-privacy: {{definition: zcdp, unit: row, delta: 1e-6}}
-budget: {{rho: 1}}
-columns:
-  PUMA: {{domain_file: {ROOT / "configs" / "domains" / "puma.txt"}, geographic: true}}
-  SEX: {{domain: [1, 2], labels: [Male, Female]}}
-geography:
-  levels: [STATE, PUMA]
-  STATE: {{from: PUMA, prefix: 2}}
-tables:
-  - name: persons_by_sex
-    group_by: [geography, SEX]
-    rho: {{root: 0.001, STATE: 0.001, PUMA: 0.001}}
-""")
+    path = zcdp_geography_spec(tmp_path, "{root: 0.001, STATE: 0.001, PUMA: 0.001}")
     spec = load_spec(path)
     assert spec.tables[0].mechanism == "discrete_gaussian"
     rows = {(r.table, r.level, r.method): r for r in evaluate(spec, 3)}
