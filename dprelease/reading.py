@@ -277,8 +277,9 @@ class Release:
         if isinstance(table.measure, ModeMeasure) and not parquet:  # Parquet's is categorical already
             frame[table.measure.kind] = self._categorical(path, table.measure.column, frame[table.measure.kind],
                                                           empty_is_missing=True)
-        if isinstance(table.measure, ModeMeasure) and isinstance(self.spec.column(table.measure.column), RangeColumn):
-            frame[table.measure.kind] = _numbers(frame[table.measure.kind])  # a range column's value: a number
+        measured = self.spec.column(table.measure.column) if isinstance(table.measure, ModeMeasure) else None
+        if isinstance(measured, RangeColumn) and measured.missing is None:  # a range column's value: a number
+            frame[table.measure.kind] = _numbers(frame[table.measure.kind])  # (with a missing category: categories)
         return frame
 
     def margins(self, name: str, level: str | None = None) -> pd.DataFrame:
@@ -292,11 +293,9 @@ class Release:
         * a mode: ``count_gap``, in rows: the published category's count is within it of the
           true mode's;
         * a quantile: ``rank_error``, in rows: the published category's rank is within it of
-          q·n, beyond the best category's own distance; and where the release publishes a count
-          of the same cells (a count table of the same group_by, where and level): ``rows``, its
-          published count, and ``quantile_low`` and ``quantile_high``, the quantile levels
-          q ∓ rank_error / rows (clipped to [0, 1]; NaN for an empty cell). Never in the value's
-          units: no published figure converts ranks into values with a stated guarantee.
+          q·n, beyond the best category's own distance (which a release does not publish: so no
+          interval of quantile levels is derived from it). Never in the value's units: no
+          published figure converts ranks into values with a stated guarantee.
 
         Post-processing of published figures only."""
         frame, margin = self.table(name, level), self.facts(name, level).margin
@@ -308,28 +307,9 @@ class Release:
             frame["count_gap"] = margin.value
         elif margin.kind == "quantile":
             frame["rank_error"] = margin.value
-            self._quantile_levels(name, level, frame, margin.value)
         else:
             frame["margin_of_error"] = float(margin.value) if margin.value is not None else np.nan
         return frame
-
-    def _quantile_levels(self, name: str, level: str | None, frame: pd.DataFrame, rank_error: int | None) -> None:
-        """``rows``, ``quantile_low`` and ``quantile_high`` of a quantile table's cells, from a
-        published count of the same cells (same group_by, where and level), if there is one."""
-        table = self._tables[name]
-        assert isinstance(table.measure, ModeMeasure) and table.measure.q is not None
-        counts = next((t for t in self.spec.tables if t.measure is None and t.group_by == table.group_by
-                       and t.where == table.where and t.levels == table.levels and t.name in self._tables), None)
-        if counts is None or rank_error is None:
-            return
-        keys = [c for c in frame.columns if c in (*table.group_by, *(table.levels or ()))]
-        rows = self.table(counts.name, level)[[*keys, "count"]].rename(columns={"count": "rows"})
-        merged = frame.merge(rows, on=keys, how="left", sort=False) if keys else frame.assign(rows=rows["count"].iloc[0])
-        n = merged["rows"].astype("float64").where(merged["rows"] > 0)
-        q = float(table.measure.q)
-        frame["rows"] = merged["rows"].to_numpy()
-        frame["quantile_low"] = (q - rank_error / n).clip(lower=0.0).to_numpy()
-        frame["quantile_high"] = (q + rank_error / n).clip(upper=1.0).to_numpy()
 
     def tables(self) -> dict[str, pd.DataFrame | dict[str, pd.DataFrame]]:
         """Every table: a DataFrame, or for a geographic table a dict of one per level."""

@@ -64,7 +64,7 @@ def test_ledger_with_nothing_to_show_says_where_it_looked_and_the_specs_pins(cli
     (tmp_path / "configs").mkdir()
     make_ledger(tmp_path / "ledgers" / "pinned.sqlite")
     for name, pin in (("a", "../ledgers/pinned.sqlite"), ("b", "../ledgers/pinned.sqlite"),
-                      ("c", "../ledgers/later.sqlite")):
+                      ("c", "../ledgers/later.sqlite"), ("d", "postgresql://u@127.0.0.1:9/x")):
         (tmp_path / "configs" / f"{name}.yaml").write_text(f"release: r-{name}\nledger: {pin}\n")
     (tmp_path / "notes.yaml").write_text("- not a spec\n")
     (tmp_path / "broken.yaml").write_text("ledger: [\n")
@@ -77,6 +77,7 @@ def test_ledger_with_nothing_to_show_says_where_it_looked_and_the_specs_pins(cli
     assert f"  sqlite:///{tmp_path}/ledgers/pinned.sqlite (pinned by configs/a.yaml, configs/b.yaml)" in lines
     assert f"  sqlite:///{tmp_path}/ledgers/later.sqlite (pinned by configs/c.yaml): not created yet, " \
            "`dprelease ledger init --spec configs/c.yaml --reason TEXT`" in lines
+    assert "  postgresql+psycopg://u@127.0.0.1:9/x (pinned by configs/d.yaml)" in lines  # listed, never connected to
     remove_ledger(isolated_ledger)
     assert cli("ledger").stdout.startswith(f"There is no ledger at sqlite:///{isolated_ledger}, chosen by")
     assert not isolated_ledger.exists() and not (tmp_path / "ledgers" / "later.sqlite").exists()

@@ -575,25 +575,26 @@ def test_the_json_report_gives_a_cell_moe_to_counts_and_sums_only(measures):
         assert tables[name]["margin"]["kind"] in ("mean", "mode", "quantile")
 
 
-def test_a_quantile_s_margin_is_in_ranks_and_levels_never_in_the_value_s_units(tmp_path, cli):
+def test_a_quantile_s_margin_is_in_ranks_never_in_the_value_s_units(tmp_path, cli):
     """Issue 29, point 1: `margins("median_age_by_sex")` showed `44 … margin_of_error 34`, read as
     44 ± 34 years; 34 is a rank error in rows. Now: the median age is a number; its margin is
-    `rank_error` (rows) and, from the release's count of the same cells, the quantile levels it
-    guarantees, q ∓ rank_error / rows; no `margin_of_error` column. A mode's is `count_gap`."""
+    `rank_error` (rows) and nothing else (no interval of levels: the best category's own distance
+    to q·n is not published); a mode's is `count_gap`. A mode of a range column that declares a
+    missing category stays categorical (its missing label is no number) and is read."""
     spec = tmp_path / "median.yaml"
     spec.write_text(MEASURES.format(data=ROOT / "data" / "nist_acs" / "national2019.csv").replace(
-        "  - name: persons_by_race\n    group_by: [RAC1P]\n", "  - name: persons_by_sex\n    group_by: [SEX]\n"))
-    assert cli("run", spec, "--output-dir", tmp_path / "out", "--orchestrator", "inline").code == 0
+        "  - name: persons_by_race\n    group_by: [RAC1P]\n    rho: 0.5\n",
+        "  - name: persons_by_race\n    group_by: [RAC1P]\n    rho: 0.4\n"
+        "  - {name: modal_poverty, group_by: [SEX], measure: {mode: POVPIP}, rho: 0.1}\n").replace(
+        "  AGEP: {range: [0, 99]}\n",
+        "  AGEP: {range: [0, 99]}\n  POVPIP: {range: [0, 501], missing: \"N/A\"}\n"))
+    result = cli("run", spec, "--output-dir", tmp_path / "out", "--orchestrator", "inline")
+    assert result.code == 0, result
     release = read_release(tmp_path / "out" / "acs-measures-2019")
     frame = release.margins("median_age_by_sex")
-    assert list(frame.columns) == ["SEX", "quantile", "rank_error", "rows", "quantile_low", "quantile_high"]
+    assert list(frame.columns) == ["SEX", "quantile", "rank_error"]
     assert frame["quantile"].dtype == "Int64"
-    rank = release.facts("median_age_by_sex").margin.value
-    rows = release.table("persons_by_sex").set_index("SEX")["count"]
-    for _, cell in frame.iterrows():
-        assert cell["rank_error"] == rank and cell["rows"] == rows[cell["SEX"]] > 0
-        assert cell["quantile_low"] == pytest.approx(max(0.0, 0.5 - rank / cell["rows"]))
-        assert cell["quantile_high"] == pytest.approx(min(1.0, 0.5 + rank / cell["rows"]))
-        assert 0.4 < cell["quantile_low"] < 0.5 < cell["quantile_high"] < 0.6  # 27,253 rows: a narrow band
-    alone = read_release(tmp_path / "out" / "acs-measures-2019").margins("modal_race_by_sex")
-    assert list(alone.columns) == ["SEX", "mode", "count_gap"]
+    assert (frame["rank_error"] == release.facts("median_age_by_sex").margin.value).all()
+    assert list(release.margins("modal_race_by_sex").columns) == ["SEX", "mode", "count_gap"]
+    poverty = release.table("modal_poverty")["mode"]
+    assert isinstance(poverty.dtype, pd.CategoricalDtype) and list(poverty.cat.categories)[-1] == "N/A"

@@ -201,6 +201,10 @@ tables:
         assert "column PINPC: not in the data file" in result.stderr and "did you mean 'PINCP'?" in result.stderr
     spec.write_text(text.replace("PINPC", "PINCP"))
     assert cli("validate", spec).code == 0
+    declared = text.replace("  SEX: {domain: [1, 2]}\n", "  SEX: {domain: [1, 2]}\n  PINCP: {range: [0, 200000]}\n")
+    spec.write_text(declared.replace(", bounds: [0, 200000], granularity: 1000", ""))  # PINCP declared, PINPC not
+    unbounded = cli("validate", spec)
+    assert unbounded.code == 2 and "did you mean 'PINCP' (declared with a range)?" in unbounded.stderr, unbounded
     spec.write_text(text.replace(str(data), str(tmp_path / "later.csv")))  # no data yet: said, not refused
     later = cli("validate", spec)
     assert later.code == 0 and "the data's header was not checked" in later.stderr, later

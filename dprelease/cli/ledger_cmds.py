@@ -97,20 +97,25 @@ def _nothing_here(location: LedgerLocation, exists: bool) -> None:
                   markup=False, highlight=False)
         for where, (specs, there) in pinned.items():
             named = ", ".join(specs[:3]) + (f" and {len(specs) - 3} more" if len(specs) > 3 else "")
-            out.print(f"  {where} (pinned by {named})" + ("" if there else ": not created yet, `dprelease ledger init "
-                                                                        f"--spec {specs[0]} --reason TEXT`"),
+            out.print(f"  {where} (pinned by {named})" + ("" if there is not False else ": not created yet, `dprelease "
+                                                                        f"ledger init --spec {specs[0]} --reason TEXT`"),
                       markup=False, highlight=False)
 
 
-def _pinned_nearby(folder: Path, most: int = 50) -> dict[str, tuple[list[str], bool]]:
+def _there(location: LedgerLocation) -> bool | None:
+    """Whether a SQLite ledger is at ``location`` (only its file is looked at: a hint opens no
+    database, and a damaged one is not this command's to report); None for a database server."""
+    path = location.sqlite_path
+    return None if path is None else path.is_file()
+
+
+def _pinned_nearby(folder: Path, most: int = 50) -> dict[str, tuple[list[str], bool | None]]:
     """Per ledger that the YAML files of ``folder`` and its ``configs/`` pin (``ledger:``), the
     specs that pin it and whether a ledger is there; read as YAML only (a file that is not a
     spec is passed over)."""
     import yaml
 
-    from dprelease.ledger import Ledger
-
-    found: dict[str, tuple[list[str], bool]] = {}
+    found: dict[str, tuple[list[str], bool | None]] = {}
     paths = sorted([*folder.glob("*.y*ml"), *(folder / "configs").glob("*.y*ml")])[:most]
     for path in paths:
         try:
@@ -121,10 +126,7 @@ def _pinned_nearby(folder: Path, most: int = 50) -> dict[str, tuple[list[str], b
         except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, UserError, ValueError):
             continue
         if location.shown not in found:
-            opened = Ledger.open(location)
-            if opened is not None:
-                opened.close()
-            found[location.shown] = ([], opened is not None)
+            found[location.shown] = ([], _there(location))
         found[location.shown][0].append(str(path.relative_to(folder)))
     return found
 

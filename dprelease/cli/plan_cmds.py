@@ -105,7 +105,8 @@ def plan(
     weights: Annotated[Optional[str], typer.Option(
         metavar="TABLE=W,...", help="With --allocate: each table's weight (default 1).")] = None,
 ) -> None:
-    """Show what a release would spend and how accurate it would be. Never opens the data.
+    """Show what a release would spend and how accurate it would be. Reads the data's header only
+    (the columns the spec names), never a row.
 
     Exit 0 if it fits, 3 if it exceeds the release or the lifetime budget, 4 if the release
     already exists in the ledger, 2 if the spec is invalid. With --approve, a plan that fits

@@ -288,9 +288,12 @@ def _next_run(spec_path: Path, cron: str, ledger: Any, *, require_approval: bool
                     + review_warnings(plan_facts(plan, spec.dataset.partition_note), state)):
         say(f"warning: {spec_path}: {when}: {warning}")
     if plan.existing_run is not None:
+        held = plan.existing_run
+        fix = (f"An unfinished run holds it: once none is in progress, settle it with `dprelease ledger resolve "
+               f"{held.run_id}`" if held.state in ("reserved", "drawing") else
+               "Name each run apart with a template, e.g. release: \"acs-{run_date:%Y-%m}\"")
         raise AlreadyReleasedError(f"{spec_path}: {when} would be refused: release {spec.release!r} is already "
-                                   f"{plan.existing_run.state} (run {plan.existing_run.run_id}). Name each run apart "
-                                   "with a template, e.g. release: \"acs-{run_date:%Y-%m}\". Nothing was served.")
+                                   f"{held.state} (run {held.run_id}). {fix}. Nothing was served.")
     if not plan.fits:
         raise OverBudgetError(f"{spec_path}: {when} would be refused: {over_budget_message(spec, plan)} Nothing was "
                               "served.")

@@ -5,6 +5,7 @@ default ``bounds`` (and 1 the default ``granularity``)."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from dprelease.spec import defaults
@@ -92,9 +93,12 @@ def _numeric(r: Reader, at: Path_, body: dict[str, Any], columns: dict[str, Colu
     if declared is None:
         for field, value, example in (("bounds", bounds, "[0, 200000]"), ("granularity", g, "100")):
             if value is None:
+                close = difflib.get_close_matches(column, [n for n, c in columns.items() if isinstance(c, RangeColumn)],
+                                                  n=1)
+                hint = f"did you mean {close[0]!r} (declared with a range)? Else " if close else ""
                 r.fail(at + ("measure",), f"a {kind} of {column!r}, a column not declared under columns:, needs "
-                       f"{field}: (e.g. {field}: {example}); or declare {column} with range: [LOW, HIGH] under "
-                       "columns:, whose range is then the default bounds")
+                       f"{field}: (e.g. {field}: {example}); {hint}{'d' if close else 'or d'}eclare {column} with "
+                       "range: [LOW, HIGH] under columns:, whose range is then the default bounds")
                 return False
     g = 1 if g is None else g
     if bounds is not None:
