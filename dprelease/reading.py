@@ -287,7 +287,8 @@ class Release:
         confidence (:attr:`TableFacts.margin`), in columns named for what they count, so that no
         figure of rows sits where a value's margin is read:
 
-        * a count or a sum: ``margin_of_error`` (persons, the summed unit), the same for all cells;
+        * a count or a sum: ``margin_of_error`` (persons, the summed unit), the same for all cells
+          but the structural ones (exact zeros: 0, as the published margin columns give them);
         * a mean: ``margin_of_error`` in the mean's unit at the cell's published noisy count (a
           plug-in for its row count; NaN where it gives no bound);
         * a mode: ``count_gap``, in rows: the published category's count is within it of the
@@ -309,6 +310,9 @@ class Release:
             frame["rank_error"] = margin.value
         else:
             frame["margin_of_error"] = float(margin.value) if margin.value is not None else np.nan
+        if "structural" in frame:  # an exact zero (no category, an empty mean): no noise, no margin, as published
+            column = {"mode": "count_gap", "quantile": "rank_error"}.get(margin.kind, "margin_of_error")
+            frame[column] = frame[column].where(~frame["structural"].astype(bool), 0)
         return frame
 
     def tables(self) -> dict[str, pd.DataFrame | dict[str, pd.DataFrame]]:

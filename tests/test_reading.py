@@ -598,3 +598,16 @@ def test_a_quantile_s_margin_is_in_ranks_never_in_the_value_s_units(tmp_path, cl
     assert list(release.margins("modal_race_by_sex").columns) == ["SEX", "mode", "count_gap"]
     poverty = release.table("modal_poverty")["mode"]
     assert isinstance(poverty.dtype, pd.CategoricalDtype) and list(poverty.cat.categories)[-1] == "N/A"
+
+
+def test_a_structural_cell_has_no_margin(demo):
+    """Review of issue 29: `margins()` gave an exact-zero structural cell (MSP N/A of a table of
+    people 15 and over, by the demo's rule) the table's margin; it has none: 0, as the published
+    margin columns give it. The other cells keep the table's margin."""
+    _, directory = demo
+    release = read_release(directory)
+    frame = release.margins("marital_status_by_sex")
+    structural = frame["structural"].astype(bool)
+    assert structural.any() and (~structural).any()
+    assert (frame.loc[structural, "margin_of_error"] == 0).all()
+    assert (frame.loc[~structural, "margin_of_error"] == release.facts("marital_status_by_sex").margin.value).all()
