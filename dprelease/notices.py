@@ -153,6 +153,13 @@ def large_delta_warnings(spec: Any) -> list[str]:
 REPEATED_STATES = ("committed", "reserved", "drawing")  # published, or being published
 
 
+def context_warnings(spec: Any, state: Any) -> list[str]:
+    """What `plan` warns of beyond the plan's own review, in its order: a large δ, then tables an
+    earlier release of the dataset already published (``state``: the ledger's ``DatasetState``, or
+    None). `plan`, `schedule` and the manifest (so every report) say the same."""
+    return large_delta_warnings(spec) + repeated_table_warnings(spec.release, [t.name for t in spec.tables], state)
+
+
 def repeated_table_warnings(release: str, tables: Any, state: Any) -> list[str]:
     """Tables of ``release`` (names) that an earlier release of the same dataset (``state``, the
     ledger's ``DatasetState``, or None) already published or is publishing, under another release

@@ -22,7 +22,7 @@ from dprelease.cli.common import (
 )
 from dprelease.errors import DataError, ExitCode, SpecError
 from dprelease.ledger import Ledger
-from dprelease.notices import large_delta_warnings, ledger_line, repeated_table_warnings
+from dprelease.notices import context_warnings, large_delta_warnings, ledger_line
 
 
 @handled
@@ -145,8 +145,7 @@ def plan(
             state = opened.state(spec.dataset.name)
             evaluations = tuple(opened.evaluations_of(spec.dataset.name))
     the_plan = dataclasses.replace(plan_release(spec, state), evaluations=evaluations)
-    warnings = (large_delta_warnings(spec) + repeated_table_warnings(spec.release, [t.name for t in spec.tables], state)
-                + review_warnings(plan_facts(the_plan, spec.dataset.partition_note), state))
+    warnings = context_warnings(spec, state) + review_warnings(plan_facts(the_plan, spec.dataset.partition_note), state)
     for warning in warnings:
         say(f"warning: {spec_path}: {warning}")
     if allocate:

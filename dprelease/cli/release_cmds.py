@@ -273,7 +273,7 @@ def _next_run(spec_path: Path, cron: str, ledger: Any, *, require_approval: bool
     from dprelease.errors import AlreadyReleasedError, NotApprovedError, OverBudgetError
     from dprelease.lifecycle import over_budget_message
     from dprelease.lifecycle.refusals import approval_of
-    from dprelease.notices import large_delta_warnings, repeated_table_warnings
+    from dprelease.notices import context_warnings
     from dprelease.plan import plan_release
     from dprelease.plan.review import plan_facts, review_warnings
     from dprelease.spec import load_spec
@@ -284,8 +284,7 @@ def _next_run(spec_path: Path, cron: str, ledger: Any, *, require_approval: bool
     state = ledger.state(spec.dataset.name)
     plan = plan_release(spec, state)
     when = f"the next run ({upcoming:%Y-%m-%d %H:%M} UTC, release {spec.release})"
-    for warning in (large_delta_warnings(spec) + repeated_table_warnings(spec.release, [t.name for t in spec.tables], state)
-                    + review_warnings(plan_facts(plan, spec.dataset.partition_note), state)):
+    for warning in context_warnings(spec, state) + review_warnings(plan_facts(plan, spec.dataset.partition_note), state):
         say(f"warning: {spec_path}: {when}: {warning}")
     if plan.existing_run is not None:
         held = plan.existing_run

@@ -198,7 +198,6 @@ class Sketcher:
         self.sums = [0, 0]  # Σ record hash and Σ its square, mod 2**64: the exact multiset's digest
         self._buffers = np.empty((GROUPS + 3, CHUNK_ROWS), dtype=np.uint64)
         self.seconds = 0.0  # the caller's time in add and identity (the reading of the batches excepted)
-        self.work_seconds = 0.0  # the sketching's own time, wherever it ran
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="dprelease-identity") if beside else None
         self._pending: Future[None] | None = None
         self._dictionaries: dict[str, tuple[pa.Array, np.ndarray]] = {}  # the last of each column, hashed
@@ -228,7 +227,6 @@ class Sketcher:
             self._pending = None
 
     def _add(self, batch: pa.RecordBatch | pa.Table) -> None:
-        started = time.perf_counter()
         names = batch.schema.names
         self.names.update(canonical_name(n) for n in names)
         columns = [(group_of(n), column_hashes(batch.column(i), n, self.missing, self._dictionaries))
@@ -236,7 +234,6 @@ class Sketcher:
         for start in range(0, batch.num_rows, CHUNK_ROWS):  # rows in chunks that stay in the CPU's cache
             self._add_rows(columns, start, min(CHUNK_ROWS, batch.num_rows - start))
         self.rows += batch.num_rows
-        self.work_seconds += time.perf_counter() - started
 
     def _add_rows(self, columns: list[tuple[int, Lookup]], start: int, n: int) -> None:
         *parts, total, record, scratch = (b[:n] for b in self._buffers)

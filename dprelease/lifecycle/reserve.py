@@ -9,13 +9,13 @@ import dataclasses
 
 from dprelease.accounting import ApproxDP, amount_text, fraction_text
 from dprelease.errors import InternalError
-from dprelease.ledger import DatasetState, Ledger, LocalCollection
+from dprelease.ledger import Ledger, LocalCollection
 from dprelease.lifecycle.prepare import Prepared
 from dprelease.plan import Plan
 from dprelease.manifest import RunFacts
 from dprelease.publish import Layout
+from dprelease.notices import context_warnings
 from dprelease.release import ReleaseRun
-from dprelease.spec import Spec
 
 
 def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
@@ -50,20 +50,11 @@ def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:
                      record=RunFacts(ledger_id=ledger.id, ledger_location=location.shown,
                                      ledger_chosen_by=location.how_chosen, ledger_birth=ledger.birth,
                                      approval=prepared.approval,
-                                     evaluations=tuple(evaluations), warnings=context_warnings(spec, state)))
+                                     evaluations=tuple(evaluations), warnings=tuple(context_warnings(spec, state))))
     run.timings["fingerprint"] = prepared.fingerprint_seconds
     run.timings["check"] = prepared.checked.check_seconds
     run.timings["identity"] = prepared.checked.identity_seconds
     return run
-
-
-def context_warnings(spec: Spec, state: DatasetState | None) -> tuple[str, ...]:
-    """What `plan` warns of beyond the plan's own review (a large δ; tables an earlier release of
-    the dataset already published), for the manifest: every report of the release, a scheduled
-    one's too, carries the warnings its plan showed."""
-    from dprelease.notices import large_delta_warnings, repeated_table_warnings
-
-    return (*large_delta_warnings(spec), *repeated_table_warnings(spec.release, [t.name for t in spec.tables], state))
 
 
 def reserved_line(run: ReleaseRun) -> str:
