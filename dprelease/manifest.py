@@ -162,7 +162,10 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              **({"structural": structural_record(by_name[t.name], t)} if t.structural else {}),
-             "moe": t.moe, "moe95": t.moe95, "post_process": by_name[t.name].post_process,
+             # a count's or sum's cell margin in its own unit; a mean, a mode and a quantile have
+             # none such (a mean's parts carry theirs): each has its margin record below only
+             **({"moe": t.moe, "moe95": t.moe95} if _cell_margin(by_name[t.name]) else {}),
+             "post_process": by_name[t.name].post_process,
              "margin": margin_of(t, plan.confidence).record(unit_words(by_name[t.name].measure)),
              "columns": column_meanings(spec, by_name[t.name], _dims(by_name[t.name], t.level), t.structural_mask(),
                                         margin_of(t, plan.confidence) if spec.margin_columns else None),
@@ -327,6 +330,12 @@ def part_budget(table: Budget, part: Mapping[str, Any]) -> Budget:
     """The budget of a mean's part (its sum or its count), of its table's kind: parts state only
     the format-1 ``epsilon`` (and ``delta``)."""
     return read_budget(part, table.kind)
+
+
+def _cell_margin(table: Table) -> bool:
+    """Whether ``table`` publishes counts or sums: the measures whose cells' ``moe`` is a margin
+    in their own unit (persons, the summed column's)."""
+    return table.measure is None or isinstance(table.measure, SumMeasure)
 
 
 def _dims(table: Table, level: str | None) -> tuple[str, ...]:

@@ -41,6 +41,7 @@ from prefect.client.schemas.objects import State  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
 from dprelease.accounting import amount_text, fraction_text  # noqa: E402
+from dprelease.plan.margins import margin_of  # noqa: E402
 from dprelease.release import ReleaseRun, Step  # noqa: E402
 from dprelease.schedule_binding import (  # noqa: E402
     ScheduleBinding,
@@ -300,7 +301,8 @@ def budget_rows(run: ReleaseRun) -> list[dict[str, str | int | None]]:
     plan = run.plan
     return [{"table": t.name, "level": t.level, plan.symbol: amount_text(t.budget), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "noise scale": fraction_text(t.shown_scale), "cells": t.cells,
-             "structural cells": len(t.structural), "moe95": t.moe95} for t in plan.tables]
+             "structural cells": len(t.structural),
+             "moe95": t.moe95 if margin_of(t, plan.confidence).kind == "cell" else None} for t in plan.tables]
 
 
 def run_release(run: ReleaseRun) -> None:

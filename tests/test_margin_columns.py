@@ -101,7 +101,7 @@ def test_the_reports_give_each_measure_its_margin_in_its_own_units(published, cl
     JSON report carries each table's margin record."""
     release = published["with"]
     manifest = json.loads((release / "manifest.json").read_text())
-    sum_part = next(t for t in manifest["tables"] if t["name"] == "income_mean_by_puma_sex")["moe"]
+    sum_part = next(t for t in manifest["tables"] if t["name"] == "income_mean_by_puma_sex")["parts"][0]["moe"]
     page = tmp_path / "r.html"
     assert cli("report", release, "--format", "html", "--output", page).code == 0
     text = page.read_text()

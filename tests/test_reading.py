@@ -575,6 +575,23 @@ def test_the_json_report_gives_a_cell_moe_to_counts_and_sums_only(measures):
         assert tables[name]["margin"]["kind"] in ("mean", "mode", "quantile")
 
 
+def test_the_manifest_gives_a_cell_moe_to_counts_and_sums_only(measures):
+    """Issue 29, "drop the first format's moe/moe95 keys for measures they misdescribe": the
+    manifest itself (not only the JSON report) gives "moe"/"moe95" to counts and sums, equal to
+    their margin record; a mean's sum and count parts keep theirs (each in its own unit); a mean,
+    a mode and a quantile carry their margin record only. `dprelease plan --json` says the same."""
+    _, directory = measures
+    manifest = json.loads((directory / "manifest.json").read_text())
+    tables = {t["name"]: t for t in manifest["tables"]}
+    for name in ("persons_by_race", "income_by_sex"):
+        assert tables[name]["moe"] == tables[name]["margin"]["value"] > 0 and tables[name]["moe95"] > 0, name
+    for name in ("mean_income_by_sex_age", "modal_race_by_sex", "median_age_by_sex"):
+        assert "moe" not in tables[name] and "moe95" not in tables[name], name
+    parts = tables["mean_income_by_sex_age"]["parts"]
+    assert [p["part"] for p in parts] == ["sum", "count"] and all(p["moe"] > 0 and p["moe95"] > 0 for p in parts)
+    assert read_release(directory).facts("median_age_by_sex").margin_of_error is None
+
+
 def test_a_quantile_s_margin_is_in_ranks_never_in_the_value_s_units(tmp_path, cli):
     """Issue 29, point 1: `margins("median_age_by_sex")` showed `44 … margin_of_error 34`, read as
     44 ± 34 years; 34 is a rank error in rows. Now: the median age is a number; its margin is

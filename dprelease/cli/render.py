@@ -110,7 +110,9 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              "structural": {"summary": list(t.structural_summary), "cells": [list(c) for c in t.structural_labels]}
              if t.structural else None,
-             "moe95": t.moe95, "moe": t.moe, "delta": None if t.delta is None else fraction_text(t.delta),
+             # a count's or sum's cell margin; a mean, a mode and a quantile: their margin record only
+             **({"moe95": t.moe95, "moe": t.moe} if margin_of(t, plan.confidence).kind == "cell" else {}),
+             "delta": None if t.delta is None else fraction_text(t.delta),
              "margin": margin_of(t, plan.confidence).record((units or {}).get(t.name, "")),
              "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None,
              **({"parts": [{"part": label, "epsilon": amount_text(p.budget), "sensitivity": p.shown_sensitivity,
