@@ -45,8 +45,8 @@ from consistency_baseline import topdown_iv  # noqa: E402
 from consistency_data import DATASETS, hierarchy, load_dataset  # noqa: E402
 
 from dprelease.data import count_exact  # noqa: E402
-from dprelease.evaluate import exact_measurements, plan_variances  # noqa: E402
-from dprelease.measure import measure_counts  # noqa: E402
+from dprelease.evaluate.accuracy import exact_measurements, plan_variances  # noqa: E402
+from dprelease.lifecycle.measure import measure_counts  # noqa: E402
 from dprelease.plan.planner import measurement_plans  # noqa: E402
 from dprelease.postprocess import postprocess_release  # noqa: E402
 

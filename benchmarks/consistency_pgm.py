@@ -21,8 +21,8 @@ from consistency_baseline import topdown_iv
 from consistency_data import hierarchy, load_dataset
 
 from dprelease.data import count_exact
-from dprelease.evaluate import exact_measurements, plan_variances
-from dprelease.measure import measure_counts
+from dprelease.evaluate.accuracy import exact_measurements, plan_variances
+from dprelease.lifecycle.measure import measure_counts
 from dprelease.plan.planner import measurement_plans
 from dprelease.postprocess import postprocess_release
 

@@ -123,8 +123,8 @@ def prepare(case: str, seed: int) -> dict:
     from consistency_data import BUILT, hierarchy, three_table_spec
 
     from dprelease.data import count_exact
-    from dprelease.evaluate import exact_measurements
-    from dprelease.measure import measure_counts
+    from dprelease.evaluate.accuracy import exact_measurements
+    from dprelease.lifecycle.measure import measure_counts
     from dprelease.plan.planner import measurement_plans
     from dprelease.spec import load_spec
 
@@ -167,7 +167,7 @@ def child(case_dir: Path, memory_gb: float) -> None:
     """In the measured process: load the case, post-process it once, write the seconds."""
     limit = int(memory_gb * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    from dprelease.evaluate import plan_variances
+    from dprelease.evaluate.accuracy import plan_variances
     from dprelease.postprocess import postprocess_release
     from dprelease.spec import load_spec
 

@@ -86,7 +86,7 @@ def prepare(persons: int, blocks: int, seed: int = 2020) -> Path:
     sys.path.insert(0, str(HERE))
     from consistency import SeededWords
 
-    from dprelease.measure import measure_counts
+    from dprelease.lifecycle.measure import measure_counts
     from dprelease.plan.planner import measurement_plans
     from dprelease.spec import load_spec
 
@@ -143,7 +143,7 @@ def _spec(persons: int, blocks: int) -> str:
 def child(case: Path, result: Path) -> None:
     """In the measured process (its sys.path already set to the code under test)."""
     import dprelease
-    from dprelease.evaluate import plan_variances
+    from dprelease.evaluate.accuracy import plan_variances
     from dprelease.postprocess import postprocess_release
     from dprelease.spec import load_spec
 

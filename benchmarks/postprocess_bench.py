@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate  # noqa: E402
 
 from dprelease.data import encode  # noqa: E402
-from dprelease.evaluate import exact_measurements, plan_variances  # noqa: E402
+from dprelease.evaluate.accuracy import exact_measurements, plan_variances  # noqa: E402
 from dprelease.mechanisms import discrete_laplace  # noqa: E402
 from dprelease.postprocess import postprocess_release  # noqa: E402
 from dprelease.spec import load_spec  # noqa: E402

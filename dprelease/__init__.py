@@ -1,7 +1,7 @@
 """dprelease: declarative, census-style batch releases of differentially private tables.
 
 Importing the package is cheap and never imports Prefect; only the orchestration layer does.
-:func:`read_release` (a published release as pandas DataFrames, :mod:`dprelease.reading`) is
+:func:`read_release` (a published release as pandas DataFrames, :mod:`dprelease.publish.reading`) is
 imported on first use, so that the CLI does not pay for importing pandas.
 """
 
@@ -11,11 +11,11 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "read_release"]
 
 if TYPE_CHECKING:
-    from dprelease.reading import read_release
+    from dprelease.publish.reading import read_release
 else:
     def __getattr__(name: str):  # PEP 562: read_release is imported on first use
         if name == "read_release":
-            from dprelease.reading import read_release
+            from dprelease.publish.reading import read_release
 
             return read_release
         raise AttributeError(f"module 'dprelease' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """For tests that call the scheduled flow's body directly (``scheduled_release.fn``): a binding
 kept as ``dprelease schedule`` keeps one, by this process (so the "run" descends from its
-serving process), and the run the flow sees (:func:`dprelease.orchestrate.this_run`)."""
+serving process), and the run the flow sees (:func:`dprelease.serve.orchestrate.this_run`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from dprelease import files
-from dprelease.schedule_binding import ScheduleBinding, ScheduledRun, binding_file
+from dprelease.host import files
+from dprelease.serve.binding import ScheduleBinding, ScheduledRun, binding_file
 
 MONTHLY = "0 3 1 * *"
 
@@ -32,7 +32,7 @@ def run_as(monkeypatch, name: str | None, scheduled: datetime | None,  # type: i
            created: datetime | None = None) -> None:
     """The flow's run: of deployment ``name``, scheduled for ``scheduled`` (None: triggered now,
     at the moment the flow asks) and created at ``created`` (default: a day before it starts)."""
-    from dprelease import orchestrate
+    from dprelease.serve import orchestrate
 
     def this_run() -> ScheduledRun:
         start = scheduled or datetime.now(timezone.utc)

@@ -28,8 +28,8 @@ class Rule:
 
 
 RULES = (
-    Rule("only dprelease/orchestrate.py imports prefect",
-         lambda module: module != "dprelease.orchestrate", lambda name: name.startswith("prefect")),
+    Rule("only dprelease/serve/orchestrate.py imports prefect",
+         lambda module: module != "dprelease.serve.orchestrate", lambda name: name.startswith("prefect")),
     Rule("no module outside dprelease/cli/ imports dprelease.cli (dprelease/__main__.py, `python -m dprelease`, "
          "is the CLI's entry point)",
          lambda module: not within(module, "dprelease.cli") and module != "dprelease.__main__",
@@ -41,22 +41,22 @@ RULES = (
          lambda module: within(module, "dprelease.mechanisms"),
          lambda name: any(within(name, p) for p in ("dprelease.spec", "dprelease.plan", "dprelease.ledger",
                                                     "dprelease.cli"))),
-    Rule("only dprelease/cli/ imports dprelease.orchestrate (the library runs without an orchestrator: the "
+    Rule("only dprelease/cli/ imports dprelease.serve.orchestrate (the library runs without an orchestrator: the "
          "lifecycle is handed one)",
-         lambda module: not within(module, "dprelease.cli") and module != "dprelease.orchestrate",
-         lambda name: within(name, "dprelease.orchestrate")),
+         lambda module: not within(module, "dprelease.cli") and module != "dprelease.serve.orchestrate",
+         lambda name: within(name, "dprelease.serve.orchestrate")),
     Rule("dprelease.accounting.* imports nothing of dprelease but dprelease.accounting",
          lambda module: within(module, "dprelease.accounting"),
          lambda name: within(name, "dprelease") and not within(name, "dprelease.accounting")),
-    Rule("dprelease.files (the one file-mode rule, used by every writer, processes.py's cheap import among them) "
+    Rule("dprelease.host.files (the one file-mode rule, used by every writer, processes.py's cheap import among them) "
          "imports nothing of dprelease",
-         lambda module: module == "dprelease.files",
-         lambda name: within(name, "dprelease") and name != "dprelease.files"),
-    Rule("only dprelease/reading.py imports pandas (imported on first use of read_release; the CLI never pays for it)",
-         lambda module: module != "dprelease.reading", lambda name: within(name, "pandas")),
-    Rule("dprelease.reading reads published files only: it never imports dprelease.data, dprelease.ledger or "
+         lambda module: module == "dprelease.host.files",
+         lambda name: within(name, "dprelease") and name != "dprelease.host.files"),
+    Rule("only dprelease/publish/reading.py imports pandas (imported on first use of read_release; the CLI never pays for it)",
+         lambda module: module != "dprelease.publish.reading", lambda name: within(name, "pandas")),
+    Rule("dprelease.publish.reading reads published files only: it never imports dprelease.data, dprelease.ledger or "
          "dprelease.lifecycle",
-         lambda module: module == "dprelease.reading",
+         lambda module: module == "dprelease.publish.reading",
          lambda name: any(within(name, p) for p in ("dprelease.data", "dprelease.ledger", "dprelease.lifecycle"))),
 )
 
@@ -112,7 +112,7 @@ def test_the_package_keeps_its_layering():
     print(f"read {len(modules)} modules of dprelease/; rules checked:")
     for rule in RULES:
         print(f"  - {rule.text}")
-    assert len(modules) > 40 and "dprelease.orchestrate" in modules and "dprelease.cli" in modules
+    assert len(modules) > 40 and "dprelease.serve.orchestrate" in modules and "dprelease.cli" in modules
     problems = violations(modules)
     assert not problems, "\n".join(problems)
 
@@ -120,19 +120,19 @@ def test_the_package_keeps_its_layering():
 def test_the_checker_catches_each_rule():
     broken = {  # one module per rule (and ways of importing), each must be caught by its rule
         "dprelease.spec.model": ("def f():\n    from prefect import flow\n", False),  # lazy, in a function
-        "dprelease.measure": ("import prefect_dask\n", False),
+        "dprelease.lifecycle.measure": ("import prefect_dask\n", False),
         "dprelease.ledger.store": ("import dprelease.cli.render\n", False),
-        "dprelease.report": ("from dprelease import cli\n", False),
+        "dprelease.report.markdown": ("from dprelease import cli\n", False),
         "dprelease.plan.planner": ("class A:\n    def m(self):\n        import dprelease.data.load\n", False),
         "dprelease.postprocess": ("from .. import data\n", True),  # relative, in a package's __init__
         "dprelease.mechanisms.gaussian": ("from dprelease.spec import Spec\n", False),
         "dprelease.mechanisms.local": ("import importlib\nimportlib.import_module('dprelease.ledger')\n", False),
         "dprelease.mechanisms.sampling": ("from ..plan import Plan\n", False),
-        "dprelease.lifecycle.execute": ("def run():\n    from dprelease.orchestrate import run_release\n", False),
+        "dprelease.lifecycle.execute": ("def run():\n    from dprelease.serve.orchestrate import run_release\n", False),
         "dprelease.accounting.budgets": ("from dprelease.errors import InternalError\n", False),
         "dprelease.cli.render": ("def table():\n    import pandas as pd\n", False),
-        "dprelease.reading": ("from dprelease.data import encode\n", False),
-        "dprelease.files": ("from dprelease.errors import UserError\n", False),
+        "dprelease.publish.reading": ("from dprelease.data import encode\n", False),
+        "dprelease.host.files": ("from dprelease.errors import UserError\n", False),
     }
     found = violations(broken)
     for module in broken:
@@ -140,15 +140,15 @@ def test_the_checker_catches_each_rule():
     for rule in RULES:
         assert any(line.endswith(rule.text) for line in found), rule.text
     allowed = {  # near misses, each allowed
-        "dprelease.orchestrate": ("from prefect import flow\n", False),
+        "dprelease.serve.orchestrate": ("from prefect import flow\n", False),
         "dprelease.cli.common": ("from dprelease.cli.render import ledger_line\n", False),
         "dprelease.__main__": ("from dprelease.cli import main\n", False),
         "dprelease.plan.planner": ("import dprelease.database\nfrom dprelease.spec import Spec\n", False),
         "dprelease.mechanisms.sampling": ("from dprelease.accounting import fraction_text\n", False),
         "dprelease.lifecycle.execute": ("from dprelease.data import file_fingerprint\n", False),
-        "dprelease.cli.release_cmds": ("from dprelease.orchestrate import run_release\n", False),
+        "dprelease.cli.release_cmds": ("from dprelease.serve.orchestrate import run_release\n", False),
         "dprelease.accounting.relations": ("from dprelease.accounting.budgets import Kind\n", False),
-        "dprelease.reading": ("import pandas as pd\nfrom dprelease.publish import table_path\n", False),
+        "dprelease.publish.reading": ("import pandas as pd\nfrom dprelease.publish.layout import table_path\n", False),
     }
     assert violations(allowed) == []
 

@@ -533,7 +533,7 @@ def test_a_release_this_user_cannot_read_is_never_taken_for_none(tmp_path, monke
     """A shared output directory where another user's release is owner-only: its manifest cannot
     be read, so it cannot be compared with this run's data: refused (fail closed), never skipped.
     (The suite runs as root in CI, for whom modes do not bite: the read is made to fail.)"""
-    from dprelease.publish import foreign_releases
+    from dprelease.publish.layout import foreign_releases
 
     out = tmp_path / "out"
     (out / "theirs").mkdir(parents=True)

@@ -32,7 +32,7 @@ from census_data import (  # noqa: E402
 from census_scale import plain_histograms, published_cells  # noqa: E402
 
 from dprelease.data import count_exact  # noqa: E402
-from dprelease.evaluate import exact_measurements  # noqa: E402
+from dprelease.evaluate.accuracy import exact_measurements  # noqa: E402
 from dprelease.spec import load_spec  # noqa: E402
 
 

@@ -248,7 +248,7 @@ def test_a_scheduled_run_refused_for_its_data_logs_no_value(tmp_path, monkeypatc
     import prefect
 
     import dprelease.lifecycle
-    from dprelease import orchestrate
+    from dprelease.serve import orchestrate
     from dprelease.errors import DataError
     from tests.schedules import bind_here
 

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dprelease.accounting import PureDP
-from dprelease.evaluate import plan_variances
+from dprelease.evaluate.accuracy import plan_variances
 from dprelease.data import encode
-from dprelease.evaluate import exact_measurements
+from dprelease.evaluate.accuracy import exact_measurements
 from dprelease.mechanisms import discrete_laplace
 from dprelease.postprocess import postprocess_release
 from dprelease.postprocess.integral import round_two_way

@@ -53,7 +53,7 @@ def worker_modules(cluster, prefixes: tuple[str, ...]) -> dict[str, bool]:
         return client.run(lambda: any(m.startswith(prefixes) for m in __import__("sys").modules))
 
 
-SAMPLERS = ("dprelease.mechanisms", "dprelease.measure")
+SAMPLERS = ("dprelease.mechanisms", "dprelease.lifecycle.measure")
 
 
 @pytest.mark.parametrize("layout", ["parquet row groups", "csv files"])

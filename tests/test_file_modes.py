@@ -1,4 +1,4 @@
-"""One file-mode rule for everything dprelease writes (``dprelease/files.py``): files 0600,
+"""One file-mode rule for everything dprelease writes (``dprelease/host/files.py``): files 0600,
 directories 0700, whatever the caller's umask. Each writer runs as a user runs it (a child
 process, which inherits the umask): init, evaluate, run, postprocess, report (its default HTML
 and ``--output`` into new directories), randomize, and the ledger's own creation; then every
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dprelease import files
+from dprelease.host import files
 from tests.conftest import ROOT
 from tests.ledgers import make_ledger
 from tests.test_local import true_answers, write_spec

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from dprelease.measure import measure_counts, measure_mean
+from dprelease.lifecycle.measure import measure_counts, measure_mean
 from dprelease.postprocess import mean_values
 from dprelease.spec import load_spec
 from dprelease.plan import plan_release

@@ -11,10 +11,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprelease.evaluate import plan_variances
+from dprelease.evaluate.accuracy import plan_variances
 from dprelease.accounting import PureDP, Terms
 from dprelease.data import encode, place_totals
-from dprelease.evaluate import exact_measurements
+from dprelease.evaluate.accuracy import exact_measurements
 from dprelease.mechanisms import discrete_laplace
 from dprelease.plan import plan_release
 from dprelease.postprocess import Invariants, postprocess_release
@@ -146,7 +146,7 @@ def test_release_with_invariants_publishes_them_flagged_and_reruns(tmp_path, run
 
 
 def test_evaluate_binds_the_invariants():
-    from dprelease.evaluate import evaluate
+    from dprelease.evaluate.accuracy import evaluate
 
     rows = {(r.table, r.level, r.method): r for r in evaluate(load_spec(INVARIANTS), trials=2)}
     for table in ("persons_by_sex_age_group", "persons_by_race_hispanic"):

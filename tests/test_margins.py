@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from dprelease.accounting import PureDP
-from dprelease.coverage import margin_coverage
+from dprelease.evaluate.coverage import margin_coverage
 from dprelease.data import count_exact
-from dprelease.manifest import manifest
+from dprelease.publish.manifest import manifest
 from dprelease.plan import epsilon_for_target, plan_release
 from dprelease.plan.margins import (
     Margin,
@@ -37,7 +37,7 @@ from dprelease.plan.margins import (
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, Mean, MeanPart, PermuteAndFlip
 from dprelease.plan.tradeoff import MEAN_AT, plan_curves
 from dprelease.postprocess import mean_values
-from dprelease.report import budget_report_md, margin_figures
+from dprelease.report.markdown import budget_report_md, margin_figures
 from dprelease.spec import MeanMeasure, load_spec
 from tests.conftest import ROOT
 
@@ -295,7 +295,7 @@ def test_plan_manifest_report_tradeoff_and_target_agree(spec, cli):
 
 
 def test_every_margin_covers_on_the_shipped_data(spec):
-    """dprelease.coverage (what `dprelease evaluate` prints) on the shipped data: every
+    """dprelease.evaluate.coverage (what `dprelease evaluate` prints) on the shipped data: every
     measurement's stated margin holds for at least 90% of its (cell, trial) pairs."""
     rows = margin_coverage(spec, 50, count_exact(spec), rng=_Seeded(11))
     assert {r.margin.kind for r in rows} == {"cell", "mean", "quantile", "mode"}

@@ -15,7 +15,7 @@ import pytest
 
 from dprelease.accounting import ZCDP, PureDP
 from dprelease.data import encode, histogram
-from dprelease.measure import measure_mean
+from dprelease.lifecycle.measure import measure_mean
 from dprelease.plan import plan_release
 from dprelease.postprocess import mean_values
 from dprelease.spec import MeanMeasure, load_spec
@@ -252,7 +252,7 @@ def test_means_under_zcdp_and_approx(tmp_path):
     granularity units (the centred sum's Δ₂ = 100 units), under approx each part has its share of
     the table's δ (in proportion to ε); the sum part's draws fit its planned Gaussian and not the
     Gaussian of the whole budget."""
-    from dprelease.measure import measure_mean
+    from dprelease.lifecycle.measure import measure_mean
     from tests.stats import discrete_gaussian_pmf
 
     path = write(tmp_path, definition="zcdp")
@@ -285,7 +285,7 @@ def test_evaluate_shows_progress_per_trial_on_a_terminal_only(tmp_path, cli, mon
     import io
 
     from dprelease.cli.simulate_cmds import _trial_progress
-    from dprelease.evaluate import evaluate
+    from dprelease.evaluate.accuracy import evaluate
     from dprelease.spec import load_spec
 
     done: list[int] = []

@@ -11,7 +11,7 @@ import pytest
 
 from dprelease.accounting import ZCDP, ApproxDP, PureDP, compose
 from dprelease.errors import InternalError
-from dprelease.measure import measure_mean
+from dprelease.lifecycle.measure import measure_mean
 from dprelease.mechanisms import margin_of_error
 from dprelease.mechanisms.gaussian import gaussian_margin
 from dprelease.plan.measurements import (

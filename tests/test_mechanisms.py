@@ -273,7 +273,7 @@ tables:
 
 def test_a_truncated_geometric_table_is_measured_with_its_mechanism(tmp_path, run_env):
     from dprelease.data import encode, histogram
-    from dprelease.measure import measure_counts
+    from dprelease.lifecycle.measure import measure_counts
     from dprelease.plan import plan_release
     from dprelease.spec import load_spec
     from tests.conftest import ROOT

@@ -12,7 +12,7 @@ import numpy as np
 
 from dprelease.accounting import Neighbouring
 from dprelease.plan.sensitivities import utility_sensitivity
-from dprelease.measure import measure_mode
+from dprelease.lifecycle.measure import measure_mode
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec
 from tests.conftest import ROOT

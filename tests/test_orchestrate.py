@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from dprelease.plan.measurements import DiscreteLaplace
-from dprelease.measure import measure_counts
+from dprelease.lifecycle.measure import measure_counts
 from dprelease.postprocess import clamp_or_none as post_process
 from dprelease.plan import TablePlan
 
 
 @pytest.fixture(scope="module")
 def orchestrate():
-    from dprelease import orchestrate
+    from dprelease.serve import orchestrate
 
     return orchestrate
 
@@ -79,7 +79,7 @@ def test_prefect_shutdown_chatter_stays_off_the_terminal():
     our own warnings are not."""
     import logging
 
-    from dprelease.orchestrate import _NoRunTracebacks
+    from dprelease.serve.orchestrate import _NoRunTracebacks
 
     keep = _NoRunTracebacks()
 

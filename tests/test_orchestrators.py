@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dprelease import server, server_auth
+from dprelease.serve import server
+from dprelease.serve import auth as server_auth
 from dprelease.cli import warm
 from dprelease.errors import UserError
 from dprelease.ledger import Ledger, resolve_location

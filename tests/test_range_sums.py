@@ -223,7 +223,7 @@ def test_a_release_summing_declared_range_columns(tmp_path, run_env, cli):
     assert manifest["children_by_age_group"]["measure"]["bounds"] == [0, 20]
     assert manifest["mean_age_by_sex"]["measure"]["centre"] == 49
 
-    from dprelease.reading import read_release
+    from dprelease.publish.reading import read_release
 
     release = read_release(directory)
     raw = pd.read_csv(DATA, usecols=["SEX", "AGEP"])

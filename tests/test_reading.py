@@ -25,7 +25,7 @@ import dprelease
 from dprelease.accounting import ZCDP, ApproxDP, PureDP, budget_from_record
 from dprelease.errors import UserError
 from dprelease.plan import plan_release
-from dprelease.reading import MANIFEST_FORMATS, NotARelease, read_release
+from dprelease.publish.reading import MANIFEST_FORMATS, NotARelease, read_release
 from dprelease.spec import load_spec
 from tests.conftest import ROOT, unpinned
 from tests.ledgers import make_ledger
@@ -422,7 +422,7 @@ def test_a_manifest_from_before_the_typed_records(demo, tmp_path):
 
 
 def test_budget_records_round_trip():
-    from dprelease.manifest import budget_record
+    from dprelease.publish.manifest import budget_record
 
     for budget in (PureDP(Fraction(1, 4)), ZCDP(Fraction(3, 10)), ApproxDP(Fraction(1, 2), Fraction(1, 10**6))):
         assert budget_from_record(budget_record(budget)) == budget
@@ -434,7 +434,7 @@ def test_budget_records_round_trip():
 
 
 def test_the_manifest_format_written_is_read():
-    from dprelease.manifest import MANIFEST_FORMAT
+    from dprelease.publish.manifest import MANIFEST_FORMAT
 
     assert MANIFEST_FORMAT in MANIFEST_FORMATS
 
@@ -451,8 +451,8 @@ def test_the_example_reads_the_demo(demo):
 def test_pandas_is_imported_on_first_use_only():
     """The CLI does not import pandas; dprelease.read_release imports it when first asked for."""
     code = ("import sys, dprelease, dprelease.cli\n"
-            "assert 'pandas' not in sys.modules and 'dprelease.reading' not in sys.modules\n"
-            "assert dprelease.read_release.__module__ == 'dprelease.reading' and 'pandas' in sys.modules\n"
+            "assert 'pandas' not in sys.modules and 'dprelease.publish.reading' not in sys.modules\n"
+            "assert dprelease.read_release.__module__ == 'dprelease.publish.reading' and 'pandas' in sys.modules\n"
             "try:\n    dprelease.no_such_thing\nexcept AttributeError as e:\n    print(e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "has no attribute 'no_such_thing'" in proc.stdout, proc.stderr
@@ -504,7 +504,7 @@ def test_a_level_published_as_parquet_reads_as_its_csv(which, request, tmp_path,
     same post-processing of the same measurements, read back, gives the frames its CSV gives —
     counts, sums, means, modes and quantiles (a structural mode: empty), geography, structural
     zeros marked or omitted, margins."""
-    import dprelease.publish as publish
+    import dprelease.publish.layout as publish
 
     _, published = request.getfixturevalue(which)
     directory = tmp_path / published.name
@@ -525,7 +525,7 @@ def test_a_level_published_as_parquet_reads_as_its_csv(which, request, tmp_path,
 def test_a_release_publishes_large_levels_as_parquet(tmp_path, cli, monkeypatch):
     """The manifest names the Parquet file; read_release reads it; what it reads is the file's
     content; the category columns are stored dictionary-encoded."""
-    import dprelease.publish as publish
+    import dprelease.publish.layout as publish
 
     monkeypatch.setattr(publish, "PARQUET_CELLS", 2)  # the 2-cell tables stay CSV
     spec = tmp_path / "measures.yaml"
@@ -562,7 +562,7 @@ def test_the_json_report_gives_a_cell_moe_to_counts_and_sums_only(measures):
     """Issue 29, point 8: a mean's "moe" was its sum part's (1,151,300 beside a ±2,056 margin), a
     mode's and a quantile's 0; now only counts and sums carry "moe"/"moe95" (in persons, in the
     summed unit), and every table its "margin" in its measure's own units."""
-    from dprelease import reporting
+    from dprelease.report import published as reporting
 
     _, directory = measures
     manifest = json.loads((directory / "manifest.json").read_text())

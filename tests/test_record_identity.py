@@ -352,7 +352,7 @@ def test_a_scheduled_run_of_a_reexport_logs_its_refusal_without_a_figure(release
 
     import prefect
 
-    from dprelease import orchestrate
+    from dprelease.serve import orchestrate
     from tests.schedules import bind_here
 
     logger = logging.getLogger("test-scheduled-identity")

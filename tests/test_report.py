@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprelease import reporting
+from dprelease.report import published as reporting
 from dprelease.accounting import decimal_text
 from tests.test_operations import demo_spec
 from tests.test_run import run

@@ -1,5 +1,5 @@
 """The reports read a manifest's budgets from its typed records (``{"epsilon": …}``, ``{"rho": …}``,
-``{"epsilon": …, "delta": …}``) through one reader, :mod:`dprelease.manifest`, and show each
+``{"epsilon": …, "delta": …}``) through one reader, :mod:`dprelease.publish.manifest`, and show each
 figure with the unit of its type; a manifest written before typed records (format-1 keys only)
 still reports exactly as before. Manifests are made from plans (no data is read, nothing drawn)."""
 
@@ -11,14 +11,14 @@ from fractions import Fraction
 
 import pytest
 
-from dprelease import reporting
-from dprelease.reporting_html import page as html_page
+from dprelease.report import published as reporting
+from dprelease.report.html import page as html_page
 from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.errors import UserError
 from dprelease.ledger import resolve_location
-from dprelease.manifest import budget_record, manifest, read_budget, release_budgets, table_budget
+from dprelease.publish.manifest import budget_record, manifest, read_budget, release_budgets, table_budget
 from dprelease.plan import plan_release
-from dprelease.report import budget_report_md
+from dprelease.report.markdown import budget_report_md
 from dprelease.spec import load_spec
 from tests.conftest import ROOT
 from tests.ledgers import init_at

@@ -16,14 +16,14 @@ from html.parser import HTMLParser
 
 import pytest
 
-from dprelease import reporting
-from dprelease.reporting_html import page as html_page
+from dprelease.report import published as reporting
+from dprelease.report.html import page as html_page
 from dprelease.accounting import PureDP
 from dprelease.ledger import Ledger, resolve_location
-from dprelease.manifest import RunFacts, manifest
+from dprelease.publish.manifest import RunFacts, manifest
 from dprelease.plan import plan_release
 from dprelease.plan.tradeoff import plan_curves
-from dprelease.report import budget_report_md
+from dprelease.report.markdown import budget_report_md
 from dprelease.spec import load_spec
 from tests.test_operations import demo_spec
 from tests.test_report_budgets import spec_path
@@ -344,7 +344,7 @@ def test_the_guarantee_and_the_tradeoff_speak_of_each_measure_and_definition(tmp
 def test_the_tradeoff_figure_has_one_panel_per_unit_and_lines_that_differ(tmp_path, monkeypatch):
     """Persons, PINCP units and ranks on one axis no more: one panel per unit; lines of one panel
     differ in marker and dash, and a later one is thinner (two equal curves both show)."""
-    from dprelease import report_figures
+    from dprelease.report import figures as report_figures
 
     drawn = []
     monkeypatch.setattr(report_figures, "_png", lambda fig: drawn.append(fig) or "")

@@ -20,9 +20,9 @@ from fractions import Fraction
 from pathlib import Path
 
 from dprelease.accounting import PureDP
-from dprelease.cron import latest_firing
+from dprelease.serve.cron import latest_firing
 from dprelease.ledger import Ledger, resolve_location
-from dprelease.schedule_binding import ScheduleBinding, binding_file
+from dprelease.serve.binding import ScheduleBinding, binding_file
 from tests.conftest import ROOT
 from tests.ledgers import make_ledger
 from tests.schedules import MONTHLY, bind_here, run_as, run_logs
@@ -205,8 +205,8 @@ def _takes_no_orders(url: str, found: dict, unapproved: dict, spec: Path, other:
     then rescheduled for now: Prefect keeps the first date as the run's) — each of which published
     a release of its own before, fails with one ERROR line and no traceback, before any ledger is
     opened or created: nothing reserved, published or spent."""
-    from dprelease.cron import firings, latest_firing
-    from dprelease.schedule_binding import binding_file, read_binding
+    from dprelease.serve.cron import firings, latest_firing
+    from dprelease.serve.binding import binding_file, read_binding
 
     bound = read_binding(found["name"])
     assert bound is not None and oct(binding_file(found["name"]).stat().st_mode & 0o777) == "0o600"
@@ -386,8 +386,8 @@ def test_the_shipped_deployment_points_at_a_valid_spec_and_flow(cli):
 
     from prefect.client.schemas.schedules import CronSchedule
 
-    from dprelease.orchestrate import scheduled_release
-    from dprelease.schedule_binding import PARAMETERS
+    from dprelease.serve.orchestrate import scheduled_release
+    from dprelease.serve.binding import PARAMETERS
     from tests.conftest import ROOT
 
     unit = (ROOT / "pipelines" / "acs-monthly.service").read_text()
@@ -450,7 +450,7 @@ def test_releases_scheduled_more_than_once_a_day_name_the_hour_and_minute(tmp_pa
 
 
 def test_cron_firings():
-    from dprelease.cron import firings
+    from dprelease.serve.cron import firings
 
     start = datetime(2027, 3, 1, 2, 59)
     assert firings("0 3 1 * *", start, 2) == [datetime(2027, 3, 1, 3, 0), datetime(2027, 4, 1, 3, 0)]
@@ -472,7 +472,7 @@ def test_a_refused_scheduled_run_logs_one_error_line_and_fails_without_a_traceba
     from prefect.states import State
 
     import dprelease.lifecycle
-    from dprelease import orchestrate
+    from dprelease.serve import orchestrate
     from dprelease.errors import InternalError, OverBudgetError
 
     records = run_logs(monkeypatch, "test-scheduled-run")
@@ -510,7 +510,7 @@ def test_a_successful_scheduled_run_logs_at_info_and_its_warnings_at_warning(tmp
     import logging
 
     import dprelease.lifecycle
-    from dprelease import orchestrate
+    from dprelease.serve import orchestrate
 
     parent = logging.getLogger("test-scheduled-success")
     records = run_logs(monkeypatch, "test-scheduled-success")
@@ -541,8 +541,8 @@ def test_a_scheduled_run_that_no_schedule_process_bound_or_that_differs_at_all_i
     import prefect
 
     import dprelease.lifecycle
-    from dprelease import orchestrate
-    from dprelease.cron import latest_firing
+    from dprelease.serve import orchestrate
+    from dprelease.serve.cron import latest_firing
 
     calls: list[tuple] = []  # type: ignore[type-arg]
     monkeypatch.setattr(dprelease.lifecycle, "run_spec", lambda *args, **kwargs: calls.append((args, kwargs)))
@@ -584,7 +584,7 @@ def test_schedule_shows_the_next_runs_warnings_and_runway_and_refuses_what_it_wo
     spec = demo_spec(tmp_path)
     assert cli("run", spec, "--output-dir", tmp_path / "out", "--orchestrator", "inline").code == 0  # ε 1 of 4
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    from dprelease.cron import firings
+    from dprelease.serve.cron import firings
 
     first, _, third = firings("0 3 1 * *", now, 3)
     same = cli("schedule", spec, "--cron", "0 3 1 * *")  # acs-demo-2019 again: refused, nothing served

@@ -1,4 +1,4 @@
-"""The binding of a served deployment (issue 27, item 8; :mod:`dprelease.schedule_binding`),
+"""The binding of a served deployment (issue 27, item 8; :mod:`dprelease.serve.binding`),
 without a Prefect server: a run's date must be the latest firing of the bound cron; the binding
 is trusted only from this user's owner-only data directory, written by a running `dprelease
 schedule` that started the run; the spec's domain and mapping files are bound with it. The
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dprelease.schedule_binding import ScheduleBinding
+from dprelease.serve.binding import ScheduleBinding
 from tests.schedules import MONTHLY, bind_here, run_as, run_logs
 from tests.test_operations import demo_spec
 from tests.test_schedule import demo_spec_with_its_domain
@@ -29,7 +29,7 @@ def test_a_scheduled_runs_date_is_the_latest_firing_of_its_bound_cron():
     (give or take a minute of clock skew); a run triggered for "now" (scheduled within a minute of
     its creation) runs as the latest firing at or before then; a date older than one period, in
     the future or that is no firing is refused."""
-    from dprelease.schedule_binding import NotBound, ScheduledRun
+    from dprelease.serve.binding import NotBound, ScheduledRun
 
     binding = ScheduleBinding.bind("dprelease-scheduled/m", Path(__file__), (), None, Path("/o"), True, MONTHLY)
     utc = lambda *args: datetime(*args, tzinfo=timezone.utc)  # noqa: E731
@@ -75,8 +75,8 @@ def test_a_forged_date_is_refused_by_the_flow_before_anything_is_opened(tmp_path
     import logging
 
     import dprelease.lifecycle
-    from dprelease import orchestrate
-    from dprelease.cron import firings, latest_firing
+    from dprelease.serve import orchestrate
+    from dprelease.serve.cron import firings, latest_firing
 
     records = run_logs(monkeypatch, "test-forged-dates")
     calls: list[dict] = []  # type: ignore[type-arg]
@@ -117,9 +117,10 @@ def test_a_binding_is_trusted_only_from_this_users_owner_only_data_directory(tmp
     import prefect
 
     import dprelease.lifecycle
-    from dprelease import files, orchestrate
-    from dprelease.processes import data_dir, process_start
-    from dprelease.schedule_binding import NotBound, binding_file, read_binding
+    from dprelease.host import files
+    from dprelease.serve import orchestrate
+    from dprelease.host.processes import data_dir, process_start
+    from dprelease.serve.binding import NotBound, binding_file, read_binding
 
     calls: list[tuple] = []  # type: ignore[type-arg]
     monkeypatch.setattr(dprelease.lifecycle, "run_spec", lambda *args, **kwargs: calls.append(args))
@@ -185,7 +186,7 @@ def test_the_spec_s_domain_and_mapping_files_are_bound_too(tmp_path, monkeypatch
     import prefect
 
     import dprelease.lifecycle
-    from dprelease import orchestrate
+    from dprelease.serve import orchestrate
     from dprelease.spec import load_spec
     from tests.conftest import SPECS
 
@@ -217,8 +218,8 @@ def test_a_binding_is_kept_while_its_schedule_serves_and_by_one_schedule_only(tm
     data directory open to others before serving (not at the first run), and refuses to serve a
     deployment another running `schedule` serves."""
     from dprelease.errors import UserError
-    from dprelease.processes import data_dir, process_start
-    from dprelease.schedule_binding import binding_file, read_binding, serving
+    from dprelease.host.processes import data_dir, process_start
+    from dprelease.serve.binding import binding_file, read_binding, serving
 
     spec = demo_spec(tmp_path)
     binding = ScheduleBinding.bind("dprelease-scheduled/kept", spec, (), None, tmp_path / "out", True, MONTHLY)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from dprelease import server, server_auth
+from dprelease.serve import server
+from dprelease.serve import auth as server_auth
 from dprelease.errors import UserError
 from tests.conftest import ROOT
 
@@ -169,7 +170,7 @@ def test_check_access_asks_with_the_credentials_prefect_will_use(monkeypatch):
 
 def test_the_secrets_directories_are_owner_only_whatever_the_umask(tmp_path, monkeypatch):
     """Issue 27, item 8 (review 4): the secret's missing parent directories are made by the one
-    file-mode rule (dprelease.files.make_dirs), 0700 each, even under umask 000."""
+    file-mode rule (dprelease.host.files.make_dirs), 0700 each, even under umask 000."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "new" / "data"))
     previous = os.umask(0)
     try:
@@ -203,7 +204,7 @@ def test_a_day_server_without_authentication_is_replaced_never_kept_silently(tmp
     starts one that requires the secret on the same port. (Two stand-ins for Prefect's server,
     answering as it does with and without ``PREFECT_SERVER_API_AUTH_STRING``.)"""
     from dprelease.cli import warm
-    from dprelease.processes import process_start, write_record
+    from dprelease.host.processes import process_start, write_record
 
     def fake(port: int, log: Path, *, with_parent: bool = False,  # type: ignore[no-untyped-def]
              extra_env: dict[str, str] | None = None):

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dprelease.evaluate import plan_variances
+from dprelease.evaluate.accuracy import plan_variances
 from dprelease.accounting import PureDP
 from dprelease.data.histogram import where_mask
 from dprelease.data.load import Encoded
@@ -156,7 +156,7 @@ def test_a_mode_and_a_mean_leave_structural_cells_unmeasured(tmp_path):
     spec = small_spec(tmp_path, "  - {name: mode, group_by: [S], where: {S: {eq: 2}}, measure: {mode: A}, epsilon: 1}\n"
                                 "  - {name: mean, group_by: [S], where: {S: {eq: 2}}, epsilon: 1,\n"
                                 "     measure: {mean: INCOME, bounds: [0, 100], granularity: 1}}")
-    from dprelease.measure import measure_mean, measure_mode
+    from dprelease.lifecycle.measure import measure_mean, measure_mode
 
     plans = plans_of(spec)
     modes = [measure_mode(np.array([0, 0, 0, 5, 1, 0], dtype=np.int64), plans["mode"], 3) for _ in range(50)]
@@ -175,7 +175,7 @@ def test_a_mode_and_a_mean_leave_structural_cells_unmeasured(tmp_path):
 def test_structural_cells_are_never_noised(monkeypatch):
     """Over many draws with the real CSPRNG, every structural cell is exactly 0, and noise is drawn
     for the measured cells only."""
-    import dprelease.measure as measure
+    import dprelease.lifecycle.measure as measure
     import dprelease.plan.measurements as noise  # the plan's DiscreteLaplace draws with this sampler
 
     spec = load_spec(DEMO)
@@ -196,7 +196,7 @@ def test_structural_cells_are_never_noised(monkeypatch):
 
 
 def test_a_structural_cell_holding_rows_is_a_bug_caught_before_any_noise(monkeypatch):
-    import dprelease.measure as measure
+    import dprelease.lifecycle.measure as measure
     import dprelease.plan.measurements as noise
 
     plan = plans_of(load_spec(DEMO))["adults_by_puma_age_group"]
@@ -213,8 +213,8 @@ def test_consistent_post_processing_keeps_structural_cells_at_zero(tmp_path):
     text = text.replace("    consistency: persons\n", "    consistency: persons\n    where: {AGEP: {ge: 18}, HISP: {ne: 0}}\n")
     spec = load_spec(write_spec(tmp_path, text))
     from dprelease.data import encode
-    from dprelease.evaluate import exact_measurements
-    from dprelease.measure import measure_counts
+    from dprelease.evaluate.accuracy import exact_measurements
+    from dprelease.lifecycle.measure import measure_counts
     from tests.test_consistent import check_consistency
 
     plans = plans_of(spec)
@@ -373,7 +373,7 @@ def test_a_release_from_before_structural_zeros_is_post_processed_as_published(d
 
 
 def test_structural_zeros_omit_leaves_the_cells_out(tmp_path):
-    from dprelease.publish import write_table
+    from dprelease.publish.layout import write_table
 
     text = unpinned(DEMO.read_text()).replace('where: {AGEP: {ge: 18}}', 'where: {AGEP: {ge: 18}}\n    structural_zeros: omit')
     text = text.replace("domains/puma.txt", str(ROOT / "configs" / "domains" / "puma.txt"))

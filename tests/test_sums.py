@@ -14,7 +14,7 @@ import pandas as pd
 from dprelease.accounting import Neighbouring
 from dprelease.plan.sensitivities import sum_l1
 from dprelease.data import encode, histogram
-from dprelease.measure import measure_counts
+from dprelease.lifecycle.measure import measure_counts
 from dprelease.mechanisms import discrete_laplace
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec
@@ -149,7 +149,7 @@ def test_a_release_of_sums_end_to_end(tmp_path, run_env, cli):
 def test_evaluate_simulates_sums_at_their_scale(tmp_path):
     """Mean absolute error of 'none'-processed cells ≈ the noise scale (400,000 for income): a
     simulation in the wrong units would be off by the granularity (100×)."""
-    from dprelease.evaluate import evaluate
+    from dprelease.evaluate.accuracy import evaluate
 
     rows = evaluate(load_spec(write(tmp_path)), trials=100)
     income = next(r for r in rows if r.table == "income_by_sex" and r.method == "clamp")

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from dprelease.evaluate import plan_variances
+from dprelease.evaluate.accuracy import plan_variances
 from dprelease.plan import plan_release
 from dprelease.postprocess import FitWarning, Invariants, postprocess_release
 from dprelease.postprocess import parents, transport
 from dprelease.postprocess.transport import fit_blocks, kkt_violation
-from dprelease.release import ReleaseRun
+from dprelease.lifecycle.release import ReleaseRun
 from dprelease.spec import load_spec
 
 LEVELS = ("STATE", "COUNTY", "TRACT", "BG", "BLOCK")

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import yaml
 
-from dprelease import reporting
+from dprelease.report import published as reporting
 from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.errors import OverBudgetError, UserError
-from dprelease.manifest import manifest
+from dprelease.publish.manifest import manifest
 from dprelease.plan import plan_release
 from dprelease.plan.allocation import allocate, closed_form, round_significant
 from dprelease.plan.margins import margin_of

@@ -294,7 +294,7 @@ def test_another_users_request_is_refused(tmp_path, monkeypatch):
 def test_the_client_sends_nothing_to_a_process_that_is_not_the_runner(tmp_path, monkeypatch):
     """A socket at the recorded path held by another process than the recorded runner (a stale
     path taken over, say) gets nothing: not the environment, not the terminal."""
-    from dprelease.processes import process_start
+    from dprelease.host.processes import process_start
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")

@@ -14,7 +14,7 @@ from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.accounting import Terms
 from dprelease.accounting import zcdp_epsilon
 from dprelease.ledger import Ledger, resolve_location
-from dprelease.measure import measure_counts
+from dprelease.lifecycle.measure import measure_counts
 from dprelease.plan import plan_release
 from dprelease.spec import load_spec
 from tests.conftest import ROOT, unpinned
@@ -237,7 +237,7 @@ def test_evaluate_under_zcdp_compares_with_a_real_clamp(tmp_path):
     through `--method clamp`, which overrides discrete Laplace count tables only (a zCDP table,
     discrete Gaussian, kept its consistent post-processing). Evaluate now clamps every count table
     per cell: its clamp rows differ from its consistent ones."""
-    from dprelease.evaluate import evaluate
+    from dprelease.evaluate.accuracy import evaluate
     from dprelease.spec import load_spec
     from tests.test_consistent import zcdp_geography_spec
 

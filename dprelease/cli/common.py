@@ -15,7 +15,7 @@ from rich.console import Console
 
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
 from dprelease.ledger import Ledger, LedgerLocation, resolve_location
-from dprelease.notices import copy_note, init_command, ledger_line, location_notes, opened_notes, refuse_ledger_choice
+from dprelease.lifecycle.notices import copy_note, init_command, ledger_line, location_notes, opened_notes, refuse_ledger_choice
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -116,7 +116,7 @@ def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] =
     exist (no command but `ledger init` creates one, and `run --ledger` for a spec that pins
     none), a --ledger away from the spec's pin must name a ledger that records the dataset, and a
     dataset's budget never starts in the per-user default
-    (:func:`dprelease.notices.refuse_ledger_choice`). ``check`` runs once the ledger is found.
+    (:func:`dprelease.lifecycle.notices.refuse_ledger_choice`). ``check`` runs once the ledger is found.
     ``found``: the ledger at ``location`` already opened by the caller (closed on leaving)."""
     found = found or Ledger.open(location)
     for note in location_notes(spec, location):

@@ -2,14 +2,14 @@
 server start`` keeps beside the day's Prefect server: a process that has Prefect and the
 library imported already and forks a child per run, so the run does not pay the ~1–2 s of
 importing them. This module is the client, on the path of every ``dprelease`` command: it
-imports the standard library and :mod:`dprelease.server` only (no typer, no Prefect, no
+imports the standard library and :mod:`dprelease.serve.server` only (no typer, no Prefect, no
 SQLAlchemy), and decides in milliseconds.
 
 A run is handed over only when all of these hold, and otherwise runs here exactly as before:
 
 * the command is ``run`` with ``--orchestrator auto`` (the default) or ``prefect``, and this
   process is not itself a warm runner's child;
-* the run would go to the day server anyway (:func:`dprelease.server.choose` picks a Prefect
+* the run would go to the day server anyway (:func:`dprelease.serve.server.choose` picks a Prefect
   API, and it is the one the runner was started for);
 * the process listening on the recorded socket is the recorded runner, of this user (the
   kernel's peer credentials, checked before anything is sent), and it accepts the request:
@@ -57,7 +57,7 @@ def hand_off(args: list[str]) -> int | None:
     mode = orchestrator_of(args)
     if mode not in HANDED_MODES or os.environ.get(CHILD_FLAG):
         return None
-    from dprelease import server
+    from dprelease.serve import server
     from dprelease.cli.warm import connect, recorded
 
     runner = recorded()
@@ -138,7 +138,7 @@ def _wait(reader, child: int) -> int:  # type: ignore[no-untyped-def]
         kind, _, code = line.strip().partition(" ")
         if kind == "exit" and code.lstrip("-").isdigit():
             return int(code)
-    from dprelease.processes import pid_exists
+    from dprelease.host.processes import pid_exists
 
     while pid_exists(child):  # the runner ended first: wait for the run itself to end
         time.sleep(0.2)

@@ -2,7 +2,7 @@
 creates no ledger, never imports Prefect.
 
 What it finds in the data goes to the terminal only; the spec holds no data value and no count
-(:mod:`dprelease.spec.starter`), and is written owner-only (:mod:`dprelease.files`). Its ledger
+(:mod:`dprelease.spec.starter`), and is written owner-only (:mod:`dprelease.host.files`). Its ledger
 and output directory are pinned in the project's ledgers/ and outputs/ (a git work tree's), else
 beside the spec's folder; the terminal says where they resolve,
 how to create the ledger deliberately, and whether git would see them.
@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.cli.common import handled, say, show
 from dprelease.cli.gitcheck import warn_if_not_ignored, work_tree
 from dprelease.errors import UserError

@@ -22,7 +22,7 @@ from dprelease.cli.common import (
 )
 from dprelease.errors import DataError, ExitCode, SpecError
 from dprelease.ledger import Ledger
-from dprelease.notices import context_warnings, large_delta_warnings, ledger_line
+from dprelease.lifecycle.notices import context_warnings, large_delta_warnings, ledger_line
 
 
 @handled

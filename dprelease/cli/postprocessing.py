@@ -17,12 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.errors import UserError
-from dprelease.reporting import read_release_json
+from dprelease.report.published import read_release_json
 from dprelease.postprocess import Invariants, check_invariants, postprocess_release
 from dprelease.postprocess.hierarchy import noise_variance
-from dprelease.publish import read_invariant, sync_tree, utc_now, write_json, write_table
+from dprelease.publish.layout import read_invariant, sync_tree, utc_now, write_json, write_table
 from dprelease.spec import fingerprint
 from dprelease.spec.canonical import spec_from_canonical
 
@@ -76,7 +76,7 @@ def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
     final = versions / f"{number}-{label}"
     staging = versions / f".{number}-{label}.staging"
     shutil.rmtree(staging, ignore_errors=True)
-    files.make_dirs(staging)  # 0700, and postprocessed/ too if new (the tables in it 0600: dprelease.files)
+    files.make_dirs(staging)  # 0700, and postprocessed/ too if new (the tables in it 0600: dprelease.host.files)
     margins, names = _margin_columns(manifest)
     for table in spec.tables:
         for level, dims, _ in table.measured():
@@ -97,7 +97,7 @@ def _margin_columns(manifest: dict) -> tuple[dict, dict]:  # type: ignore[type-a
     those of a release published before the privacy noise's margins were named so): the new
     version publishes them too, under the same names, as the release's manifest lists them."""
     from dprelease.plan.margins import Margin
-    from dprelease.publish import EARLIER_MARGIN_COLUMNS, MARGIN_COLUMNS
+    from dprelease.publish.layout import EARLIER_MARGIN_COLUMNS, MARGIN_COLUMNS
 
     listed = {c["name"] for t in manifest["tables"] for c in t.get("columns", [])[-2:]}  # a margin, then structural
     names = EARLIER_MARGIN_COLUMNS if listed & set(EARLIER_MARGIN_COLUMNS.values()) else MARGIN_COLUMNS

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from pyarrow import csv
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.data import file_fingerprint
 from dprelease.data.scan import Source
 from dprelease.errors import DataError, LedgerError, UserError

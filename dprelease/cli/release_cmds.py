@@ -1,6 +1,6 @@
 """``dprelease run``, ``schedule``, ``postprocess`` and ``report``: publish a release (now, or on
 a cron schedule), re-run its post-processing, report on it. The run's lifecycle lives in
-:mod:`dprelease.lifecycle` and Prefect in :mod:`dprelease.orchestrate`; this module parses
+:mod:`dprelease.lifecycle` and Prefect in :mod:`dprelease.serve.orchestrate`; this module parses
 arguments and prints."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.cli.common import (
     LedgerOpt,
     OutputDirOpt,
@@ -73,7 +73,8 @@ def run(
     if dask_address is not None and not re.fullmatch(r"(tcp|tls)://[^\s/]+:[0-9]{1,5}", dask_address):
         raise typer.BadParameter(f"{dask_address!r} is not a Dask scheduler address, e.g. tcp://scheduler:8786",
                                  param_hint="--dask-address")
-    from dprelease import server, server_auth
+    from dprelease.serve import server
+    from dprelease.serve import auth as server_auth
 
     choice = server.choose(orchestrator)
     runner = os.environ.get(CHILD_FLAG)  # this process is a warm runner's child (dprelease.cli.handoff)
@@ -124,7 +125,7 @@ def run(
 def _orchestrate(run) -> None:  # type: ignore[no-untyped-def]
     """The Prefect flow of a reserved run: Prefect is imported only now."""
     with _spinner("importing Prefect"):
-        from dprelease.orchestrate import run_release
+        from dprelease.serve.orchestrate import run_release
 
     run_release(run)
 
@@ -180,9 +181,9 @@ def schedule(
     release from the spec's template, e.g. release: "acs-monthly-{run_date:%Y-%m}", with its
     firing of the cron (UTC): the latest at or before now, no other; by default it refuses a plan
     that is not approved (nothing spent)."""
-    from dprelease import server_auth
+    from dprelease.serve import auth as server_auth
     from dprelease.lifecycle.prepare import output_location
-    from dprelease.schedule_binding import ScheduleBinding, serving
+    from dprelease.serve.binding import ScheduleBinding, serving
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)  # a broken spec fails now, not at 03:00
@@ -205,7 +206,7 @@ def schedule(
     if spec.release_template is None:
         say(f"warning: {spec_path}: release {spec.release!r} has no {{run_date:...}} template, so only the first "
             "scheduled run can publish; later runs are refused as already released")
-    from dprelease import orchestrate  # imports Prefect: only now
+    from dprelease.serve import orchestrate  # imports Prefect: only now
 
     if not orchestrate.is_cron(cron):
         raise typer.BadParameter(f"{cron!r} is not a cron expression, e.g. \"0 3 1 * *\"", param_hint="--cron")
@@ -226,7 +227,7 @@ def _server_in_use(need: str) -> str:
     """The Prefect server schedules use (``PREFECT_API_URL``, the active profile's, or the one
     `dprelease server start` keeps), made this process's before Prefect is imported, with its
     credentials; never a temporary one: without a server, a user error saying how to start one."""
-    from dprelease import server
+    from dprelease.serve import server
 
     kept = server.recorded()
     api = (os.environ.get("PREFECT_API_URL") or server.profile_api_url()[1]
@@ -254,7 +255,7 @@ def trigger(
     `schedule` bound, as every run does, and runs as the cron's latest firing; the serving process
     (`dprelease schedule`) must be running to pick it up."""
     api = _server_in_use("a triggered run needs the server its schedule is served on")
-    from dprelease import orchestrate  # imports Prefect: only now
+    from dprelease.serve import orchestrate  # imports Prefect: only now
 
     run_id, run_name = orchestrate.trigger(name)
     out.print(f"triggered {orchestrate.SCHEDULED_FLOW}/{name}: flow run {run_id} ({run_name}) on {api}; the serving "
@@ -268,12 +269,12 @@ def _next_run(spec_path: Path, cron: str, ledger: Any, *, require_approval: bool
     the lifetime budget covers, and the date of the last), and a refusal (exit 3 or 4, nothing
     served) where that run would be refused as over budget or already released. An unapproved plan
     is said, not refused: a reviewer may approve it before it fires (each run checks then)."""
-    from dprelease.cron import firings
+    from dprelease.serve.cron import firings
     from dprelease.accounting import amount_text
     from dprelease.errors import AlreadyReleasedError, NotApprovedError, OverBudgetError
     from dprelease.lifecycle import over_budget_message
     from dprelease.lifecycle.refusals import approval_of
-    from dprelease.notices import context_warnings
+    from dprelease.lifecycle.notices import context_warnings
     from dprelease.plan import plan_release
     from dprelease.plan.review import plan_facts, review_warnings
     from dprelease.spec import load_spec
@@ -326,9 +327,9 @@ def _runway(plan: Any) -> int | None:
 
 
 def _check_cron(cron: str) -> None:
-    """Refuse a cron that :mod:`dprelease.cron` cannot read (each run's date is checked against
+    """Refuse a cron that :mod:`dprelease.serve.cron` cannot read (each run's date is checked against
     it) or that never fires."""
-    from dprelease.cron import firings
+    from dprelease.serve.cron import firings
 
     found = firings(cron, datetime.now(timezone.utc).replace(tzinfo=None), 1)
     if found is None:
@@ -343,7 +344,7 @@ def _check_cron(cron: str) -> None:
 def _name_clash(template: str | None, cron: str) -> tuple[datetime, datetime, str] | None:
     """Two consecutive firings of ``cron`` (among its next 500) that ``template`` gives the same
     release name, with the name; None if there are none (or the cron is not understood here)."""
-    from dprelease.cron import firings
+    from dprelease.serve.cron import firings
 
     if template is None:
         return None
@@ -369,8 +370,8 @@ def report(
     Reads the release's manifest and, when reachable, the ledger (burn-down across releases,
     unfinished reservations). The HTML is one self-contained file with its plots inlined.
     """
-    from dprelease import reporting
-    from dprelease.reporting_html import page
+    from dprelease.report import published as reporting
+    from dprelease.report.html import page
 
     if fmt not in ("html", "md", "json"):
         raise typer.BadParameter("use html, md or json", param_hint="--format")

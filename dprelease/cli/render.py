@@ -24,7 +24,7 @@ from dprelease.accounting import (
 )
 from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
-from dprelease.manifest import budget_record
+from dprelease.publish.manifest import budget_record
 from dprelease.plan import Plan, TablePlan
 from dprelease.plan.margins import margin_of
 from dprelease.plan.measurements import Mean, MeanPart

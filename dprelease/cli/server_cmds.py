@@ -1,5 +1,5 @@
 """``dprelease server start|stop|status``: one local Prefect server kept for the working day,
-so runs are flow runs without paying a server's start-up each time (:mod:`dprelease.server`)."""
+so runs are flow runs without paying a server's start-up each time (:mod:`dprelease.serve.server`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def server_start(
                                                 "else any free port).")] = None,
 ) -> None:
     """Start a local Prefect server (on 127.0.0.1, detached) that `dprelease run` uses until it is stopped."""
-    from dprelease import server
+    from dprelease.serve import server
     from dprelease.cli import warm
 
     if server.recorded() is None:
@@ -37,7 +37,7 @@ def server_start(
 @handled
 def server_stop() -> None:
     """Stop the server `dprelease server start` started."""
-    from dprelease import server
+    from dprelease.serve import server
     from dprelease.cli import warm
 
     warm.stop()
@@ -48,7 +48,7 @@ def server_stop() -> None:
 @handled
 def server_status() -> None:
     """Whether the server runs, and what `dprelease run` will use (Prefect there, or inline)."""
-    from dprelease import server
+    from dprelease.serve import server
     from dprelease.cli import warm
 
     for line in server.status_lines():

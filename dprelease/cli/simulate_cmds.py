@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.cli.common import (
     LedgerOpt,
     handled,
@@ -74,7 +74,7 @@ def evaluate(
     the ledger's releases; records the evaluation in the ledger (who, when, which data; nothing
     spent) and publishes nothing.
     """
-    from dprelease.evaluate import NOT_PRIVATE, evaluate as run_evaluation, report_md
+    from dprelease.evaluate.accuracy import NOT_PRIVATE, evaluate as run_evaluation, report_md
     from dprelease.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -89,7 +89,7 @@ def evaluate(
 
     with spec_ledger(spec, location, check=refuse_no_file) as opened:
         from dprelease.data import file_fingerprint
-        from dprelease.evaluate import refuse_report_among_releases
+        from dprelease.evaluate.accuracy import refuse_report_among_releases
         from dprelease.lifecycle.refusals import refuse_bad_data
 
         if output is not None:  # before the data is read: nothing recorded, nothing written
@@ -116,7 +116,7 @@ def evaluate(
     command = " ".join(["dprelease evaluate", str(spec_path), "--trials", str(trials)])
     with _trial_progress(f"{spec.release}: simulated releases", trials) as on_trial:
         rows = run_evaluation(spec, trials, on_trial=on_trial)
-    from dprelease.coverage import coverage_md, margin_coverage
+    from dprelease.evaluate.coverage import coverage_md, margin_coverage
 
     text = report_md(spec, rows, trials, command) + "\n" + coverage_md(spec, margin_coverage(spec, trials), trials)
     print(text)
@@ -144,7 +144,7 @@ def _trial_progress(description: str, total: int) -> Iterator[Callable[[int], No
 
 def _write_private(path: Path, text: str) -> None:
     """Write ``text`` to a new or replaced owner-only file (it describes the exact data), never
-    through a link planted at ``path`` (:func:`dprelease.files.write_text`)."""
+    through a link planted at ``path`` (:func:`dprelease.host.files.write_text`)."""
     try:
         files.write_text(path, text)
     except OSError as exc:

@@ -7,7 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from dprelease.accounting import Budget, decimal_text, fraction_text, percent_text
-from dprelease.manifest import budget_record
+from dprelease.publish.manifest import budget_record
 from dprelease.plan import Plan
 from dprelease.plan.allocation import Allocation, Share
 from dprelease.plan.tradeoff import FACTORS, Curve

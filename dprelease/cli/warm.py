@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dprelease import files
-from dprelease.processes import alive, data_dir, process_start, read_record, write_record
+from dprelease.host import files
+from dprelease.host.processes import alive, data_dir, process_start, read_record, write_record
 
 START_TIMEOUT = 60.0  # seconds for the runner to import Prefect and answer
 STOP_WAIT = 60.0  # seconds ``stop`` waits for a runner to finish its runs and exit
@@ -42,7 +42,7 @@ class Runner:
     """A warm runner, as ``dprelease server start`` recorded it."""
 
     pid: int
-    start: str  # its process start token (dprelease.processes.process_start)
+    start: str  # its process start token (dprelease.host.processes.process_start)
     api: str  # the Prefect API its flow runs go to (Prefect read it at import)
     socket: str
     log: str
@@ -85,9 +85,9 @@ def start(api: str, module: str = "dprelease.cli.warm_loop") -> tuple[Runner | N
     another server, or for other code or settings, is replaced (its runs finish first, see the
     module's docstring). A runner that fails to start is not an error: runs then import Prefect
     themselves. The runner gets the secret of ``api`` when that is the server dprelease keeps
-    (:func:`dprelease.server.client_env`), in its environment: Prefect reads it at import.
+    (:func:`dprelease.serve.server.client_env`), in its environment: Prefect reads it at import.
     ``module``: the runner's module (tests start one with a fault hook installed)."""
-    from dprelease.server import client_env
+    from dprelease.serve.server import client_env
 
     running = recorded()
     if running is not None and running.api == api and _answers(running):

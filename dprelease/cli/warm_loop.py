@@ -46,7 +46,7 @@ def _preload() -> None:
     import pkgutil
 
     import dprelease
-    import dprelease.orchestrate  # noqa: F401 - Prefect, and the flow
+    import dprelease.serve.orchestrate  # noqa: F401 - Prefect, and the flow
 
     for module in pkgutil.walk_packages(dprelease.__path__, "dprelease."):
         if not module.name.startswith(("dprelease.cli", "dprelease.__main__")):

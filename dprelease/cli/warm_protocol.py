@@ -17,7 +17,7 @@ from typing import Mapping
 CHILD_FLAG = "DPRELEASE_WARM_RUNNER_CHILD"  # set in a runner's child: it never hands over again
 LIBRARIES = ("prefect", "numpy", "pandas", "pyarrow", "scipy", "typer", "rich", "sqlalchemy", "pydantic")
 SETTINGS_FILES = ("prefect.toml", ".env", "pyproject.toml")  # Prefect reads them from the working directory
-# The runner is matched on its API by itself, and was given that API's secret (dprelease.server.client_env)
+# The runner is matched on its API by itself, and was given that API's secret (dprelease.serve.server.client_env)
 MATCHED_APART = ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING")
 
 

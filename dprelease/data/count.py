@@ -16,7 +16,7 @@ Privacy contract: a transformation, no noise. Every histogram is the one
 :func:`~dprelease.data.histogram.histogram` gives over all rows, whose sensitivity (1 per row
 under add/remove, 2 under change one record, times the contribution bound) the planner uses;
 the counts are exact and confidential. Noise is drawn afterwards, once, in the process that
-holds the ledger reservation (:mod:`dprelease.measure`), never on a worker.
+holds the ledger reservation (:mod:`dprelease.lifecycle.measure`), never on a worker.
 """
 
 from __future__ import annotations

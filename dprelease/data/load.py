@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dprelease.arrays import rank_within
+from dprelease.data.arrays import rank_within
 from dprelease.data.scan import Piece, Source
 from dprelease.data.scan import fingerprint as file_fingerprint
 from dprelease.errors import DataError, first_line

@@ -29,7 +29,7 @@ import os
 import secrets
 from pathlib import Path
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.errors import LedgerError
 from dprelease.ledger.location import LedgerLocation
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from dprelease.processes import pid_exists, process_start
+from dprelease.host.processes import pid_exists, process_start
 
 HEARTBEAT_SECONDS = 5.0
 TTL = timedelta(seconds=60)  # a lease from another host lapses this long after its last heartbeat

@@ -30,7 +30,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from dprelease.errors import LedgerError
-from dprelease.processes import data_dir
+from dprelease.host.processes import data_dir
 
 ENV = "DPRELEASE_LEDGER"
 SOURCES = {"--ledger": "the --ledger option", f"${ENV}": f"the ${ENV} environment variable",

@@ -16,7 +16,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.errors import LedgerError, first_line
 from dprelease.ledger import keys
 from dprelease.ledger.location import LedgerLocation

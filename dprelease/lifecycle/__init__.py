@@ -27,7 +27,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.errors import UserError
 from dprelease.lifecycle.execute import Orchestrator, execute
 from dprelease.lifecycle.prepare import Completed, load, open_ledger, prepare
@@ -39,7 +39,7 @@ from dprelease.lifecycle.refusals import (
 from dprelease.lifecycle.reserve import reserve, reserved_line
 from dprelease.lifecycle.settle import RunFailed, done_lines, finish
 from dprelease.lifecycle.voice import Voice
-from dprelease.notices import ledger_line, opened_notes
+from dprelease.lifecycle.notices import ledger_line, opened_notes
 
 __all__ = ["Orchestrator", "RunFailed", "Voice", "budget_overruns", "over_budget_message",
            "resolve_run", "run_spec"]
@@ -50,11 +50,11 @@ def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *
              dask_address: str | None = None, typed_ledger: bool = False) -> None:
     """Publish the release a spec describes, or refuse with nothing spent (a user error), or
     settle a failed run and raise :class:`RunFailed`. ``orchestrate`` runs a reserved run's
-    steps (``dprelease.orchestrate.run_release``). ``output_dir`` None: the spec's ``output_dir:``,
+    steps (``dprelease.serve.orchestrate.run_release``). ``output_dir`` None: the spec's ``output_dir:``,
     else ./outputs (:func:`dprelease.lifecycle.prepare.output_location`). ``typed_ledger``: the
     ``ledger_url`` was typed on ``dprelease run``'s command line, the one source (for a spec
     that pins none) from which a run may create its ledger; a scheduled run never does."""
-    previous = os.umask(files.UMASK)  # besides dprelease.files: what third-party code creates (SQLite's journal)
+    previous = os.umask(files.UMASK)  # besides dprelease.host.files: what third-party code creates (SQLite's journal)
     try:
         _run_spec(spec_path, ledger_url, output_dir, orchestrate=orchestrate, voice=voice,
                   require_approval=require_approval, run_date=run_date, dask_address=dask_address,

@@ -1,5 +1,5 @@
 """A reserved run's steps — count, measure, post-process, publish (with the ledger commit) —
-run by the orchestrator, which is passed in: the Prefect flow (``dprelease.orchestrate.run_release``,
+run by the orchestrator, which is passed in: the Prefect flow (``dprelease.serve.orchestrate.run_release``,
 so that Prefect is imported only once the run is reserved and the library never imports it) or
 the same steps inline (:func:`dprelease.lifecycle.inline.run_inline`). While the
 steps run, the run holds a lease in the ledger (a heartbeat) and a SIGTERM settles it like a
@@ -20,12 +20,12 @@ from dprelease.ledger import Ledger, LedgerLocation
 from dprelease.ledger.lease import Heartbeat
 from dprelease.lifecycle.settle import settle_failure
 from dprelease.lifecycle.voice import Voice
-from dprelease.release import ReleaseRun
+from dprelease.lifecycle.release import ReleaseRun
 from dprelease.spec import Spec
 
 @dataclass(frozen=True)
 class Orchestrator:
-    """How a reserved run's steps run (chosen by :func:`dprelease.server.choose`): ``steps``
+    """How a reserved run's steps run (chosen by :func:`dprelease.serve.server.choose`): ``steps``
     runs them all; ``record`` says how, in the run's internal record (``run.json``); ``ready``
     is called once every refusal that needs no data has passed, before anything is reserved
     (a Prefect server is checked, or a temporary one started, there: a refused run never

@@ -1,12 +1,12 @@
 """The inline orchestrator: a reserved run's steps called one after another in this process,
 with no Prefect at all. The steps are the ones the Prefect flow runs as tasks
-(:meth:`dprelease.release.ReleaseRun.steps`), so both publish the same release; what Prefect
+(:meth:`dprelease.lifecycle.release.ReleaseRun.steps`), so both publish the same release; what Prefect
 adds (a flow run in its UI, the budget report as artifacts) is what inline runs do without.
 """
 
 from __future__ import annotations
 
-from dprelease.release import ReleaseRun
+from dprelease.lifecycle.release import ReleaseRun
 
 
 def run_inline(run: ReleaseRun) -> None:

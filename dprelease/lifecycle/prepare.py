@@ -33,7 +33,7 @@ from dprelease.lifecycle.refusals import (
     refuse_links,
 )
 from dprelease.lifecycle.voice import Say
-from dprelease.notices import large_delta_warnings, location_notes, refuse_ledger_choice
+from dprelease.lifecycle.notices import large_delta_warnings, location_notes, refuse_ledger_choice
 from dprelease.plan import Plan, plan_release, with_provenance
 from dprelease.spec import Engine, Spec, load_spec
 

@@ -13,7 +13,7 @@ from dprelease.errors import UserError
 from dprelease.ledger import DatasetState, Ledger
 from dprelease.lifecycle.voice import Say
 from dprelease.plan import Plan
-from dprelease.publish import Layout, discard_staging, move_into_place, staged_runs
+from dprelease.publish.layout import Layout, discard_staging, move_into_place, staged_runs
 from dprelease.spec import Spec
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.accounting import ApproxDP, amount_text, fraction_text, subtract
 from dprelease.data.rules import check_rules
 from dprelease.errors import (
@@ -189,7 +189,7 @@ def refuse_foreign_outputs(spec: Spec, output_dir: Path, ledger: Ledger, digest:
     """Refuse to publish beside releases of this dataset (by name, or of the same data: its
     bytes, or its records) that the ledger in use does not record: they were spent from another
     ledger's budget, and a fresh ledger here would restart it. Nothing is reserved."""
-    from dprelease.publish import foreign_releases
+    from dprelease.publish.layout import foreign_releases
 
     known = ledger.run_ids()
     for found in foreign_releases(output_dir, known, spec.dataset.name, digest, identity):
@@ -288,7 +288,7 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
 def _check_writable(output_dir: Path) -> None:
     for directory in (output_dir, output_dir / ".staging", output_dir / "_internal"):
         try:
-            files.make_dirs(directory)  # 0700 (dprelease.files)
+            files.make_dirs(directory)  # 0700 (dprelease.host.files)
             with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
                 pass
         except OSError as exc:

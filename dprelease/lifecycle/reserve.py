@@ -12,10 +12,10 @@ from dprelease.errors import InternalError
 from dprelease.ledger import Ledger, LocalCollection
 from dprelease.lifecycle.prepare import Prepared
 from dprelease.plan import Plan
-from dprelease.manifest import RunFacts
-from dprelease.publish import Layout
-from dprelease.notices import context_warnings
-from dprelease.release import ReleaseRun
+from dprelease.publish.manifest import RunFacts
+from dprelease.publish.layout import Layout
+from dprelease.lifecycle.notices import context_warnings
+from dprelease.lifecycle.release import ReleaseRun
 
 
 def reserve(prepared: Prepared, ledger: Ledger) -> ReleaseRun:

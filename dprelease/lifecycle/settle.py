@@ -16,8 +16,8 @@ from dprelease.errors import ExitCode, LedgerError, UserError
 from dprelease.ledger import Ledger
 from dprelease.lifecycle.voice import Voice
 from dprelease.plan import Plan
-from dprelease.publish import discard_staging, move_into_place
-from dprelease.release import ReleaseRun
+from dprelease.publish.layout import discard_staging, move_into_place
+from dprelease.lifecycle.release import ReleaseRun
 from dprelease.spec import Spec
 
 

@@ -4,7 +4,7 @@ The planner builds one of these per measurement (:class:`TablePlan`, the plan of
 measurement, holds it as ``noise``); everything downstream reads it instead of recomputing: the sampler's
 parameters (checked against the exact sampler here, when the plan is made, so a run never
 fails on them after reserving), the margin of error, the noise variance consistency weights
-by, and what the manifest shows. Only :mod:`dprelease.measure` calls ``draw``. A mean is a
+by, and what the manifest shows. Only :mod:`dprelease.lifecycle.measure` calls ``draw``. A mean is a
 :class:`Mean`: its sum and its count, each a measurement of its own (:class:`MeanPart`).
 
 Units: a sum's values are multiples of its ``granularity`` g, and noise is drawn in those units

@@ -7,7 +7,7 @@ waits until it answers, and records its PID, process start token and URL in
 ``$XDG_DATA_HOME/dprelease/server.json`` (owner-only). ``stop`` ends it; ``status`` says
 whether runs will use it. A recorded server that answers without authentication (one started
 before dprelease required it) is never kept: ``start`` stops it and starts one in its place. Its API requires the secret kept beside that record
-(:mod:`dprelease.server_auth`), which :func:`client_env` gives each client process dprelease
+(:mod:`dprelease.serve.auth`), which :func:`client_env` gives each client process dprelease
 runs against it; a temporary server requires a secret of its own, held in memory. A recorded server whose process has gone (or whose PID now belongs
 to another process) is treated as absent.
 
@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from dprelease import files, server_auth
+from dprelease.host import files
+from dprelease.serve import auth as server_auth
 from dprelease.errors import UserError
-from dprelease.processes import alive, data_dir, pid_exists, process_start, read_record, write_record
+from dprelease.host.processes import alive, data_dir, pid_exists, process_start, read_record, write_record
 
 MODES = ("auto", "prefect", "inline")
 START_TIMEOUT = 120.0  # seconds: a first start migrates a new PREFECT_HOME's database (~15 s here)
@@ -51,7 +52,7 @@ class Server:
     """A local Prefect server started by ``dprelease server start``."""
 
     pid: int
-    start: str  # the process's start token (see dprelease.processes.process_start)
+    start: str  # the process's start token (see dprelease.host.processes.process_start)
     url: str  # its API, e.g. http://127.0.0.1:4200/api
     started_at: str
     log: str

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from dprelease.accounting import ZCDP, ApproxDP, Budget, amount_text, delta_of, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import CapChange
-from dprelease.manifest import ReleaseBudgets, part_budget, read_budget, release_budgets, table_budget
+from dprelease.publish.manifest import ReleaseBudgets, part_budget, read_budget, release_budgets, table_budget
 from dprelease.plan.margins import Margin
 from dprelease.plan.review import ReviewFacts, measurement_name, review_warnings
 
@@ -71,7 +71,7 @@ def _record_lines(manifest: dict[str, Any]) -> list[str]:
 
 
 def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -> str:
-    """The report's markdown. Every budget figure is read typed (:func:`dprelease.manifest.release_budgets`,
+    """The report's markdown. Every budget figure is read typed (:func:`dprelease.publish.manifest.release_budgets`,
     ``table_budget``, ``part_budget``) and shown with the unit of its type."""
     budgets = release_budgets(manifest)
     life_sym = budgets.cap.symbol

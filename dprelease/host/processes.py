@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
-from dprelease import files
+from dprelease.host import files
 
 
 def data_dir() -> Path:
@@ -90,5 +90,5 @@ def read_record(path: Path, make: Callable[..., R]) -> R | None:
 
 
 def write_record(path: Path, record: Any) -> None:
-    """Write a process record (a dataclass) to ``path``, whole and owner-only (:mod:`dprelease.files`)."""
+    """Write a process record (a dataclass) to ``path``, whole and owner-only (:mod:`dprelease.host.files`)."""
     files.write_text(path, json.dumps(asdict(record), indent=2))

@@ -13,19 +13,20 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dprelease import __version__, files
+from dprelease import __version__
+from dprelease.host import files
 from dprelease.data import ExactCounts, count_exact, file_fingerprint
 from dprelease.errors import DataError, InternalError, LedgerError
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
-from dprelease.manifest import RunFacts, manifest
-from dprelease.measure import check_structural, measure_counts, measure_mean, measure_mode
+from dprelease.publish.manifest import RunFacts, manifest
+from dprelease.lifecycle.measure import check_structural, measure_counts, measure_mean, measure_mode
 from dprelease.mechanisms.local import Estimate, estimate_local
 from dprelease.plan import Plan
 from dprelease.plan.margins import margin_of
 from dprelease.plan.measurements import Mean
 from dprelease.postprocess import FitWarning, Invariants, postprocess_release, structural_masks
-from dprelease.publish import (
+from dprelease.publish.layout import (
     Layout,
     discard_staging,
     move_into_place,
@@ -37,7 +38,7 @@ from dprelease.publish import (
     write_measurement,
     write_table,
 )
-from dprelease.report import budget_report_md
+from dprelease.report.markdown import budget_report_md
 from dprelease.spec import ModeMeasure, Spec, canonical
 
 STAGE_TIMINGS = ("check", "identity", "fingerprint", "load", "histogram", "noise", "postprocess", "publish",
@@ -261,7 +262,7 @@ class ReleaseRun:
 
     def write_internal_record(self) -> Path:
         path = self.layout.internal / "run.json"
-        write_json(path, self.internal_record())  # 0600 in 0700 directories, never through a link (dprelease.files)
+        write_json(path, self.internal_record())  # 0600 in 0700 directories, never through a link (dprelease.host.files)
         return path
 
 

@@ -39,7 +39,7 @@ from dprelease.plan import Plan, TablePlan
 from dprelease.plan.margins import margin_of, unit_words
 from dprelease.plan.measurements import PermuteAndFlip
 from dprelease.plan.review import plan_facts, review_warnings
-from dprelease.publish import column_meanings, invariant_path, table_file, table_path
+from dprelease.publish.layout import column_meanings, invariant_path, table_file, table_path
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
 MANIFEST_FORMAT = 1

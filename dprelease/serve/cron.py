@@ -1,7 +1,7 @@
 """When a standard cron expression fires, without Prefect: enough to tell, before a schedule is
 served, whether two of its runs would give a templated release the same name (so that every
 run after the first of them is refused as already released), and, at each scheduled run,
-whether its date is the latest firing (:mod:`dprelease.schedule_binding`).
+whether its date is the latest firing (:mod:`dprelease.serve.binding`).
 
 Five fields (minute, hour, day of month, month, day of week) of numbers, ``*``, ranges
 ``a-b``, steps ``*/s`` and ``a-b/s``, lists ``a,b``, month and day names (``JAN``, ``MON``),

@@ -10,8 +10,8 @@ in a scheduled run — the spec (its path, the SHA-256 of its bytes and of every
 mapping file it reads), the ledger, the output directory, whether the plan must be approved, and
 the cron whose firings are the run dates — is bound by ``dprelease schedule`` when it starts
 serving, in a file the API cannot write: ``schedules/NAME.json`` in dprelease's data directory
-(:func:`dprelease.processes.data_dir`), 0600, with the serving process's PID and start token
-(:func:`serving`). Each flow run (:func:`dprelease.orchestrate.scheduled_release`) reads its
+(:func:`dprelease.host.processes.data_dir`), 0600, with the serving process's PID and start token
+(:func:`serving`). Each flow run (:func:`dprelease.serve.orchestrate.scheduled_release`) reads its
 deployment's binding (:func:`read_binding`) and, before anything else, checks that the binding,
 its directory and the data directory are this user's and open to no one else (no symlink
 among them); that the ``dprelease schedule`` process that wrote it still runs and is this
@@ -64,9 +64,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 from urllib.parse import quote
 
-from dprelease import cron, files
+from dprelease.serve import cron
+from dprelease.host import files
 from dprelease.errors import UserError
-from dprelease.processes import alive, data_dir, lineage, process_start
+from dprelease.host.processes import alive, data_dir, lineage, process_start
 
 PARAMETERS = ("spec_path", "ledger", "output_dir", "require_approval")  # the flow's, all of them bound
 NOTHING_SPENT = "Nothing was opened, reserved or spent."
@@ -247,7 +248,7 @@ def _owner_only(info: os.stat_result, path: Path, directory: bool) -> None:
 @contextmanager
 def serving(binding: ScheduleBinding) -> Iterator[Path]:
     """Keep ``binding`` (this process's) for its deployment while the block serves it: written
-    owner-only (:mod:`dprelease.files`) and read back as a run will read it (so a data directory
+    owner-only (:mod:`dprelease.host.files`) and read back as a run will read it (so a data directory
     open to others is refused now, not at the first run); removed on the way out if still ours.
     Refused (:class:`UserError`) while another running ``dprelease schedule`` serves that name."""
     path = binding_file(binding.name)
@@ -280,7 +281,7 @@ def file_sha256(path: Path) -> str:
 
 
 def _utc(moment: datetime) -> datetime:
-    """``moment`` in UTC, naive (as :mod:`dprelease.cron` takes it); a naive ``moment`` is UTC already."""
+    """``moment`` in UTC, naive (as :mod:`dprelease.serve.cron` takes it); a naive ``moment`` is UTC already."""
     return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
 
 

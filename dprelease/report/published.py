@@ -2,7 +2,7 @@
 
 Reads only what the release published (``manifest.json``, ``budget_report.md``) and, when one
 is reachable, the ledger's record of the dataset (for the burn-down of committed releases and
-the reservations not committed). Formats: ``html`` (:mod:`dprelease.reporting_html`: one
+the reservations not committed). Formats: ``html`` (:mod:`dprelease.report.html`: one
 semantic, self-contained page, its figures PNGs inlined as data URIs, no script), ``md`` and
 ``json``. Here: the JSON report, the burn-down, the warnings
 (:func:`dprelease.plan.review.review_warnings` of the manifest's facts) and the trade-off
@@ -21,12 +21,12 @@ from dprelease.accounting import ZCDP, ApproxDP, Budget, fraction_text
 from dprelease.errors import UserError
 from dprelease.ledger import DatasetState
 from dprelease.ledger.records import LIVE_STATES
-from dprelease.manifest import ReleaseBudgets, part_budget, release_budgets, table_budget
+from dprelease.publish.manifest import ReleaseBudgets, part_budget, release_budgets, table_budget
 from dprelease.plan.margins import published_choice
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, TruncatedGeometric
 from dprelease.plan.review import LARGE_TABLE_EPSILON, LOW_REMAINING, review_warnings  # noqa: F401 (re-exported)
 from dprelease.plan.tradeoff import MODE_NOTE, Curve, curve, mean_curve, noise_at
-from dprelease.report import manifest_facts
+from dprelease.report.markdown import manifest_facts
 
 CONFIDENCE_95 = Fraction(95, 100)  # the manifest's moe95, which a curve must also reproduce
 NOT_REPRODUCIBLE = ("its margins cannot be recomputed from the manifest's figures (written by another version, or "

@@ -1,4 +1,4 @@
-"""The secret that the day's Prefect server (:mod:`dprelease.server`) requires of every client.
+"""The secret that the day's Prefect server (:mod:`dprelease.serve.server`) requires of every client.
 
 Model. Prefect 3's self-hosted server checks HTTP basic authentication on every API route but
 ``GET /health`` and ``GET /ready`` when its process has the setting ``server.api.auth_string``
@@ -35,9 +35,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.errors import UserError
-from dprelease.processes import data_dir
+from dprelease.host.processes import data_dir
 
 SERVER_VARIABLE = "PREFECT_SERVER_API_AUTH_STRING"  # read by `prefect server start`
 CLIENT_VARIABLE = "PREFECT_API_AUTH_STRING"  # read by every Prefect client

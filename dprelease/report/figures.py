@@ -15,10 +15,10 @@ from typing import Any
 
 from dprelease.accounting import decimal_text, percent_text
 from dprelease.ledger import DatasetState
-from dprelease.manifest import release_budgets, table_budget
+from dprelease.publish.manifest import release_budgets, table_budget
 from dprelease.plan.review import measurement_name
 from dprelease.plan.tradeoff import Curve
-from dprelease.reporting import TRADEOFF_MARK, burn_down, other_runs, tradeoff_curves
+from dprelease.report.published import TRADEOFF_MARK, burn_down, other_runs, tradeoff_curves
 
 ALLOCATION, BURN_DOWN, MARGIN = "#3b6ea5", "#a53b3b", "#5a9e5a"  # bar and line colours
 
@@ -42,7 +42,7 @@ def _png(fig) -> str:  # type: ignore[no-untyped-def]
 
 def figures(manifest: dict[str, Any], state: DatasetState | None) -> list[Figure]:
     """The budget per table, the dataset's burn-down of committed releases, each table's margin of
-    error at the spec's confidence and the trade-off (:func:`dprelease.reporting.tradeoff_curves`)."""
+    error at the spec's confidence and the trade-off (:func:`dprelease.report.published.tradeoff_curves`)."""
     import matplotlib
 
     matplotlib.use("Agg")

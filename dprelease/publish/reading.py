@@ -42,13 +42,13 @@ import pyarrow as pa
 from dprelease.accounting import ApproxDP, Budget, budget_from_record, budget_of
 from dprelease.errors import UserError
 from dprelease.plan.margins import Margin
-from dprelease.publish import EARLIER_MARGIN_COLUMNS, MARGIN_COLUMNS, invariant_path, table_path, value_column
+from dprelease.publish.layout import EARLIER_MARGIN_COLUMNS, MARGIN_COLUMNS, invariant_path, table_path, value_column
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, RangeColumn, Spec, Table
 from dprelease.spec.canonical import spec_from_canonical
 
 __all__ = ["MANIFEST_FORMATS", "NotARelease", "Part", "Release", "TableFacts", "read_release"]
 
-MANIFEST_FORMATS = (1,)  # the manifest formats this reader knows (dprelease.manifest.MANIFEST_FORMAT)
+MANIFEST_FORMATS = (1,)  # the manifest formats this reader knows (dprelease.publish.manifest.MANIFEST_FORMAT)
 
 
 class NotARelease(UserError):

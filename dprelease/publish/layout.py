@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from dprelease import files
+from dprelease.host import files
 from dprelease.accounting import amount_text, fraction_text
 from dprelease.plan import TablePlan
 from dprelease.plan.local import LocalPlan
@@ -236,14 +236,14 @@ def _write_counts(spec: Spec, dims: tuple[str, ...], values: np.ndarray, path: P
 
 
 def _write_csv(arrow: pa.Table, path: Path) -> Path:
-    """A published CSV, owner-only (:mod:`dprelease.files`)."""
+    """A published CSV, owner-only (:mod:`dprelease.host.files`)."""
     from pyarrow import csv
 
     return files.write_with(path, lambda f: csv.write_csv(arrow, f, csv.WriteOptions(quoting_style="needed")))
 
 
 def _write_parquet(arrow: pa.Table, path: Path) -> Path:
-    """A published Parquet table, owner-only (:mod:`dprelease.files`)."""
+    """A published Parquet table, owner-only (:mod:`dprelease.host.files`)."""
     import pyarrow.parquet as pq
 
     return files.write_with(path, lambda f: pq.write_table(arrow, f))
@@ -373,7 +373,7 @@ def _same_data(record_path: Path, ledger: dict[str, Any], digest: str,
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """``data`` as JSON at ``path``, written whole and owner-only through a fresh temporary file
-    (:func:`dprelease.files.write_text`: never through a link planted there)."""
+    (:func:`dprelease.host.files.write_text`: never through a link planted there)."""
     files.write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -42,8 +42,8 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 
 from dprelease.accounting import amount_text, fraction_text  # noqa: E402
 from dprelease.plan.margins import margin_of  # noqa: E402
-from dprelease.release import ReleaseRun, Step  # noqa: E402
-from dprelease.schedule_binding import (  # noqa: E402
+from dprelease.lifecycle.release import ReleaseRun, Step  # noqa: E402
+from dprelease.serve.binding import (  # noqa: E402
     ScheduleBinding,
     ScheduledRun,
     read_binding,
@@ -148,7 +148,7 @@ def scheduled_release(spec_path: str, ledger: str | None, output_dir: str | None
                       require_approval: bool = True) -> State | None:
     """One scheduled run of a release spec: the release is named from the spec's template with the
     run's date; the plan must be approved unless the deployment says otherwise. First of all, the
-    run must be what the ``dprelease schedule`` process serving it bound (:mod:`dprelease.schedule_binding`):
+    run must be what the ``dprelease schedule`` process serving it bound (:mod:`dprelease.serve.binding`):
     its binding read from this user's owner-only data directory (never the environment), its
     process this run's ancestor, the run's parameters and spec and side files the bound ones, and
     its scheduled start the latest firing of the bound cron (or a trigger for "now", run as that
@@ -266,7 +266,7 @@ def serve_schedule(binding: ScheduleBinding) -> None:
     """Register the deployment ``binding`` names, of :func:`scheduled_release`, on the Prefect
     server at PREFECT_API_URL, with ``binding``'s cron (UTC) and values as its schedule and
     parameters, and serve it until interrupted. The caller keeps the binding for the runs meanwhile
-    (:func:`dprelease.schedule_binding.serving`): each run started here checks itself against it."""
+    (:func:`dprelease.serve.binding.serving`): each run started here checks itself against it."""
     scheduled_release.serve(name=binding.name, cron=binding.cron, parameters=binding.parameters(),
                             print_starting_message=False)
 
@@ -281,8 +281,8 @@ def burn_down_md(run: ReleaseRun) -> str:
     import json
 
     from dprelease.ledger import Ledger
-    from dprelease.manifest import release_budgets
-    from dprelease.reporting import burn_down
+    from dprelease.publish.manifest import release_budgets
+    from dprelease.report.published import burn_down
 
     ledger = Ledger.open(run.location)
     if ledger is None:

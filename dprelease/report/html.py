@@ -3,11 +3,11 @@
 Made from the manifest (and the ledger's record of the dataset, when reachable), never from the
 markdown text: headings (``<h1>``, ``<h2>``), real tables with a ``<caption>`` and ``<th
 scope>``, the figures inline as PNG data URIs with a text alternative each
-(:mod:`dprelease.report_figures`), a small inline style sheet; no script, nothing fetched. Every
+(:mod:`dprelease.report.figures`), a small inline style sheet; no script, nothing fetched. Every
 string is escaped. Every margin is at the spec's confidence and every heading that shows one says
 it; the budget and noise columns are those of the release's privacy definition
-(:func:`dprelease.report.spend_table`); the warnings are the release's
-(:func:`dprelease.reporting.warnings`); the burn-down lists committed releases, and the
+(:func:`dprelease.report.markdown.spend_table`); the warnings are the release's
+(:func:`dprelease.report.published.warnings`); the burn-down lists committed releases, and the
 reservations not committed have their own table. Nothing here touches data.
 
 Layout: title and record · Warnings · Invariants (when any) · Guarantee · Spend per table ·
@@ -25,9 +25,9 @@ from typing import Any
 
 from dprelease.accounting import ApproxDP, decimal_text, fraction_text, percent_text
 from dprelease.ledger import DatasetState
-from dprelease.manifest import read_budget, release_budgets
+from dprelease.publish.manifest import read_budget, release_budgets
 from dprelease.plan.tradeoff import FACTORS, Curve
-from dprelease.report import (
+from dprelease.report.markdown import (
     _amount,
     _delta,
     _guarantee,
@@ -40,8 +40,8 @@ from dprelease.report import (
     reading_lines,
     spend_table,
 )
-from dprelease.report_figures import figures
-from dprelease.reporting import burn_down, other_runs, tradeoff_curves, warnings
+from dprelease.report.figures import figures
+from dprelease.report.published import burn_down, other_runs, tradeoff_curves, warnings
 
 esc = html.escape
 STYLE = (
@@ -249,7 +249,7 @@ def _history(manifest: dict[str, Any], state: DatasetState | None) -> str:
 
 def _margins(manifest: dict[str, Any]) -> str:
     """Each measurement's margin of error at the spec's confidence, in its measure's own units, in
-    words (as the markdown's section: :func:`dprelease.report.margin_figures`)."""
+    words (as the markdown's section: :func:`dprelease.report.markdown.margin_figures`)."""
     figures = margin_figures(manifest)
     if not figures:
         return ""

@@ -1,9 +1,9 @@
 """How often each stated margin of error holds, by simulation on test data (``dprelease evaluate``).
 
-NOT PRIVATE, like :mod:`dprelease.evaluate`: it reads the data and compares simulated releases
+NOT PRIVATE, like :mod:`dprelease.evaluate.accuracy`: it reads the data and compares simulated releases
 with the exact histograms. For every measurement of the spec — counts, sums, means, modes and
 quantiles — it draws the plan's own noise ``trials`` times with the release's samplers
-(:mod:`dprelease.measure`) and counts the (cell, trial) pairs whose error is within the margin
+(:mod:`dprelease.lifecycle.measure`) and counts the (cell, trial) pairs whose error is within the margin
 that :func:`dprelease.plan.margins.margin_of` states at the spec's confidence, in the measure's
 own units:
 
@@ -27,9 +27,9 @@ from fractions import Fraction
 import numpy as np
 
 from dprelease.data import ExactCounts, count_exact
-from dprelease.evaluate import NOT_PRIVATE
+from dprelease.evaluate.accuracy import NOT_PRIVATE
 from dprelease.mechanisms.sampling import Entropy
-from dprelease.measure import measure_counts, measure_mean, measure_mode
+from dprelease.lifecycle.measure import measure_counts, measure_mean, measure_mode
 from dprelease.plan.margins import Margin, margin_of, table_units
 from dprelease.plan.measurements import TablePlan
 from dprelease.plan.planner import measurement_plans

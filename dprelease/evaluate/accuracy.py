@@ -20,7 +20,7 @@ import numpy as np
 from dprelease.data import Encoded, ExactCounts, count_exact
 from dprelease.data.count import count_encoded
 from dprelease.errors import UserError
-from dprelease.measure import measure_counts
+from dprelease.lifecycle.measure import measure_counts
 from dprelease.plan.planner import measurement_plans
 from dprelease.postprocess import Invariants, clamp_or_none, postprocess_release
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec
