@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dprelease.cli.warm.protocol import CHILD_FLAG  # set in a run's environment: never handed to the warm runner
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SPEC = ROOT / "configs" / "acs_demo.yaml"
@@ -95,6 +97,8 @@ def measure(repeats: int) -> dict:  # type: ignore[type-arg]
                                str(planned)], plain),
         "run, default (no server: inline)": lambda: run([], plain),
         "run, dprelease server up": lambda: run([], env(server_xdg, warm_home)),
+        # the same run in its own process: what the warm runner buys (its child's flag: never handed over)
+        "run, dprelease server up, no warm runner": lambda: run([], {**env(server_xdg, warm_home), CHILD_FLAG: "1"}),
         "run --orchestrator prefect, no server": lambda: run(["--orchestrator", "prefect"], plain),
         "first run, default, new PREFECT_HOME": lambda: cold([]),
         "first run --orchestrator prefect, new PREFECT_HOME": lambda: cold(["--orchestrator", "prefect"]),
@@ -134,10 +138,15 @@ def table_lines(result: dict) -> list[str]:  # type: ignore[type-arg]
     lines += ["", f"`dprelease server start` (once a day, warm PREFECT_HOME): {result['server_start']:.1f} s.", ""]
     default = rows["run, default (no server: inline)"]["median"]
     server = rows["run, dprelease server up"]["median"]
+    unwarmed = rows.get("run, dprelease server up, no warm runner", {}).get("median")
     first = rows["first run, default, new PREFECT_HOME"]["median"]
     targets = [f"default warm run ≤ 2.5× plan: {default / plan:.2f}× — {_verdict(default <= 2.5 * plan)}",
                f"with dprelease server up ≤ 2.5× plan: {server / plan:.2f}× — {_verdict(server <= 2.5 * plan)}",
                f"cold first run ≤ 8 s: {first:.2f} s — {_verdict(first <= 8)}"]
+    if unwarmed is not None:
+        targets.insert(2, f"the same run without the warm runner (in its own process): {unwarmed:.2f} s = "
+                          f"{unwarmed / plan:.2f}× plan — {_verdict(unwarmed <= 2.5 * plan)}; the runner saves "
+                          f"{unwarmed - server:.2f} s a run")
     if opendp is not None:
         targets.insert(1, f"default warm run faster than OpenDP's Polars context: {default:.2f} s vs {opendp:.2f} s — "
                           f"{_verdict(default < opendp)}")

@@ -1,5 +1,5 @@
 """The warm runner with a fault hook installed, for the warm runner's tests:
-``python -m tests.faulty_runner SOCKET`` instead of ``python -m dprelease.cli.warm_loop SOCKET``
+``python -m tests.faulty_runner SOCKET`` instead of ``python -m dprelease.cli.warm.loop SOCKET``
 (:func:`dprelease.cli.warm.start`'s ``module``).
 
 The hook is inherited by every forked run and reads, in the run's own environment (the
@@ -33,6 +33,6 @@ def hook(reached: str) -> None:
 
 if __name__ == "__main__":
     faults.install(hook)
-    from dprelease.cli.warm_loop import main
+    from dprelease.cli.warm.loop import main
 
     sys.exit(main(sys.argv[1:]))

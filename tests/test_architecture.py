@@ -7,6 +7,7 @@ the check can fail."""
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,6 +26,16 @@ class Rule:
     text: str
     applies: Callable[[str], bool]  # to the importing module
     forbidden: Callable[[str], bool]  # of the imported names
+
+
+WARM_CLIENT = ("dprelease.cli.warm", "dprelease.cli.warm.handoff", "dprelease.cli.warm.protocol")
+WARM_CLIENT_MAY = ("dprelease.host", "dprelease.serve.server", "dprelease.serve.auth", "dprelease.cli.warm")
+
+
+def _light(name: str) -> bool:
+    """The standard library, or what the warm runner's client may import of dprelease."""
+    return (name.split(".")[0] in sys.stdlib_module_names or name in ("__future__", "dprelease", "dprelease.errors", "dprelease.serve")
+            or any(within(name, p) for p in WARM_CLIENT_MAY))
 
 
 RULES = (
@@ -58,6 +69,10 @@ RULES = (
          "dprelease.lifecycle",
          lambda module: module == "dprelease.publish.reading",
          lambda name: any(within(name, p) for p in ("dprelease.data", "dprelease.ledger", "dprelease.lifecycle"))),
+    Rule("the warm runner's client (dprelease.cli.warm, its handoff and protocol: on the path of every `dprelease` "
+         "command, docs/warm_runner.md) imports the standard library, dprelease.host, dprelease.serve.server, "
+         "dprelease.serve.auth and the warm package only",
+         lambda module: module in WARM_CLIENT, lambda name: not _light(name)),
 )
 
 
@@ -133,6 +148,7 @@ def test_the_checker_catches_each_rule():
         "dprelease.cli.render": ("def table():\n    import pandas as pd\n", False),
         "dprelease.publish.reading": ("from dprelease.data import encode\n", False),
         "dprelease.host.files": ("from dprelease.errors import UserError\n", False),
+        "dprelease.cli.warm.handoff": ("def f():\n    import typer\n", False),
     }
     found = violations(broken)
     for module in broken:
@@ -149,6 +165,7 @@ def test_the_checker_catches_each_rule():
         "dprelease.cli.release_cmds": ("from dprelease.serve.orchestrate import run_release\n", False),
         "dprelease.accounting.relations": ("from dprelease.accounting.budgets import Kind\n", False),
         "dprelease.publish.reading": ("import pandas as pd\nfrom dprelease.publish.layout import table_path\n", False),
+        "dprelease.cli.warm.protocol": ("import hashlib\nfrom dprelease.host.processes import alive\n", False),
     }
     assert violations(allowed) == []
 

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from dprelease.cli import handoff, warm, warm_loop
+from dprelease.cli import warm
+from dprelease.cli.warm import handoff
+from dprelease.cli.warm import loop as warm_loop
 from tests.conftest import ROOT
 from tests.prefect_server import quiet_prefect_env
 from tests.test_orchestrators import DATASET, _ledger_rows, _published

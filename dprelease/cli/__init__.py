@@ -1,5 +1,5 @@
 """The ``dprelease`` command line. :func:`main` first offers a ``run`` to the warm runner that
-``dprelease server start`` keeps (:mod:`dprelease.cli.handoff`: Prefect already imported there,
+``dprelease server start`` keeps (:mod:`dprelease.cli.warm.handoff`: Prefect already imported there,
 so the run does not pay for the import); otherwise, and for every other command, it builds the
 typer app (:mod:`dprelease.cli.commands`) here.
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def main() -> None:
-    from dprelease.cli.handoff import hand_off
+    from dprelease.cli.warm.handoff import hand_off
 
     code = hand_off(sys.argv[1:])
     if code is not None:

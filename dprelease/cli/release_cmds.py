@@ -29,7 +29,7 @@ from dprelease.cli.common import (
     show,
     spec_location,
 )
-from dprelease.cli.warm_protocol import CHILD_FLAG
+from dprelease.cli.warm.protocol import CHILD_FLAG
 from dprelease.errors import UserError
 from dprelease.ledger import resolve_location
 
@@ -77,7 +77,7 @@ def run(
     from dprelease.serve import auth as server_auth
 
     choice = server.choose(orchestrator)
-    runner = os.environ.get(CHILD_FLAG)  # this process is a warm runner's child (dprelease.cli.handoff)
+    runner = os.environ.get(CHILD_FLAG)  # this process is a warm runner's child (dprelease.cli.warm.handoff)
     voice = Voice(say=say, show=show, error=_error)
     record = choice.record()
     with contextlib.ExitStack() as stack:

@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 
-from dprelease.cli.warm_protocol import CHILD_FLAG, fingerprint, send_message
+from dprelease.cli.warm.protocol import CHILD_FLAG, fingerprint, send_message
 
 HANDED_MODES = ("auto", "prefect")
 

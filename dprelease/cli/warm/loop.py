@@ -1,6 +1,6 @@
-"""The warm runner process (``python -m dprelease.cli.warm_loop SOCKET``, started by
+"""The warm runner process (``python -m dprelease.cli.warm.loop SOCKET``, started by
 :func:`dprelease.cli.warm.start`): Prefect and the library imported once, then one child forked
-per ``dprelease run`` handed over (:mod:`dprelease.cli.handoff`).
+per ``dprelease run`` handed over (:mod:`dprelease.cli.warm.handoff`).
 
 Why forking is safe here: the runner only imports — it never starts a flow run, an event loop
 or a Python thread (native libraries' own thread pools, OpenBLAS's and jemalloc's, register
@@ -15,7 +15,7 @@ to the client; a client whose connection closes (killed, say) has its run sent S
 settles the run like any interrupted run.
 
 Who gets in: a connection whose peer is another user is refused before anything is read; a
-request whose fingerprint (:func:`dprelease.cli.warm_protocol.fingerprint`: code, Python, libraries,
+request whose fingerprint (:func:`dprelease.cli.warm.protocol.fingerprint`: code, Python, libraries,
 Prefect settings) differs from the runner's is refused, and the client runs the command itself.
 On SIGTERM the runner stops accepting, removes its socket, and exits once its runs have ended.
 """
@@ -214,7 +214,7 @@ class Loop:
             os.dup2(fd, target)
             os.close(fd)
         fds.clear()
-        from dprelease.cli.warm_protocol import CHILD_FLAG
+        from dprelease.cli.warm.protocol import CHILD_FLAG
 
         env = request["env"]
         assert isinstance(env, dict)
@@ -275,10 +275,10 @@ def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m dprelease.cli.warm_loop SOCKET (started by `dprelease server start`)",
+        print("usage: python -m dprelease.cli.warm.loop SOCKET (started by `dprelease server start`)",
               file=sys.stderr)
         return 2
-    from dprelease.cli.warm_protocol import fingerprint
+    from dprelease.cli.warm.protocol import fingerprint
 
     settings = fingerprint(os.environ)  # before Prefect's import, which sets defaults in the environment
     _preload()

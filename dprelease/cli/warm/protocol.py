@@ -1,4 +1,4 @@
-"""What the warm runner and its clients share (:mod:`dprelease.cli.warm`, :mod:`.warm_loop`,
+"""What the warm runner and its clients share (:mod:`dprelease.cli.warm`, :mod:`.loop`,
 :mod:`.handoff`): the fingerprint a runner must share with a client to run its command, the
 message format on their socket, and the variable that marks a runner's child. Standard library
 only: the client imports it on the path of every ``dprelease`` command.

@@ -1,7 +1,8 @@
-"""The warm runner, as the other commands see it: its record, how ``dprelease server start``
+"""The warm runner (a package of its own: why it is kept, and its threat model claim by claim,
+``docs/warm_runner.md``), as the other commands see it: its record, how ``dprelease server start``
 starts it, how it is stopped or replaced. The runner itself (the process: preload, accept,
-fork, reap) is :mod:`dprelease.cli.warm_loop`; the client that hands it a run is
-:mod:`dprelease.cli.handoff`.
+fork, reap) is :mod:`dprelease.cli.warm.loop`; the client that hands it a run is
+:mod:`dprelease.cli.warm.handoff`.
 
 A warm runner is a process kept beside the day's Prefect server with Prefect and the library
 imported once; each ``dprelease run`` bound for that server is run in a child forked from it, so
@@ -79,7 +80,7 @@ def socket_path() -> Path:
     return base / f"runner-{tag}-{secrets.token_hex(4)}.sock"
 
 
-def start(api: str, module: str = "dprelease.cli.warm_loop") -> tuple[Runner | None, str]:
+def start(api: str, module: str = "dprelease.cli.warm.loop") -> tuple[Runner | None, str]:
     """Start a warm runner for the Prefect API ``api`` (or find one running for it that would
     take this process's runs): (the runner or None, a line saying what happened). A runner for
     another server, or for other code or settings, is replaced (its runs finish first, see the
@@ -147,7 +148,7 @@ def peer(sock: socket.socket) -> tuple[int, int, int]:
 def _answers(runner: Runner) -> bool:
     """Whether ``runner`` answers, and would take this process's runs (the same code, Python
     and Prefect settings)."""
-    from dprelease.cli.warm_protocol import fingerprint, send_message
+    from dprelease.cli.warm.protocol import fingerprint, send_message
 
     try:
         with connect(runner, timeout=5) as probe:
