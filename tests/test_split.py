@@ -1,0 +1,172 @@
+"""``epsilon: auto`` (:mod:`dprelease.plan.split`): the published estimates' error and the SVD
+bound against dense matrices on a small uneven tree, the split against the equal one and the
+measurements' closed form, determinism, and the approval covering the split."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dprelease.plan import split
+from dprelease.plan.planner import plan_release
+from dprelease.spec import fingerprint, load_spec
+
+PLACES = ["0101", "0102", "0103", "0201", "0202"]  # STATE 01 has three PUMAs, 02 two: an uneven tree
+
+
+def tiny_spec(directory: Path, *, definition: str = "zcdp", tables: str | None = None, budget: str = "1") -> Path:
+    cost = "rho" if definition == "zcdp" else "epsilon"
+    privacy = "{definition: zcdp, unit: row, delta: 1e-6}" if definition == "zcdp" else "{definition: pure, unit: row}"
+    tables = tables or f"""  - name: by_a
+    group_by: [geography, A]
+    consistency: g
+    {cost}: auto
+    weight: {{root: 1, STATE: 2, PUMA: 3}}
+  - name: by_b
+    group_by: [geography, B]
+    consistency: g
+    {cost}: auto
+"""
+    path = directory / "tiny.yaml"
+    path.write_text(f"""release: tiny
+dataset:
+  name: tiny
+  path: data.csv
+  lifetime_budget: {{{cost}: 10}}
+privacy: {privacy}
+budget: {{{cost}: {budget}}}
+columns:
+  PUMA: {{domain: {PLACES}, geographic: true}}
+  A: {{domain: [1, 2]}}
+  B: {{domain: [1, 2, 3]}}
+geography:
+  levels: [STATE, PUMA]
+  STATE: {{from: PUMA, prefix: 2}}
+tables:
+{tables}""")
+    return path
+
+
+def dense(spec, x):  # type: ignore[no-untyped-def]
+    """The workload W (every published cell, rows × √ω), the measurements A (rows × 1/√v) over
+    the full domain (places × A × B), and the domain size."""
+    parts, _, _, d = split._problem(spec)
+    states = sorted({p[:2] for p in PLACES})
+    levels = {"root": [[1] * len(PLACES)],
+              "STATE": [[int(p[:2] == s) for p in PLACES] for s in states],
+              "PUMA": np.eye(len(PLACES)).tolist()}
+    sizes = {"A": 2, "B": 3}
+    w_rows, a_rows = [], []
+    for i, p in enumerate(parts):
+        table = spec.tables[p.table]
+        level = table.levels[p.level]
+        v = p.k / x[i] ** d
+        (attr,) = table.group_by
+        for place in levels[level]:
+            for cell in range(sizes[attr]):
+                row = []
+                for leaf, a, b in itertools.product(range(len(PLACES)), range(2), range(3)):
+                    row.append(place[leaf] * int((a if attr == "A" else b) == cell))
+                w_rows.append(np.sqrt(p.weight) * np.array(row, dtype=float))
+                a_rows.append(np.array(row, dtype=float) / np.sqrt(v))
+    return np.array(w_rows), np.array(a_rows), len(PLACES) * 6
+
+
+def test_the_published_estimates_error_is_the_dense_gls_error(tmp_path):
+    spec = load_spec(tiny_spec(tmp_path))
+    parts, groups, _, d = split._problem(spec)
+    x = np.array([0.05, 0.1, 0.2, 0.15, 0.3, 0.2])
+    w, a, _ = dense(spec, x)
+    expected = np.trace(w @ np.linalg.pinv(a.T @ a) @ w.T)  # tr(W (AᵀΣ⁻¹A)⁺ Wᵀ)
+    assert split._Objective(parts, groups, d)(x) == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_published_estimates_error_under_pure_is_the_dense_one(tmp_path):
+    spec = load_spec(tiny_spec(tmp_path, definition="pure"))
+    parts, groups, _, d = split._problem(spec)
+    assert d == 2 and parts[0].k == 2  # the Laplace's 2Δ²/ε²
+    x = np.array([0.05, 0.1, 0.2, 0.15, 0.3, 0.2])
+    w, a, _ = dense(spec, x)
+    assert split._Objective(parts, groups, d)(x) == pytest.approx(np.trace(w @ np.linalg.pinv(a.T @ a) @ w.T),
+                                                                   rel=1e-9)
+
+
+def test_the_svd_bound_is_the_dense_one_and_below_every_split(tmp_path):
+    spec = load_spec(tiny_spec(tmp_path))
+    parts, groups, budget, d = split._problem(spec)
+    w, _, n = dense(spec, np.ones(len(parts)))
+    singular = np.linalg.svd(w, compute_uv=False)
+    expected = 0.5 * singular.sum() ** 2 / (float(budget) * n)  # Δ₂²/(2ρ) · (Σσ)²/n
+    bound = split.svd_bound(spec)
+    assert bound == pytest.approx(expected, rel=1e-9)
+    chosen = split.choose(spec)
+    assert bound < chosen.error < chosen.equal_error
+
+
+def test_the_tree_eigenvalues_are_the_dense_ones():
+    parents = (None, np.array([0, 0]), np.array([0, 0, 0, 1, 1]))
+    w = [1.5, 2.0, 3.0]
+    t = [np.ones((1, 5)), np.array([[1, 1, 1, 0, 0], [0, 0, 0, 1, 1]]), np.eye(5)]
+    h = sum(wl * tl.T @ tl for wl, tl in zip(w, t))
+    assert np.sort(split.tree_eigenvalues((1, 2, 5), parents, w)) == pytest.approx(np.linalg.eigvalsh(h))
+
+
+@pytest.mark.parametrize("definition", ["zcdp", "pure"])
+def test_the_split_beats_equal_and_the_measurements_closed_form_and_is_certified(tmp_path, definition):
+    spec = load_spec(tiny_spec(tmp_path, definition=definition))
+    chosen = split.choose(spec)
+    assert chosen.gap <= split.TOLERANCE
+    assert chosen.error < chosen.separate_error < chosen.equal_error
+    assert sum(chosen.shares, Fraction(0)) <= chosen.budget  # exactly
+    assert chosen.unspent < chosen.budget / 1000  # rounded down to 4 significant digits only
+    # a perturbation of the optimum (moving budget between any two parts, keeping each part's
+    # floor) is never better
+    parts, groups, _, d = split._problem(spec)
+    f = split._Objective(parts, groups, d)
+    x = np.array([float(s) for s in chosen.shares])
+    floor = float(chosen.budget) / (split.FLOOR * len(x))
+    for i, j in itertools.permutations(range(len(x)), 2):
+        if x[j] - 0.01 * x[i] < floor:
+            continue
+        moved = x.copy()
+        moved[i] += 0.01 * x[i]
+        moved[j] -= 0.01 * x[i]
+        assert f(moved) > f(x)
+
+
+def test_without_consistency_the_split_is_the_closed_form(tmp_path):
+    tables = """  - name: by_a
+    group_by: [A]
+    rho: auto
+    weight: 4
+  - name: by_b
+    group_by: [B]
+    rho: auto
+"""
+    chosen = split.choose(load_spec(tiny_spec(tmp_path, tables=tables)))
+    assert chosen.method == "closed form"
+    # ρᵢ ∝ √(ωᵢcᵢkᵢ): √(4·2) : √(1·3)
+    ratio = float(chosen.shares[0] / chosen.shares[1])
+    assert ratio == pytest.approx(np.sqrt(8 / 3), rel=1e-3)
+
+
+def test_the_split_is_deterministic_and_in_the_fingerprint(tmp_path):
+    path = tiny_spec(tmp_path)
+    first = plan_release(load_spec(path), None)
+    second = plan_release(load_spec(path), None)
+    assert [t.budget for t in first.tables] == [t.budget for t in second.tables]
+    assert first.fingerprint == second.fingerprint
+    resolved = split.resolve(load_spec(path))
+    assert fingerprint(resolved) == first.fingerprint  # the approval's fingerprint covers the split chosen
+    other = split.apply(load_spec(path), split.Split(**{**_fields(split.choose(resolved_spec := load_spec(path))),
+                                                       "shares": tuple(s / 2 for s in split.choose(resolved_spec).shares)}))
+    assert fingerprint(other) != first.fingerprint  # another split: another fingerprint, a new approval
+    assert sum((t.budget.amount for t in first.tables), Fraction(0)) <= 1
+
+
+def _fields(s):  # type: ignore[no-untyped-def]
+    return {name: getattr(s, name) for name in s.__slots__}
