@@ -170,3 +170,36 @@ def test_the_split_is_deterministic_and_in_the_fingerprint(tmp_path):
 
 def _fields(s):  # type: ignore[no-untyped-def]
     return {name: getattr(s, name) for name in s.__slots__}
+
+
+def test_an_approval_covers_the_split_chosen_and_no_other(tmp_path, monkeypatch):
+    from dprelease.ledger import Ledger, resolve_location
+    from tests.ledgers import make_ledger
+
+    path = tiny_spec(tmp_path)
+    where = make_ledger(tmp_path / "ledger.sqlite")
+    ledger = Ledger.open(resolve_location(str(where)))
+    assert ledger is not None
+    approved = plan_release(load_spec(path), None)
+    ledger.approve(dataset="tiny", release="tiny", spec_fingerprint=approved.fingerprint, by="reviewer")
+    assert ledger.approval("tiny", plan_release(load_spec(path), None).fingerprint) is not None
+    monkeypatch.setattr(split, "DIGITS", 3)  # the same spec, another split (as another optimiser might give)
+    changed = plan_release(load_spec(path), None)
+    assert [t.budget for t in changed.tables] != [t.budget for t in approved.tables]
+    assert ledger.approval("tiny", changed.fingerprint) is None  # needs a new approval
+    ledger.close()
+
+
+def test_a_run_publishes_the_chosen_split_in_spec_json(tmp_path):
+    """What a release saves (canonical spec) holds the split, marked chosen: post-processing
+    re-run from it and its fingerprint agree with the plan's."""
+    from dprelease.spec.canonical import canonical, spec_from_canonical
+
+    path = tiny_spec(tmp_path)
+    plan = plan_release(load_spec(path), None)
+    resolved = split.apply(load_spec(path), plan.split)
+    saved = canonical(resolved)
+    assert all(t["auto"]["chosen"] for t in saved["tables"])
+    again = spec_from_canonical(saved, path)
+    assert fingerprint(again) == plan.fingerprint
+    assert split.resolve(again) is again  # chosen: never re-split
