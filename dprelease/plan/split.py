@@ -151,17 +151,29 @@ class Split:
 
     def lines(self) -> list[str]:
         """The split in words (plan, report)."""
-        out = [f"{self.symbol} chosen by the planner ({self.symbol}: auto; {self.method}): "
-               f"{decimal_text(self.budget, 8)} shared so as to minimise the weighted expected squared error of the "
-               "published (post-processed) estimates"]
-        out += [f"  {k}: {self.symbol} = {decimal_text(s, 8)}" + ("" if w == 1 else f" (weight {fraction_text(w)})")
-                for k, s, w in zip(self.keys, self.shares, self.weights)]
-        out.append(f"  expected error: {self.error:,.6g}; an equal split: {self.equal_error / self.error:.4f}×; "
-                   f"the measurements' own closed form (plan --allocate): {self.separate_error / self.error:.4f}×"
-                   + ("" if self.bound is None else f"; {self.error / self.bound:.4f}× the SVD lower bound"))
-        if self.unspent:
-            out.append(f"  unspent by rounding down: {self.symbol} = {decimal_text(self.unspent, 8)}")
-        return out
+        return split_lines(self.record())
+
+
+def split_lines(record: dict[str, object]) -> list[str]:
+    """A split's record (:meth:`Split.record`, as plan --json and the manifest hold it) in words."""
+    symbol = "ρ" if record["unit"] == "rho" else "ε"
+    shares = record["shares"]
+    assert isinstance(shares, list)
+    error, equal, separate, bound = (record[k] for k in ("error", "equal_split_error",
+                                                          "measurements_closed_form_error", "svd_lower_bound"))
+    assert isinstance(error, float) and isinstance(equal, float) and isinstance(separate, float)
+    out = [f"{symbol} chosen by the planner ({symbol}: auto; {record['method']}): "
+           f"{decimal_text(Fraction(str(record['shared'])), 8)} shared so as to minimise the weighted expected "
+           "squared error of the published (post-processed) estimates"]
+    out += [f"  {s['measurement']}: {symbol} = {decimal_text(Fraction(s['share']), 8)}"
+            + ("" if s["weight"] == "1" else f" (weight {s['weight']})") for s in shares]
+    out.append(f"  expected error: {error:,.6g}; an equal split: {equal / error:.4f}×; the measurements' own "
+               f"closed form (plan --allocate): {separate / error:.4f}×"
+               + (f"; {error / bound:.4f}× the SVD lower bound" if isinstance(bound, float) else ""))
+    unspent = Fraction(str(record["unspent"]))
+    if unspent:
+        out.append(f"  unspent by rounding down: {symbol} = {decimal_text(unspent, 8)}")
+    return out
 
 
 def auto_tables(spec: Spec) -> list[int]:
