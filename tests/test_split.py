@@ -203,3 +203,20 @@ def test_a_run_publishes_the_chosen_split_in_spec_json(tmp_path):
     again = spec_from_canonical(saved, path)
     assert fingerprint(again) == plan.fingerprint
     assert split.resolve(again) is again  # chosen: never re-split
+
+
+def test_plan_shows_the_split_and_plan_json_states_it(tmp_path, cli):
+    import json
+
+    path = tiny_spec(tmp_path)
+    shown = cli("plan", path)
+    assert shown.code == 0, shown
+    assert "ρ chosen by the planner" in shown.stdout and "× the SVD lower bound" in shown.stdout
+    stated = cli("plan", path, "--json")
+    assert stated.code == 0, stated
+    record = json.loads(stated.stdout)
+    chosen = record["auto_split"]
+    shares = {s["measurement"]: Fraction(s["share"]) for s in chosen["shares"]}
+    assert sum(shares.values()) + Fraction(chosen["unspent"]) == Fraction(chosen["shared"]) == 1
+    assert {f"{t['name']}/{t['level']}": Fraction(t["epsilon"]) for t in record["tables"]} == shares
+    assert record["fingerprint"] == plan_release(load_spec(path), None).fingerprint
