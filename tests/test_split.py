@@ -220,3 +220,16 @@ def test_plan_shows_the_split_and_plan_json_states_it(tmp_path, cli):
     assert sum(shares.values()) + Fraction(chosen["unspent"]) == Fraction(chosen["shared"]) == 1
     assert {f"{t['name']}/{t['level']}": Fraction(t["epsilon"]) for t in record["tables"]} == shares
     assert record["fingerprint"] == plan_release(load_spec(path), None).fingerprint
+
+
+def test_the_manifest_and_the_report_state_the_split(tmp_path):
+    from dprelease.manifest import manifest
+    from dprelease.report import budget_report_md
+
+    path = tiny_spec(tmp_path)
+    plan = plan_release(load_spec(path), None)
+    written = manifest(split.apply(load_spec(path), plan.split), plan, "run", "2026-11-27T00:00:00Z")
+    assert written["auto_split"]["shares"][0]["measurement"] == "by_a/root"
+    report = budget_report_md(written)
+    assert "## Budget split chosen by the planner" in report
+    assert f"- by_a/PUMA: ρ = {split.decimal_text(plan.split.shares[2], 8)} (weight 3)" in report
