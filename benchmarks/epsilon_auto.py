@@ -41,7 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dprelease.plan import split  # noqa: E402
+from dprelease.plan import split, workload  # noqa: E402
 from dprelease.plan.allocation import allocate  # noqa: E402
 from dprelease.plan.planner import plan_release  # noqa: E402
 from dprelease.postprocess import gls  # noqa: E402
@@ -96,8 +96,8 @@ def published_error(spec, plan) -> tuple[float, dict[tuple[str, str], float]]:  
 
         auto = replace(spec, tables=tuple(replace(t, auto=AutoSplit((Fraction(1),) * 3, chosen=True))
                                           for t in spec.tables))
-    parts, groups, _, d = split._problem(auto)
-    f = split._Objective(parts, groups, d)
+    parts, groups, _, d = workload.problem(auto)
+    f = workload.Objective(parts, groups, d)
     x = np.array([p.k / variances[tuple(p.key.split("/"))] for p in parts])
     return f(x), variances
 
@@ -105,7 +105,7 @@ def published_error(spec, plan) -> tuple[float, dict[tuple[str, str], float]]:  
 def simulate(spec, variances: dict[tuple[str, str], float], trials: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """Mean and standard error of Σ (estimate − truth)² over every published cell, through the
     release's estimator (truth 0: the GLS estimate is linear and unbiased)."""
-    units, parents = split._tree(spec, True)
+    units, parents = workload.tree(spec, True)
     tree = gls.Tree(units, parents)
     sex_age, race_hisp = spec.tables
     dims = list(dict.fromkeys(sex_age.group_by + race_hisp.group_by))
@@ -143,7 +143,7 @@ def main() -> None:
     load = os.getloadavg()
     auto_spec, auto_plan = planned("auto", rho, None)
     assert auto_plan.split is not None
-    bound = split.svd_bound(auto_spec)
+    bound = workload.svd_bound(auto_spec)
     assert bound is not None
     rows: list[tuple[str, object, object]] = []
     sixth = rho / 6
@@ -170,8 +170,8 @@ def main() -> None:
     print(f"| SVD lower bound | {float(rho):.5f} | {bound:,.2f} | 1.0000 | |")
     print()
     chosen = auto_plan.split
-    parts, groups, budget, d = split._problem(auto_spec)
-    objective = split._Objective(parts, groups, d)
+    parts, groups, budget, d = workload.problem(auto_spec)
+    objective = workload.Objective(parts, groups, d)
     unrounded, _, _ = split._search(objective, split._separate(parts, budget, d), budget, d)
     print(f"auto: {chosen.method}, {chosen.steps} steps, certified relative gap {chosen.gap:.1e}; the search's "
           f"optimum before rounding {objective(unrounded) / bound:.5f}× the bound (ideal σ² = 1/(2ρ)), committed "

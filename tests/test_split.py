@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dprelease.plan import split
+from dprelease.plan import split, workload
 from dprelease.plan.planner import plan_release
 from dprelease.spec import fingerprint, load_spec
 
@@ -54,7 +54,7 @@ tables:
 def dense(spec, x):  # type: ignore[no-untyped-def]
     """The workload W (every published cell, rows × √ω), the measurements A (rows × 1/√v) over
     the full domain (places × A × B), and the domain size."""
-    parts, _, _, d = split._problem(spec)
+    parts, _, _, d = workload.problem(spec)
     states = sorted({p[:2] for p in PLACES})
     levels = {"root": [[1] * len(PLACES)],
               "STATE": [[int(p[:2] == s) for p in PLACES] for s in states],
@@ -78,30 +78,30 @@ def dense(spec, x):  # type: ignore[no-untyped-def]
 
 def test_the_published_estimates_error_is_the_dense_gls_error(tmp_path):
     spec = load_spec(tiny_spec(tmp_path))
-    parts, groups, _, d = split._problem(spec)
+    parts, groups, _, d = workload.problem(spec)
     x = np.array([0.05, 0.1, 0.2, 0.15, 0.3, 0.2])
     w, a, _ = dense(spec, x)
     expected = np.trace(w @ np.linalg.pinv(a.T @ a) @ w.T)  # tr(W (AᵀΣ⁻¹A)⁺ Wᵀ)
-    assert split._Objective(parts, groups, d)(x) == pytest.approx(expected, rel=1e-9)
+    assert workload.Objective(parts, groups, d)(x) == pytest.approx(expected, rel=1e-9)
 
 
 def test_the_published_estimates_error_under_pure_is_the_dense_one(tmp_path):
     spec = load_spec(tiny_spec(tmp_path, definition="pure"))
-    parts, groups, _, d = split._problem(spec)
+    parts, groups, _, d = workload.problem(spec)
     assert d == 2 and parts[0].k == 2  # the Laplace's 2Δ²/ε²
     x = np.array([0.05, 0.1, 0.2, 0.15, 0.3, 0.2])
     w, a, _ = dense(spec, x)
-    assert split._Objective(parts, groups, d)(x) == pytest.approx(np.trace(w @ np.linalg.pinv(a.T @ a) @ w.T),
+    assert workload.Objective(parts, groups, d)(x) == pytest.approx(np.trace(w @ np.linalg.pinv(a.T @ a) @ w.T),
                                                                    rel=1e-9)
 
 
 def test_the_svd_bound_is_the_dense_one_and_below_every_split(tmp_path):
     spec = load_spec(tiny_spec(tmp_path))
-    parts, groups, budget, d = split._problem(spec)
+    parts, groups, budget, d = workload.problem(spec)
     w, _, n = dense(spec, np.ones(len(parts)))
     singular = np.linalg.svd(w, compute_uv=False)
     expected = 0.5 * singular.sum() ** 2 / (float(budget) * n)  # Δ₂²/(2ρ) · (Σσ)²/n
-    bound = split.svd_bound(spec)
+    bound = workload.svd_bound(spec)
     assert bound == pytest.approx(expected, rel=1e-9)
     chosen = split.choose(spec)
     assert bound < chosen.error < chosen.equal_error
@@ -112,7 +112,7 @@ def test_the_tree_eigenvalues_are_the_dense_ones():
     w = [1.5, 2.0, 3.0]
     t = [np.ones((1, 5)), np.array([[1, 1, 1, 0, 0], [0, 0, 0, 1, 1]]), np.eye(5)]
     h = sum(wl * tl.T @ tl for wl, tl in zip(w, t))
-    assert np.sort(split.tree_eigenvalues((1, 2, 5), parents, w)) == pytest.approx(np.linalg.eigvalsh(h))
+    assert np.sort(workload.tree_eigenvalues((1, 2, 5), parents, w)) == pytest.approx(np.linalg.eigvalsh(h))
 
 
 @pytest.mark.parametrize("definition", ["zcdp", "pure"])
@@ -125,8 +125,8 @@ def test_the_split_beats_equal_and_the_measurements_closed_form_and_is_certified
     assert chosen.unspent < chosen.budget / 1000  # rounded down to 4 significant digits only
     # a perturbation of the optimum (moving budget between any two parts, keeping each part's
     # floor) is never better
-    parts, groups, _, d = split._problem(spec)
-    f = split._Objective(parts, groups, d)
+    parts, groups, _, d = workload.problem(spec)
+    f = workload.Objective(parts, groups, d)
     x = np.array([float(s) for s in chosen.shares])
     floor = float(chosen.budget) / (split.FLOOR * len(x))
     for i, j in itertools.permutations(range(len(x)), 2):
