@@ -2,7 +2,7 @@
 ρ = 0.5 (geography nation > STATE > PUMA, both tables in one consistency group), against the
 matrix-mechanism SVD lower bound computed here (issue 29: goal ≤ 1.01× the bound).
 
-    python benchmarks/epsilon_auto.py [--rho 0.5] [--trials 200]   # ~1 min
+    python benchmarks/epsilon_auto.py [--rho 0.5] [--trials 200] [--epsilon 1]   # ~15 s
 
 The spec is acs_census.yaml with ``privacy: zcdp`` and ``budget: {rho: RHO}``; each row writes the
 tables' ρ per level (or ``rho: auto``) into a copy under ``benchmarks/data/epsilon_auto/``
@@ -22,7 +22,8 @@ the sampler draws it) and the closed form of ``split.py``, and as a ratio to the
 closed form against the estimator the release runs: ``--trials`` draws of Gaussian noise at
 each measurement's variance (numpy, seeded: a simulation, not a release) through
 ``postprocess.gls.estimate``; the empirical mean squared error over the formula's (its standard
-error beside it).
+error beside it). Then the same rows under pure ε-DP at ``--epsilon`` (no bound: it is an L2
+bound), as ratios to the auto split.
 """
 
 from __future__ import annotations
@@ -52,14 +53,18 @@ TABLES = ("persons_by_sex_age_group", "persons_by_race_hispanic")
 LEVELS = ("root", "STATE", "PUMA")
 
 
-def spec_text(rho: Fraction, budgets: dict[str, dict[str, Fraction]] | None) -> str:
-    """acs_census.yaml under zCDP at ``rho``, each table's ρ per level as given (None: auto)."""
+def spec_text(rho: Fraction, budgets: dict[str, dict[str, Fraction]] | None, pure: bool = False) -> str:
+    """acs_census.yaml under zCDP at ``rho`` (pure: ε-DP at ε = ``rho``), each table's budget per
+    level as given (None: auto)."""
     text = (ROOT / "configs" / "acs_census.yaml").read_text()
     text = text.replace("domain_file: domains/", f"domain_file: {ROOT / 'configs' / 'domains'}/")
     text = text.replace("path: ../data/", f"path: {ROOT / 'data'}/")
-    text = re.sub(r"privacy: \{definition: pure, unit: row\}", "privacy: {definition: zcdp, unit: row, delta: 1e-6}", text)
-    text = re.sub(r"budget: \{epsilon: 1\}", f"budget: {{rho: {rho}}}", text)
-    text = re.sub(r"lifetime_budget: \{epsilon: 4\}", "lifetime_budget: {rho: 100}", text)
+    cost = "epsilon" if pure else "rho"
+    if not pure:
+        text = re.sub(r"privacy: \{definition: pure, unit: row\}", "privacy: {definition: zcdp, unit: row, delta: 1e-6}",
+                      text)
+    text = re.sub(r"budget: \{epsilon: 1\}", f"budget: {{{cost}: {rho}}}", text)
+    text = re.sub(r"lifetime_budget: \{epsilon: 4\}", f"lifetime_budget: {{{cost}: 100}}", text)
     parts = re.split(r"(    epsilon: \{root: 0.05, STATE: 0.15, PUMA: 0.3\})", text)
     out, k = [], 0
     for piece in parts:
@@ -67,19 +72,20 @@ def spec_text(rho: Fraction, budgets: dict[str, dict[str, Fraction]] | None) -> 
             name = TABLES[k]
             k += 1
             if budgets is None:
-                out.append("    rho: auto")
+                out.append(f"    {cost}: auto")
             else:
                 levels = ", ".join(f'{lv}: "{budgets[name][lv]}"' for lv in LEVELS)
-                out.append(f"    rho: {{{levels}}}")
+                out.append(f"    {cost}: {{{levels}}}")
         else:
             out.append(piece)
     return "".join(out)
 
 
-def planned(name: str, rho: Fraction, budgets: dict[str, dict[str, Fraction]] | None):  # type: ignore[no-untyped-def]
+def planned(name: str, rho: Fraction, budgets: dict[str, dict[str, Fraction]] | None,  # type: ignore[no-untyped-def]
+            pure: bool = False):
     DATA.mkdir(parents=True, exist_ok=True)
-    path = DATA / f"{name}.yaml"
-    path.write_text(spec_text(rho, budgets))
+    path = DATA / f"{name}{'_pure' if pure else ''}.yaml"
+    path.write_text(spec_text(rho, budgets, pure))
     spec = load_spec(path)
     return spec, plan_release(spec, None)
 
@@ -98,7 +104,7 @@ def published_error(spec, plan) -> tuple[float, dict[tuple[str, str], float]]:  
                                           for t in spec.tables))
     parts, groups, _, d = workload.problem(auto)
     f = workload.Objective(parts, groups, d)
-    x = np.array([p.k / variances[tuple(p.key.split("/"))] for p in parts])
+    x = np.array([(p.k / variances[tuple(p.key.split("/"))]) ** (1 / d) for p in parts])  # k/xᵈ = the variance
     return f(x), variances
 
 
@@ -138,6 +144,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rho", default="0.5")
     ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--epsilon", default="1", help="the pure ε-DP rows' ε")
     args = ap.parse_args()
     rho = Fraction(args.rho)
     load = os.getloadavg()
@@ -180,6 +187,38 @@ def main() -> None:
     print(f"plan_release (no ledger; load_spec not timed), median of 7: rho: auto {auto_s * 1000:.1f} ms, the same "
           f"split written {written_s * 1000:.1f} ms ({auto_s / written_s:.0f}×)")
     for line in chosen.lines():
+        print(line)
+    pure_rows(Fraction(args.epsilon))
+
+
+def pure_rows(epsilon: Fraction) -> None:
+    """The same under pure ε-DP (discrete Laplace, variance ≈ 2/ε²; ε's add): no SVD bound here
+    (it is an L2 bound); ratios to the auto split."""
+    auto_spec, auto_plan = planned("auto", epsilon, None, pure=True)
+    equal = {t: {lv: epsilon / 6 for lv in LEVELS} for t in TABLES}
+    ratio = {"root": Fraction(1, 10), "STATE": Fraction(3, 10), "PUMA": Fraction(6, 10)}
+    rows = [("equal (ε/6 each)", *planned("equal", epsilon, equal, pure=True)),
+            ("ε/2 per table, spec's levels 1:3:6 (the shipped spec at this ε)",
+             *planned("spec_levels", epsilon, {t: {lv: epsilon / 2 * ratio[lv] for lv in LEVELS} for t in TABLES},
+                      pure=True))]
+    proposal = allocate(rows[0][2])  # type: ignore[arg-type]
+    allocated = {t: {s.level: s.budget.amount for s in proposal.shares if s.name == t} for t in TABLES}
+    rows.append(("plan --allocate", *planned("allocate", epsilon, allocated, pure=True)))
+    rows.append(("epsilon: auto (the planner)", auto_spec, auto_plan))
+    base, _ = published_error(auto_spec, auto_plan)
+    print()
+    print(f"The same two tables under pure ε-DP at ε = {epsilon} (discrete Laplace): published estimates' error "
+          "from each plan's exact discrete Laplace variances")
+    print()
+    print("| split | ε spent | expected squared error of the published estimates | × auto |")
+    print("|---|---:|---:|---:|")
+    for label, spec, plan in rows:
+        error, _ = published_error(spec, plan)
+        spent = float(sum((t.budget.amount for t in plan.tables), Fraction(0)))  # type: ignore[attr-defined]
+        print(f"| {label} | {spent:.5f} | {error:,.2f} | {error / base:.4f} |")
+    assert auto_plan.split is not None
+    print()
+    for line in auto_plan.split.lines():
         print(line)
 
 

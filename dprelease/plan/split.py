@@ -93,6 +93,7 @@ class Split:
             "objective": "weighted expected squared error of the published (post-processed) estimates",
             "error": self.error, "equal_split_error": self.equal_error, "measurements_closed_form_error": self.separate_error,
             "svd_lower_bound": self.bound, "certified_relative_gap": self.gap, "steps": self.steps,
+            "floor": fraction_text(self.budget / (FLOOR * len(self.shares))),
         }
 
     def lines(self) -> list[str]:
@@ -116,6 +117,12 @@ def split_lines(record: dict[str, object]) -> list[str]:
     out.append(f"  expected error: {error:,.6g}; an equal split: {equal / error:.4f}×; the measurements' own "
                f"closed form (plan --allocate): {separate / error:.4f}×"
                + (f"; {error / bound:.4f}× the SVD lower bound" if isinstance(bound, float) else ""))
+    floor = Fraction(str(record.get("floor", "0")))
+    starved = [str(s["measurement"]) for s in shares if Fraction(s["share"]) <= floor]
+    if starved:
+        out.append(f"  at the floor ({symbol} = {decimal_text(floor, 8)}, the least any measurement gets): "
+                   f"{', '.join(starved)}; where the tables are post-processed consistently, their published estimates "
+                   "come mostly from the finer levels' sums, so their own noise (the margins above) matters little")
     unspent = Fraction(str(record["unspent"]))
     if unspent:
         out.append(f"  unspent by rounding down: {symbol} = {decimal_text(unspent, 8)}")
