@@ -230,6 +230,9 @@ def test_the_manifest_and_the_report_state_the_split(tmp_path):
     plan = plan_release(load_spec(path), None)
     written = manifest(split.apply(load_spec(path), plan.split), plan, "run", "2026-11-27T00:00:00Z")
     assert written["auto_split"]["shares"][0]["measurement"] == "by_a/root"
+    from dprelease.reporting import report_json
+
+    assert report_json(written, None)["auto_split"] == written["auto_split"]
     report = budget_report_md(written)
     assert "## Budget split chosen by the planner" in report
     assert f"- by_a/PUMA: ρ = {split.decimal_text(plan.split.shares[2], 8)} (weight 3)" in report

@@ -78,12 +78,12 @@ def _table(r: Reader, at: Path_, name: str | None, x: TableInputs) -> Table | No
     where = _where(r, at, x)
     levels = ((ROOT,) + x.levels) if geographic else ()
     auto = _auto(r, x.definition, at, geographic, levels)
-    if auto is False:
-        return None
-    if auto is not None:  # a provisional 1 per measurement, replaced by auto_budgets once every table is read
-        epsilons, epsilon = ([Fraction(1)] * len(levels) if geographic else None), Fraction(len(levels) or 1)
-    else:
+    if r.get(at + (x.definition.cost,), str) != "auto":  # written (checked even beside a misplaced weight:)
         epsilons, epsilon = _budget(r, x.definition, at, geographic, levels)
+    else:  # a provisional 1 per measurement, replaced by auto_budgets once every table is read
+        epsilons, epsilon = ([Fraction(1)] * len(levels) if geographic else None), Fraction(len(levels) or 1)
+    if auto is False:  # reported: the table is checked on, as one with an invalid budget
+        epsilons, epsilon = None, None
     if group_by is not None and name is not None and not _fits(r, at, name, group_by, geographic, x):
         return None
     if name is None or group_by is None or where is None or epsilon is None:
