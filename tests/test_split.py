@@ -277,3 +277,49 @@ def test_the_split_beats_what_plan_allocate_proposes(tmp_path, definition):
     chosen = split.choose(auto)
     assert chosen.error < f(np.array([proposal[p.key] for p in parts]))
     assert chosen.error < f(np.full(len(parts), 1 / 6))  # the equal split
+
+
+def test_a_run_of_an_auto_spec_spends_the_split_it_showed_and_reprocesses(tmp_path, cli):
+    """End to end, inline: the plan's split is approved, reserved and spent; spec.json and the
+    manifest hold it; post-processing re-run from the release agrees with its fingerprint."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    path = tmp_path / "auto.yaml"
+    path.write_text(f"""release: auto-run
+dataset:
+  name: auto-run
+  path: {root / "data" / "nist_acs" / "national2019.csv"}
+  na_values: ["N"]
+  lifetime_budget: {{rho: 10}}
+privacy: {{definition: zcdp, unit: row, delta: 1e-6}}
+budget: {{rho: 1}}
+columns:
+  PUMA: {{domain_file: {root / "configs" / "domains" / "puma.txt"}, geographic: true}}
+  SEX: {{domain: [1, 2], labels: [Male, Female]}}
+  HISP: {{domain: [0, 1, 2, 3, 4]}}
+geography:
+  levels: [STATE, PUMA]
+  STATE: {{from: PUMA, prefix: 2}}
+tables:
+  - name: by_sex
+    group_by: [geography, SEX]
+    consistency: persons
+    rho: auto
+  - name: by_hisp
+    group_by: [geography, HISP]
+    consistency: persons
+    rho: auto
+""")
+    planned = json.loads(cli("plan", path, "--json").stdout)
+    assert cli("plan", path, "--approve", "--by", "reviewer").code == 0
+    ran = cli("run", path, "--orchestrator", "inline", "--require-approval", "--output-dir", tmp_path / "out")
+    assert ran.code == 0, ran
+    release = tmp_path / "out" / "auto-run"
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert manifest["spec_fingerprint"] == planned["fingerprint"]
+    assert manifest["auto_split"]["shares"] == planned["auto_split"]["shares"]
+    assert [t["epsilon"] for t in manifest["tables"]] == [t["epsilon"] for t in planned["tables"]]
+    saved = json.loads((release / "spec.json").read_text())
+    assert all(t["auto"]["chosen"] for t in saved["tables"])
+    assert cli("postprocess", release).code == 0
