@@ -95,6 +95,30 @@ def test_the_published_estimates_error_under_pure_is_the_dense_one(tmp_path):
                                                                    rel=1e-9)
 
 
+@pytest.mark.parametrize("definition", ["zcdp", "pure"])
+def test_the_gradient_is_the_central_differences_one(tmp_path, definition):
+    tables = """  - name: by_a
+    group_by: [geography, A]
+    consistency: g
+    COST: auto
+    weight: {root: 1, STATE: 2, PUMA: 3}
+  - name: by_b
+    group_by: [geography, B]
+    consistency: g
+    COST: auto
+  - name: plain
+    group_by: [A, B]
+    COST: auto
+""".replace("COST", "rho" if definition == "zcdp" else "epsilon")
+    spec = load_spec(tiny_spec(tmp_path, definition=definition, tables=tables))
+    parts, groups, _, d = workload.problem(spec)
+    f = workload.Objective(parts, groups, d)
+    x = np.linspace(0.05, 0.2, len(parts))
+    h = x * 1e-6
+    central = [(f(x - h[i] * np.eye(len(x))[i]) - f(x + h[i] * np.eye(len(x))[i])) / (2 * h[i]) for i in range(len(x))]
+    assert f.gradient(x) == pytest.approx(central, rel=1e-6)
+
+
 def test_the_svd_bound_is_the_dense_one_and_below_every_split(tmp_path):
     spec = load_spec(tiny_spec(tmp_path))
     parts, groups, budget, d = workload.problem(spec)

@@ -40,7 +40,8 @@ to zero inside each parent of the finest places have eigenvalue w_{U,L}, and the
 dense problem over the parents.
 
 **Cost.** One evaluation of the error (:class:`Objective`, a batch of splits at once) is one pass
-of the tree per subspace U and split: O(splits·|U|·places). The bound is a dense eigenproblem
+of the tree per subspace U and split: O(splits·|U|·places); its exact gradient
+(:func:`tree_adjoint`) three. The bound is a dense eigenproblem
 over the parents of the finest places.
 
 Pure: spec and plan only; numpy; never the data readers.
@@ -63,6 +64,7 @@ from dprelease.plan.sensitivities import sum_l1, sum_l2_squared
 from dprelease.spec import RollupColumn, Spec, SumMeasure, Table
 
 
+BOUND_MAX_PARENTS = 3000  # the SVD bound's dense eigenproblem: at most this many parents of the finest places
 Floats = npt.NDArray[np.float64]
 
 
@@ -247,19 +249,82 @@ class Objective:
         return float(self.batch(x[None, :])[0])
 
     def gradient(self, x: Floats) -> Floats:
-        """−∂f/∂xᵢ by central differences (relative step 10⁻⁵), every one in one batch."""
-        h = x * 1e-5
-        steps = np.diag(h)
-        values = self.batch(np.concatenate([x[None, :] - steps, x[None, :] + steps]))
-        n = len(x)
-        out: Floats = (values[:n] - values[n:]) / (2 * h)
+        """−∂f/∂xᵢ, exactly: the tree's two passes differentiated in reverse (:func:`tree_adjoint`),
+        then the chain rule through a_{U,l} = Σ_m λ_{U,m} xᵈ/k."""
+        d = self.d
+        out: Floats = np.zeros(len(x))
+        for member, coefficient in self.separate:  # f = Σ coefficient·k/xᵈ
+            np.add.at(out, member, d * coefficient * self.k[member] / x[member] ** (d + 1))
+        for g, members, lam, weighted in self.consistent:
+            precision = x[members] ** d / self.k[members]  # M × L
+            a = (lam[:, :, None] * precision[None, :, :]).sum(axis=1)  # U × L
+            abar = tree_adjoint(g.units, g.parents, a, weighted)  # ∂f/∂a, U × L
+            dprecision = d * x[members] ** (d - 1) / self.k[members]  # ∂(xᵈ/k)/∂x, M × L
+            by_part = (abar[:, None, :] * lam[:, :, None]).sum(axis=0) * dprecision  # M × L
+            np.add.at(out, members.ravel(), -by_part.ravel())
         return out
+
+
+def tree_adjoint(units: Sequence[int], parents: Sequence[Ints | None], a: Floats, c: Floats) -> Floats:
+    """∂F/∂a for F = Σ_l c[:, l]·Σ_v final_l,v (each row of ``a`` and ``c`` one problem; final as
+    :func:`tree_variances`), by reverse-mode differentiation of the two passes: one pass each
+    way more. ``tests/test_split.py`` compares it with central differences."""
+    depth, rows = len(units), a.shape[0]
+    u: list[Floats] = [np.empty(0)] * depth
+    s: list[Floats] = [np.empty(0)] * depth
+    u[-1] = np.repeat(1.0 / a[:, -1:], units[-1], axis=1)
+    for lv in range(depth - 2, -1, -1):
+        parent = parents[lv + 1]
+        assert parent is not None
+        s[lv] = np.zeros((rows, units[lv]))
+        np.add.at(s[lv].T, parent, u[lv + 1].T)
+        u[lv] = s[lv] / (1.0 + a[:, lv:lv + 1] * s[lv])
+    outside: list[Floats] = [np.full((rows, units[0]), np.inf)]
+    q: list[Floats] = [np.empty(0)] * depth
+    final: list[Floats] = [u[0]]
+    for lv in range(1, depth):
+        parent = parents[lv]
+        assert parent is not None
+        with np.errstate(divide="ignore"):
+            q[lv - 1] = 1.0 / (1.0 / outside[lv - 1] + a[:, lv - 1:lv])
+        outside.append(q[lv - 1][:, parent] + s[lv - 1][:, parent] - u[lv])
+        final.append(1.0 / (1.0 / u[lv] + 1.0 / outside[lv]))
+    abar = np.zeros((rows, depth))
+    ubar = [np.zeros((rows, n)) for n in units]
+    sbar = [np.zeros((rows, n)) for n in units]
+    obar = [np.zeros((rows, n)) for n in units]
+    ubar[0] += c[:, :1]  # final_0 = u_0
+    for lv in range(depth - 1, 0, -1):  # the downward pass, in reverse
+        parent = parents[lv]
+        assert parent is not None
+        square = final[lv] ** 2
+        ubar[lv] += c[:, lv:lv + 1] * square / u[lv] ** 2
+        with np.errstate(invalid="ignore"):
+            obar[lv] += np.where(np.isfinite(outside[lv]), c[:, lv:lv + 1] * square / outside[lv] ** 2, 0.0)
+        qbar = np.zeros((rows, units[lv - 1]))
+        np.add.at(qbar.T, parent, obar[lv].T)
+        sbar[lv - 1] += qbar
+        ubar[lv] -= obar[lv]
+        qq = q[lv - 1] ** 2
+        with np.errstate(invalid="ignore"):
+            obar[lv - 1] += np.where(np.isfinite(outside[lv - 1]), qbar * qq / outside[lv - 1] ** 2, 0.0)
+        abar[:, lv - 1] -= (qbar * qq).sum(axis=1)
+    for lv in range(depth - 1):  # the upward pass, in reverse
+        parent = parents[lv + 1]
+        assert parent is not None
+        grow = 1.0 + a[:, lv:lv + 1] * s[lv]
+        sbar[lv] += ubar[lv] / grow ** 2
+        abar[:, lv] -= (ubar[lv] * s[lv] ** 2 / grow ** 2).sum(axis=1)
+        ubar[lv + 1] += sbar[lv][:, parent]
+    abar[:, -1] -= (ubar[-1] / a[:, -1:] ** 2).sum(axis=1)  # u_L = 1/a_L
+    return abar
 
 
 def svd_bound(spec: Spec) -> float | None:
     """The SVD lower bound (module docstring) on the weighted error of the auto tables'
     published cells under zCDP at the budget they share, over every matrix-mechanism strategy;
-    None unless the release is zcdp and its auto tables form one group (tables post-processed
+    None unless the release is zcdp, its auto tables form one group and the finest places have at
+    most ``BOUND_MAX_PARENTS`` parents (tables post-processed
     apart share a domain too, and a bound over a union of groups is not a sum of theirs)."""
     if spec.definition != "zcdp" or not auto_tables(spec):
         return None
@@ -267,6 +332,8 @@ def svd_bound(spec: Spec) -> float | None:
     if len(groups) != 1 or len({p.k for p in parts}) != 1:
         return None
     g = groups[0]
+    if len(g.units) > 1 and g.units[-2] > BOUND_MAX_PARENTS:
+        return None  # a dense eigenproblem over that many parents costs more than a plan should
     total = 0.0
     for u in subsets(g.scopes):
         dim = math.prod(g.sizes[a] - 1 for a in u)
