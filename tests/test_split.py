@@ -247,14 +247,14 @@ def test_plan_shows_the_split_and_plan_json_states_it(tmp_path, cli):
 
 
 def test_the_manifest_and_the_report_state_the_split(tmp_path):
-    from dprelease.manifest import manifest
-    from dprelease.report import budget_report_md
+    from dprelease.publish.manifest import manifest
+    from dprelease.report.markdown import budget_report_md
 
     path = tiny_spec(tmp_path)
     plan = plan_release(load_spec(path), None)
     written = manifest(split.apply(load_spec(path), plan.split), plan, "run", "2026-11-27T00:00:00Z")
     assert written["auto_split"]["shares"][0]["measurement"] == "by_a/root"
-    from dprelease.reporting import report_json
+    from dprelease.report.published import report_json
 
     assert report_json(written, None)["auto_split"] == written["auto_split"]
     report = budget_report_md(written)
