@@ -43,8 +43,10 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
         total = compose((t.budget for t in spec.tables), spec.definition)  # of the spec's kind (ρ under zcdp)
         over = subtract(total, spec.budget)
         local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
+        auto = [t.name for t in spec.tables if t.auto is not None]
+        chosen = f" ({', '.join(auto)}: {spec.symbol}: auto, split by `dprelease plan`)" if auto else ""
         out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables{local}, total {spec.symbol} = "
-                  f"{amount_text(total)} of {amount_text(spec.budget)}", markup=False)
+                  f"{amount_text(total)} of {amount_text(spec.budget)}{chosen}", markup=False)
         if spec.invariants:
             say(f"note: {path}: invariants — the number of persons per place at {', '.join(spec.invariant_levels)} "
                 "is published EXACTLY, not protected by differential privacy; every sensitivity is "

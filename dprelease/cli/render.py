@@ -93,6 +93,7 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
                          "by": c.set_by, "at": c.set_at} for c in plan.lifetime_caps],
         },
         "fingerprint": plan.fingerprint,
+        "auto_split": plan.split.record() if plan.split else None,  # epsilon: auto: the planner's split
         "neighbouring": plan.neighbouring,
         "invariants": {"levels": list(plan.invariants), "protected_by_differential_privacy": False}
         if plan.invariants else None,
@@ -187,6 +188,8 @@ def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str
                   "noise distribution (before clamping).", markup=False, highlight=False)
     print_margins(console, plan, units or {})
     print_structural(console, plan)
+    for line in plan.split.lines() if plan.split else ():  # epsilon: auto
+        console.print(line, markup=False, highlight=False)
     over = subtract(plan.total, plan.release_budget)  # a line for its ε (ρ), and under approx one for its δ
     mark = "fits" if over.amount <= 0 else f"OVER by {amount_text(over, decimal=True)}"
     console.print(f"Release budget:  total {plan.symbol} = {amount_text(plan.total, decimal=True)} of "

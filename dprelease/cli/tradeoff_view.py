@@ -124,6 +124,10 @@ def allocation_yaml(plan: Plan, allocation: Allocation) -> str:
     lines.append(f"# Weighted squared error of the split tables: {a.error:,.1f} proposed, "
                  + _versus("the spec's split", a.error, a.spec_error) + " and "
                  + _versus(f"an equal split of the same {symbol}", a.error, a.equal_error) + ".")
+    if plan.split is not None:
+        lines.append(f"# The spec's split is the planner's ({key}: auto), chosen for the error of the published, "
+                     "post-processed estimates, by which this proposal's formula (unrounded) has "
+                     f"{plan.split.separate_error / plan.split.error:.4f}× its error (`dprelease plan` shows both); keep {key}: auto unless the tables are published unprocessed.")
     lines.append("tables:")
     for shares in _by_table(a):
         s = shares[0]

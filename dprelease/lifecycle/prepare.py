@@ -34,6 +34,7 @@ from dprelease.lifecycle.refusals import (
 )
 from dprelease.lifecycle.voice import Say
 from dprelease.lifecycle.notices import large_delta_warnings, location_notes, refuse_ledger_choice
+from dprelease.plan.split import apply as apply_split
 from dprelease.plan import Plan, plan_release, with_provenance
 from dprelease.spec import Engine, Spec, load_spec
 
@@ -124,6 +125,9 @@ def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_a
     spec, output_dir = request.spec, request.output_dir
     state = ledger.state(spec.dataset.name)  # (never a new one in the per-user default: open_ledger refused it)
     plan = plan_release(spec, state)
+    if plan.split is not None:  # epsilon: auto: from here on the spec holds the planner's split (spec.json, manifest)
+        spec = apply_split(spec, plan.split)
+        request = dataclasses.replace(request, spec=spec)
     refuse_links(spec, output_dir)
     final = complete_interrupted_publication(spec, plan, say)
     if final is not None:

@@ -70,6 +70,7 @@ from dprelease.plan.measurements import (
     TruncatedGeometric,
     noise_variances,
 )
+from dprelease.plan.split import Split, apply, choose, resolve
 from dprelease.plan.sensitivities import sum_l1, sum_l2_squared, utility_sensitivity
 from dprelease.plan.structural import cell_labels, describe, measurement_masks
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table, fingerprint
@@ -100,6 +101,7 @@ class Plan:
     local: tuple[LocalPlan, ...] = ()
     local_spent: PureDP = PureDP(Fraction(0))  # each respondent's pure ε over the collections recorded before
     evaluations: tuple[Evaluation, ...] = ()  # the dataset's data read in the open (`dprelease evaluate`)
+    split: Split | None = None  # epsilon: auto: the planner's split (in the tables' budgets and the fingerprint)
 
     @property
     def neighbouring(self) -> str:
@@ -173,6 +175,8 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
     or when a new dataset declares none. Over-budget is not an error here: it is the plan's
     verdict (``fits``), so a reviewer sees by how much.
     """
+    chosen = choose(spec) if any(t.auto is not None and not t.auto.chosen for t in spec.tables) else None
+    spec = spec if chosen is None else apply(spec, chosen)  # epsilon: auto: the split is the plan's, fingerprinted
     declared = spec.dataset.lifetime  # the spec's lifetime budget (of its kind), if it declares one
     if state is None and declared is None:
         raise LedgerError(f"{spec.source}: dataset {spec.dataset.name!r} is not in the ledger yet, so the "
@@ -198,7 +202,7 @@ def plan_release(spec: Spec, state: DatasetState | None) -> Plan:
         relation=relation, invariants=spec.invariant_levels, terms=terms,
         guarantee_delta=spec.guarantee_delta,
         local=local_plans(spec, state), local_spent=state.local_epsilon if state else PureDP(Fraction(0)),
-        evaluations=state.evaluations if state else (),
+        evaluations=state.evaluations if state else (), split=chosen,
     )
 
 
@@ -213,6 +217,7 @@ def measurement_plans(spec: Spec, terms: Terms | None = None,
                       relation: Neighbouring | None = None) -> tuple[TablePlan, ...]:
     """The plan of every measurement (mechanism, sensitivity, scale), in spec order. Without
     ledger ``terms``: those of a dataset new to the ledger (what ``evaluate`` simulates)."""
+    spec = resolve(spec)  # epsilon: auto: the planner's split (a no-op once chosen)
     if terms is None or relation is None:
         terms, relation = ledger_terms(spec, None)
     masks = measurement_masks(spec)

@@ -86,6 +86,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
         "created_at": created_at,
         "software": {"name": "dprelease", "version": __version__},
         "spec_fingerprint": plan.fingerprint,
+        **({"auto_split": plan.split.record()} if plan.split else {}),  # epsilon: auto: the planner's split
         **(facts.manifest_part() if facts is not None else {}),
         "context_warnings": list(facts.warnings if facts is not None else ()),  # beyond the plan's review
         "warnings": [*(facts.warnings if facts is not None else ()), *review_warnings(replace(

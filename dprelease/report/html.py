@@ -30,6 +30,7 @@ from dprelease.plan.tradeoff import FACTORS, Curve
 from dprelease.report.markdown import (
     _amount,
     _delta,
+    _split_section,
     _guarantee,
     _invariants_warning,
     _lifetime_row,
@@ -117,6 +118,10 @@ def page(manifest: dict[str, Any], state: DatasetState | None) -> str:
         table(f"Budget, noise and expected margin of error (±MoE {confidence}) of each measurement",
               headers, rows, aligned, ident="spend") if rows else "<p>No central tables.</p>",
         bullets(_structural_section(manifest)), ident="spend-per-table"))
+    chosen = _split_section(manifest)  # epsilon: auto
+    if chosen:
+        parts.append(section(chosen[1].removeprefix("## "), f"<p>{inline(chosen[3])}</p>", bullets(chosen[5:]),
+                             ident="auto-split"))
     parts.append(_margins(manifest))
     parts.append(_lifetime(manifest, budgets, state))
     parts.append(_local(manifest))

@@ -28,6 +28,7 @@ from typing import Any, Iterable
 from dprelease.accounting import ZCDP, ApproxDP, Budget, amount_text, delta_of, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import CapChange
 from dprelease.publish.manifest import ReleaseBudgets, part_budget, read_budget, release_budgets, table_budget
+from dprelease.plan.split import split_lines
 from dprelease.plan.margins import Margin
 from dprelease.plan.review import ReviewFacts, measurement_name, review_warnings
 
@@ -101,6 +102,7 @@ def budget_report_md(manifest: dict[str, Any], caps: Iterable[CapChange] = ()) -
         "|" + "".join("---:|" if right else "---|" for right in aligned),
         *["| " + " | ".join(row) + " |" for row in rows],
     ]
+    lines += _split_section(manifest)
     lines += _margins_section(manifest)
     lines += _structural_section(manifest)
     lines += [
@@ -368,6 +370,14 @@ def _per_measure(manifest: dict[str, Any], unit: str) -> str:
                         f"(permute-and-flip on their ranks): the cells hold disjoint rows, so together they cost the "
                         f"table's {unit} once."}
     return "".join(said[k] + " " for k in kinds)
+
+
+def _split_section(manifest: dict[str, Any]) -> list[str]:
+    """epsilon: auto: the planner's split, as the plan showed it (the manifest's record)."""
+    if "auto_split" not in manifest:
+        return []
+    first, *rest = split_lines(manifest["auto_split"])
+    return ["", "## Budget split chosen by the planner", "", first + ":", "", *[f"- {line.strip()}" for line in rest]]
 
 
 def _invariants_warning(manifest: dict[str, Any]) -> list[str]:

@@ -142,7 +142,7 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
                            "charge": fraction_text(r.charge), "counts_as_spent": r.counts_as_spent,
                            "created_at": r.created_at} for r in other_runs(state)],
         "warnings": warnings(manifest, state),
-        **{k: manifest[k] for k in ("ledger", "approval", "evaluated_in_the_open") if k in manifest},
+        **{k: manifest[k] for k in ("ledger", "approval", "evaluated_in_the_open", "auto_split") if k in manifest},
         **({"partition": manifest["partition"]} if "partition" in manifest else {}),
     }
 

@@ -3,6 +3,7 @@
 from dprelease.spec.canonical import canonical, fingerprint
 from dprelease.spec.load import load_spec, schema
 from dprelease.spec.model import (
+    AutoSplit,
     BinnedColumn,
     CategoricalColumn,
     Column,
@@ -22,6 +23,6 @@ from dprelease.spec.model import (
 )
 
 __all__ = [
-    "BinnedColumn", "CategoricalColumn", "Column", "Condition", "LocalTable", "MeanMeasure", "ModeMeasure", "Dataset", "Engine", "ROOT", "RangeColumn",
+    "AutoSplit", "BinnedColumn", "CategoricalColumn", "Column", "Condition", "LocalTable", "MeanMeasure", "ModeMeasure", "Dataset", "Engine", "ROOT", "RangeColumn",
     "RollupColumn", "Rule", "Spec", "SumMeasure", "Table", "canonical", "fingerprint", "load_spec", "schema",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 
 from dprelease.accounting import ApproxDP, amount_text, budget_of, delta_of, fraction_text
 from dprelease.spec.model import (
+    AutoSplit,
     BinnedColumn,
     CategoricalColumn,
     Column,
@@ -82,6 +83,10 @@ def canonical(spec: Spec) -> dict[str, Any]:
                                 **({"q": fraction_text(t.measure.q)} if t.measure.q is not None else {})}}
                    if isinstance(t.measure, ModeMeasure) else {}),
                 **({"structural_zeros": t.structural_zeros} if t.structural_zeros != "publish" else {}),
+                # epsilon: auto: the weights, and whether the budgets above are the planner's split
+                # (they are in every plan's fingerprint: an approval covers the split chosen)
+                **({"auto": {"weights": [fraction_text(w) for w in t.auto.weights], "chosen": t.auto.chosen}}
+                   if t.auto is not None else {}),
             }
             for t in spec.tables
         ],
@@ -212,5 +217,7 @@ def _table_from(t: dict[str, Any], kind: Any) -> Table:
                   level_budgets=tuple(budget_of(kind, Fraction(e), no_delta) for e in t["level_epsilons"]),
                   consistency=t["consistency"], mechanism=t.get("mechanism", "discrete_laplace"),
                   upper=t.get("upper"), measure=_measure_from(t.get("measure")),
-                  structural_zeros=t.get("structural_zeros", "publish"))
+                  structural_zeros=t.get("structural_zeros", "publish"),
+                  auto=AutoSplit(tuple(Fraction(w) for w in t["auto"]["weights"]), t["auto"]["chosen"])
+                  if "auto" in t else None)
     return table.with_delta(Fraction(t["delta"])) if "delta" in t else table

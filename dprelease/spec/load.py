@@ -44,7 +44,7 @@ from dprelease.spec.sections.privacy import (
     typed,
 )
 from dprelease.spec.sections.reader import Reader
-from dprelease.spec.sections.tables import TableInputs, tables
+from dprelease.spec.sections.tables import TableInputs, auto_budgets, tables
 from dprelease.spec.yamlsource import YamlProblem, load_document
 
 __all__ = ["load_spec", "schema"]
@@ -115,6 +115,9 @@ def _build(r: Reader, run_date: datetime) -> Spec | None:
         return None
     typed_budget = typed(d, budget, budget_delta)
     if typed_budget is None:  # an unknown definition (reported)
+        return None
+    central = auto_budgets(r, central, budget, d, totals)
+    if r.problems:
         return None
     if d.name == "approx":
         if budget_delta is None:

@@ -27,7 +27,7 @@ from dprelease.spec.domains import (  # re-exported: the model's public names
     Rule,
 )
 
-__all__ = ["ROOT", "BinnedColumn", "CategoricalColumn", "Column", "Condition", "Dataset", "Engine", "LocalTable",
+__all__ = ["ROOT", "AutoSplit", "BinnedColumn", "CategoricalColumn", "Column", "Condition", "Dataset", "Engine", "LocalTable",
            "MeanMeasure", "ModeMeasure", "Op", "PostProcess", "RangeColumn", "RollupColumn", "Rule", "Spec",
            "SumMeasure", "Table"]
 
@@ -137,6 +137,18 @@ class MeanMeasure:
 
 
 @dataclass(frozen=True, slots=True)
+class AutoSplit:
+    """``epsilon: auto`` (``rho: auto``): the planner chooses this table's budget and its levels'
+    (:mod:`dprelease.plan.split`). ``weights``: one per measurement (per level, the root first,
+    for a geographic table; one for a plain table), each the table's ``weight`` × its level's.
+    Until ``chosen``, the table's budgets are the provisional equal split of what the explicit
+    tables leave (valid, never spent: every plan resolves the split first)."""
+
+    weights: tuple[Fraction, ...]
+    chosen: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Table:
     """A noisy histogram over the cross product of its group_by domains.
 
@@ -162,6 +174,7 @@ class Table:
     upper: int | None = None  # truncated_geometric: the public upper bound of every count
     measure: SumMeasure | ModeMeasure | MeanMeasure | None = None  # None: counts
     structural_zeros: Literal["publish", "omit"] = "publish"  # structural cells: published as exact 0s, or left out
+    auto: AutoSplit | None = None  # epsilon: auto: the budgets are the planner's (see AutoSplit)
 
     def __post_init__(self) -> None:
         if self.budget.amount <= 0:

@@ -62,9 +62,17 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
         case "pattern" if error.schema.get("pattern", "").startswith("^[A-Za-z_]"):
             return [doc.problem(path, f"{error.instance!r} is not a column name: use letters, digits "
                                 "and '_', starting with a letter or '_'")]
-        case "anyOf" if any("level_epsilons" in str(x) for x in error.schema.get("anyOf", [])):
+        case "anyOf" if path and path[-1] == "weight":
             return [doc.problem(path, f"{doc.text(path) or error.instance!r} is not a decimal, a fraction, or a "
-                                "mapping of level: ε; write e.g. 0.1, \"1/10\" or {root: 0.1, STATE: 0.2}")]
+                                "mapping of level: weight; write e.g. 2, \"1/2\" or {root: 1, STATE: 1, PUMA: 4}")]
+        case "anyOf" if any("level_epsilons" in str(x) for x in error.schema.get("anyOf", [])):
+            if isinstance(error.instance, dict) and "auto" in error.instance.values():
+                return [doc.problem(path, f"auto is for a whole table, its levels included: write {path[-1]}: auto "
+                                    "(the planner splits the table's levels too), or a number for every level")]
+            written = doc.text(path) or repr(error.instance)
+            near = " (did you mean auto?)" if isinstance(error.instance, str) and error.instance.strip().isalpha() else ""
+            return [doc.problem(path, f"{written} is not a decimal, a fraction, a mapping of level: ε, or auto{near}; "
+                                "write e.g. 0.1, \"1/10\", {root: 0.1, STATE: 0.2} or auto (the planner splits)")]
         case "oneOf" if "exact_number" in str(error.schema_path) or _is_exact_number(error.schema):
             return [doc.problem(path, f"{doc.text(path) or error.instance!r} is not a decimal or a "
                                 "fraction; write e.g. 0.1 or \"1/10\"")]

@@ -5,7 +5,7 @@ checked by :mod:`.local`)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from dprelease.spec import defaults
@@ -14,6 +14,7 @@ from dprelease.spec.model import (
     BYTES_PER_CELL,
     MACHINE_SHARE,
     ROOT,
+    AutoSplit,
     Column,
     Condition,
     LocalTable,
@@ -76,7 +77,13 @@ def _table(r: Reader, at: Path_, name: str | None, x: TableInputs) -> Table | No
         group_by = group_by[1:]  # type: ignore[index]
     where = _where(r, at, x)
     levels = ((ROOT,) + x.levels) if geographic else ()
-    epsilons, epsilon = _budget(r, x.definition, at, geographic, levels)
+    auto = _auto(r, x.definition, at, geographic, levels)
+    if r.get(at + (x.definition.cost,), str) != "auto":  # written (checked even beside a misplaced weight:)
+        epsilons, epsilon = _budget(r, x.definition, at, geographic, levels)
+    else:  # a provisional 1 per measurement, replaced by auto_budgets once every table is read
+        epsilons, epsilon = ([Fraction(1)] * len(levels) if geographic else None), Fraction(len(levels) or 1)
+    if auto is False:  # reported: the table is checked on, as one with an invalid budget
+        epsilons, epsilon = None, None
     if group_by is not None and name is not None and not _fits(r, at, name, group_by, geographic, x):
         return None
     if name is None or group_by is None or where is None or epsilon is None:
@@ -92,6 +99,8 @@ def _table(r: Reader, at: Path_, name: str | None, x: TableInputs) -> Table | No
     if noise is None:
         return None
     mechanism, delta, upper = noise
+    if auto is not None and not _auto_fits(r, x.definition, at, chosen, mechanism):  # type: ignore[arg-type]
+        return None
     no_delta = Fraction(0) if x.definition.name == "approx" else None  # a table's own δ comes below, or by split
     budget = typed(x.definition, epsilon, no_delta)
     if budget is None:
@@ -100,8 +109,120 @@ def _table(r: Reader, at: Path_, name: str | None, x: TableInputs) -> Table | No
                   r.get(at + ("description",), str), levels,
                   tuple(b for e in epsilons or () if (b := typed(x.definition, e, no_delta)) is not None), consistency,
                   mechanism, upper, chosen,  # type: ignore[arg-type]
-                  r.get(at + ("structural_zeros",), str, "publish"))  # type: ignore[arg-type]
+                  r.get(at + ("structural_zeros",), str, "publish"), auto)  # type: ignore[arg-type]
     return table if delta is None else table.with_delta(delta)
+
+
+def _auto(r: Reader, d: Definition, at: Path_, geographic: bool,
+          levels: tuple[str, ...]) -> AutoSplit | None | bool:
+    """The table's ``epsilon: auto`` with its weights (None: its budget is written; False: a
+    problem, reported). ``weight:`` is for auto tables only: a positive number, or for a
+    geographic table one per level (exactly the root and every level)."""
+    auto = r.get(at + (d.cost,), str) == "auto"
+    if not auto:
+        if r.written(at + ("weight",)):
+            r.fail(at + ("weight",), f"weight: is the table's weight in the error the planner minimises for "
+                   f"{d.cost}: auto; this table's {d.symbol} is written, so remove weight: (or write {d.cost}: auto)",
+                   at_key=True)
+            return False
+        return None
+    if d.name == "approx":
+        r.fail(at + (d.cost,), f"{d.cost}: auto is for pure and zcdp releases: under approx a discrete Gaussian's "
+               "ρ(ε, δ) has no closed form and its δ share follows its ε; write the table's ε (plan --allocate "
+               "proposes a split), or use privacy.definition: zcdp")
+        return False
+    count = len(levels) or 1
+    if not r.written(at + ("weight",)):
+        return AutoSplit((Fraction(1),) * count)
+    body = r.get(at + ("weight",), dict)
+    if body is None:
+        w = r.fraction(at + ("weight",), "weight")
+        if w is None:
+            return False
+        if w <= 0:
+            r.fail(at + ("weight",), f"a weight must be positive, not {r.text(at + ('weight',))}")
+            return False
+        return AutoSplit((w,) * count)
+    if not geographic:
+        r.fail(at + ("weight",), "weights per level are for a geographic table (group_by: [geography, ...]); "
+               "write one number, e.g. weight: 2")
+        return False
+    if set(body) != set(levels):
+        missing = [lv for lv in levels if lv not in body]
+        extra = [k for k in body if k not in levels]
+        r.fail(at + ("weight",), "weights per level must name exactly " + ", ".join(levels)
+               + (f"; missing {', '.join(missing)}" if missing else "")
+               + (f"; not a level: {', '.join(extra)}" if extra else ""))
+        return False
+    out = []
+    for lv in levels:
+        w = r.fraction(at + ("weight", lv), f"weight at {lv}")
+        if w is None:
+            return False
+        if w <= 0:
+            r.fail(at + ("weight", lv), f"a weight must be positive, not {r.text(at + ('weight', lv))}")
+            return False
+        out.append(w)
+    return AutoSplit(tuple(out))
+
+
+def _auto_fits(r: Reader, d: Definition, at: Path_, chosen: Measure, mechanism: str) -> bool:
+    """Whether the planner can split this table's budget (reported if not): counts and sums with
+    the release's default mechanism, whose error is a variance k/ρ (k/ε² under pure)."""
+    why = None
+    if isinstance(chosen, MeanMeasure):
+        why = "a mean divides by a noisy count, so its error depends on the cell's count (data)"
+    elif isinstance(chosen, ModeMeasure):
+        why = f"a {chosen.kind} is a category, with no squared error to weigh"
+    elif mechanism != defaults.mechanism(d.name, chosen):
+        why = f"the planner weighs the default mechanism's variance, not the {mechanism}'s"
+    if why:
+        r.fail(at + (d.cost,), f"{d.cost}: auto: {why}; write this table's {d.symbol}")
+        return False
+    return True
+
+
+def auto_budgets(r: Reader, tables: list[Table], budget: Fraction, d: Definition,
+                 invariants: tuple[str, ...]) -> list[Table]:
+    """The auto tables with their provisional budgets: an equal split, over every auto
+    measurement, of what the release's budget leaves after the explicit tables (the planner
+    replaces it: :mod:`dprelease.plan.split`). Reported: auto with invariants, a consistency group
+    mixing auto and explicit tables, nothing left for the auto tables."""
+    auto = [t for t in tables if t.auto is not None]
+    if not auto:
+        return tables
+    at = {body.get("name"): i for i, body in enumerate(r.get(("tables",), list, [])) if isinstance(body, dict)}
+    first: Path_ = ("tables", at.get(auto[0].name, 0), d.cost)
+    if invariants:
+        r.fail(first, f"{d.cost}: auto is not available with invariants (exact totals change the "
+               "estimates' errors, which the planner does not model yet); write the tables' budgets")
+        return tables
+    for group in dict.fromkeys(t.consistency for t in auto if t.consistency):
+        written = [t.name for t in tables if t.consistency == group and t.auto is None]
+        if written:
+            r.fail(("tables", at.get(written[0], 0), d.cost), f"consistency group {group!r} mixes {d.cost}: auto "
+                   f"({', '.join(t.name for t in auto if t.consistency == group)}) with written budgets "
+                   f"({', '.join(written)}): the planner splits a group's budget jointly; write {d.cost}: auto for "
+                   "every table of the group, or a budget for each")
+            return tables
+    explicit = sum((t.budget.amount for t in tables if t.auto is None), Fraction(0))
+    left = budget - explicit
+    if left <= 0:
+        r.fail(first, f"the tables with a written {d.symbol} spend {explicit} of the release's budget "
+               f"{budget}: nothing is left for the {d.cost}: auto tables; lower the written budgets or raise budget:")
+        return tables
+    count = sum(len(t.levels) or 1 for t in auto)
+    each = typed(d, left / count, Fraction(0) if d.name == "approx" else None)
+    assert each is not None
+    out = []
+    for t in tables:
+        if t.auto is None:
+            out.append(t)
+        elif t.levels:
+            out.append(replace(t, budget=typed(d, each.amount * len(t.levels)), level_budgets=(each,) * len(t.levels)))
+        else:
+            out.append(replace(t, budget=each))
+    return out
 
 
 def _budget(r: Reader, d: Definition, at: Path_, geographic: bool,
