@@ -257,8 +257,8 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     release = tmp_path / "out" / "acs-approx-2019"
     manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["privacy"]["definition"] == "approx"
-    assert Fraction(manifest["total_delta"]) == Fraction(1, 10**6) and Fraction(manifest["total_epsilon"]) == 1
-    assert manifest["lifetime"]["delta"] == {"budget": "1/500000", "spent_before": "0", "spent_after": "1/1000000"}
+    life = manifest["budget"]["lifetime"]  # the δ of the lifetime budget: cap, before and after
+    assert [life[k]["delta"] for k in ("cap", "spent_before", "spent_after")] == ["1/500000", "0", "1/1000000"]
     assert manifest["budget"]["total"] == manifest["budget"]["ledger_charge"] == {"epsilon": "1", "delta": "1/1000000"}
     assert manifest["budget"]["lifetime"]["cap"] == {"epsilon": "5", "delta": "1/500000"}
     mechanisms = {t["name"]: t["mechanism"] for t in manifest["tables"]}

@@ -167,7 +167,7 @@ def test_census_release_end_to_end_publishes_consistent_tables(tmp_path, run_env
             published[(t.name, level)] = np.array([int(r["count"]) for r in rows], dtype=np.int64)
     check_consistency(spec, published)
     manifest = json.loads((release / "manifest.json").read_text())
-    assert sum(Fraction(t["epsilon"]) for t in manifest["tables"]) == 1
+    assert sum(Fraction(t["budget"]["epsilon"]) for t in manifest["tables"]) == 1
     assert {(t["name"], t["level"]) for t in manifest["tables"]} == set(published)
 
 

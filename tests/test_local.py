@@ -182,7 +182,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     assert local["smokers"]["epsilon_local"] == "ln 3" and local["smokers"]["keep_probability"] == 0.75
     assert Fraction(local["smokers"]["epsilon_local_bound"]) == ln_upper_bound(3)
     assert Fraction(manifest["local_epsilon_per_respondent"]["after"]) == 1 + ln_upper_bound(3)
-    assert manifest["total_epsilon"] == "0"  # no central budget
+    assert manifest["budget"]["total"] == {"epsilon": "0"}  # no central budget
 
     # wave 2 is memoised: every respondent repeats their wave-1 randomized answer, even the 10% whose
     # true answer changed since (a repeat per true value would reveal who changed: no ε at all), so

@@ -211,7 +211,7 @@ def test_a_mean_release_end_to_end(tmp_path, run_env, cli):
     entry = manifest["tables"][0]
     assert entry["measure"]["centre"] == 100_000 and entry["measure"]["sum_share"] == "1/2"
     assert [p["part"] for p in entry["parts"]] == ["sum", "count"]
-    assert sum(Fraction(p["epsilon"]) for p in entry["parts"]) == Fraction(entry["epsilon"])
+    assert sum(Fraction(p["budget"]["epsilon"]) for p in entry["parts"]) == Fraction(entry["budget"]["epsilon"])
     report = (release / "budget_report.md").read_text()
     assert "mean: sum" in report and "below 1" in report and "unweighted" in report
     assert all(r["mean"] == "" or float(r["mean"]) == round(float(r["mean"])) for r in rows)  # g = 1000: whole

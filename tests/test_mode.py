@@ -103,7 +103,7 @@ def test_a_release_with_a_mode_end_to_end(tmp_path, run_env, cli):
     manifest = json.loads((release / "manifest.json").read_text())
     entry = next(t for t in manifest["tables"] if t["name"] == "most_common_race_by_puma")
     assert entry["measure"] == {"mode": "RAC1P"} and entry["mechanism"] == "permute_and_flip"
-    assert Fraction(entry["epsilon"]) == Fraction(1, 2)
+    assert entry["budget"] == {"epsilon": "1/2"}
     assert "most common category of `RAC1P`" in (release / "budget_report.md").read_text()
     again = cli("postprocess", release)
     assert again.code == 0, again

@@ -376,7 +376,7 @@ def test_what_is_not_a_release_is_refused_clearly(demo, tmp_path):
         return edit
 
     future = altered(manifest_edit(lambda m: m.update(format=99)))
-    with pytest.raises(NotARelease, match="manifest format 99; dprelease .* reads format 1"):
+    with pytest.raises(NotARelease, match="manifest format 99; dprelease .* reads format 2"):
         read_release(future)
     broken = altered(lambda d: (d / "manifest.json").write_text("{not json"))
     with pytest.raises(NotARelease, match="cannot read .*manifest.json"):
@@ -401,8 +401,9 @@ def test_what_is_not_a_release_is_refused_clearly(demo, tmp_path):
         read_release(published).table("nope")
 
 
-def test_a_manifest_from_before_the_typed_records(demo, tmp_path):
-    """Manifests written before the typed budget records state format 1's figures only."""
+def test_a_manifest_from_before_the_typed_records_is_refused(demo, tmp_path):
+    """Manifests written before the typed budget records (format 1: figures named ε whatever
+    their unit) are not read: one reader, of format 2 (issue 30), naming the version that wrote it."""
     _, published = demo
     directory = tmp_path / published.name
     shutil.copytree(published, directory)
@@ -410,12 +411,13 @@ def test_a_manifest_from_before_the_typed_records(demo, tmp_path):
     data.pop("budget")
     for entry in data["tables"]:
         entry.pop("budget"), entry.pop("ledger_charge")
+        entry["epsilon"] = "1/4"
+    data.update(format=1, total_epsilon="1", release_budget="1")
     (directory / "manifest.json").write_text(json.dumps(data))
-    old, new = read_release(directory), read_release(published)
-    assert (old.total, old.lifetime_cap, old.lifetime_spent_after) == (new.total, new.lifetime_cap,
-                                                                         new.lifetime_spent_after)
-    assert [f.budget for f in old.measurements] == [f.budget for f in new.measurements]
-    assert all(f.ledger_charge is None for f in old.measurements)
+    with pytest.raises(NotARelease, match=r"manifest format 1; dprelease .* reads format 2: read it with the "
+                                          rf"version that wrote it \(dprelease {data['software']['version']}\)"):
+        read_release(directory)
+    assert read_release(published).total == PureDP(Fraction(1))
 
 
 # ---------------------------------------------------------------- budget records, formats, imports
@@ -434,9 +436,9 @@ def test_budget_records_round_trip():
 
 
 def test_the_manifest_format_written_is_read():
-    from dprelease.publish.manifest import MANIFEST_FORMAT
+    from dprelease.publish import manifest
 
-    assert MANIFEST_FORMAT in MANIFEST_FORMATS
+    assert manifest.MANIFEST_FORMAT == 2 and MANIFEST_FORMATS == (2,)
 
 
 def test_the_example_reads_the_demo(demo):

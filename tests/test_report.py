@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dprelease.publish.manifest_reader import read_manifest
 from dprelease.report import published as reporting
 from dprelease.accounting import decimal_text
 from tests.test_operations import demo_spec
@@ -91,7 +92,7 @@ def test_json_and_md_reports(two_releases, cli):
 
 def test_warnings_flag_what_needs_review(two_releases):
     release, _ = two_releases
-    manifest = reporting.read_manifest(release)
+    manifest = read_manifest(release)
     repeated = [f"table {t} was already released in release acs-demo-2019 (committed): publishing it again spends "
                 "again (the same people measured twice); drop it from the spec unless a second measurement is intended"
                 for t in dict.fromkeys(t["name"] for t in manifest["tables"])]
@@ -117,7 +118,7 @@ def test_the_html_report_renders_its_plots_in_chromium(two_releases, cli, tmp_pa
     assert result.code == 0, result
     page = (tmp_path / "report.html").read_text()
     assert len(re.findall(r"<img [^>]*src='data:image/png;base64,", page)) == 4
-    manifest = reporting.read_manifest(release)  # the trade-off: at the published ε, the manifest's moe95
+    manifest = read_manifest(release)  # the trade-off: at the published ε, the manifest's moe95
     for t in manifest["tables"]:
         assert f"<b>ε {decimal_text(Fraction(t['budget']['epsilon']))}<br>±{t['moe95']}</b>" in page, t["name"]
     assert not re.search(r"(src|href)=['\"](https?:|//|file:)", page)  # self-contained: nothing to fetch

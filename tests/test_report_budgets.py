@@ -1,7 +1,8 @@
 """The reports read a manifest's budgets from its typed records (``{"epsilon": …}``, ``{"rho": …}``,
-``{"epsilon": …, "delta": …}``) through one reader, :mod:`dprelease.publish.manifest`, and show each
-figure with the unit of its type; a manifest written before typed records (format-1 keys only)
-still reports exactly as before. Manifests are made from plans (no data is read, nothing drawn)."""
+``{"epsilon": …, "delta": …}``) through one reader, :mod:`dprelease.publish.manifest_reader`, and
+show each figure with the unit of its type; the manifest states typed records only (format 2), and
+a manifest of format 1 (written before them) is refused, naming the version that wrote it.
+Manifests are made from plans (no data is read, nothing drawn)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ from dprelease.report.html import page as html_page
 from dprelease.accounting import ZCDP, ApproxDP, PureDP
 from dprelease.errors import UserError
 from dprelease.ledger import resolve_location
-from dprelease.publish.manifest import budget_record, manifest, read_budget, release_budgets, table_budget
+from dprelease.publish.manifest import budget_record, manifest
+from dprelease.publish.manifest_reader import (
+    MANIFEST_FORMAT,
+    NotARelease,
+    entry_budget,
+    read_budget,
+    read_manifest,
+    release_budgets,
+)
 from dprelease.plan import plan_release
 from dprelease.report.markdown import budget_report_md
 from dprelease.spec import load_spec
@@ -103,12 +112,20 @@ def manifests(tmp_path):
     return out
 
 
+FORMAT1_KEYS = ("total_epsilon", "release_budget", "budget_unit", "ledger_unit", "ledger_charge", "lifetime",
+                "total_delta", "release_delta_budget")
+
+
 def format1(typed: dict) -> dict:
-    """The manifest as written before typed records: only the keys of format 1."""
+    """The manifest as dprelease wrote it before typed records: format 1, its untyped figures only."""
     old = copy.deepcopy(typed)
+    old["format"] = 1
     del old["budget"]
+    old.update({"total_epsilon": "1", "release_budget": "1", "ledger_charge": "1",
+                "lifetime": {"budget": "4", "spent_before": "0", "spent_after": "1", "remaining": "3"}})
     for t in old["tables"]:
         del t["budget"], t["ledger_charge"]
+        t["epsilon"] = "1/4"
     return old
 
 
@@ -127,14 +144,6 @@ def outputs(m: dict) -> tuple:
 def test_a_typed_record_reads_back_as_the_budget_written(budget):
     assert read_budget(budget_record(budget)) == budget
     assert type(read_budget(json.loads(json.dumps(budget_record(budget))))) is type(budget)
-
-
-def test_format1_figures_are_read_in_the_kind_the_manifest_states():
-    assert read_budget({"epsilon": "3/10"}, "zcdp") == ZCDP(Fraction(3, 10))  # the old key held ρ
-    assert read_budget({"epsilon": "1/4", "delta": "0"}, "pure") == PureDP(Fraction(1, 4))
-    assert read_budget({"epsilon": "1/4", "delta": "1e-6"}, "approx") == ApproxDP(Fraction(1, 4), Fraction(1, 10**6))
-    with pytest.raises(UserError, match="delta"):  # a missing δ is never taken for 0
-        read_budget({"epsilon": "1/4"}, "approx")
 
 
 @pytest.mark.parametrize("record", [{"epsilon": "1", "rho": "1"}, {"rho": "1", "delta": "0"}, {}, {"eps": "1"},
@@ -161,7 +170,7 @@ def test_a_zcdp_report_shows_rho_from_the_typed_records(manifests):
     md = budget_report_md(typed)
     assert "| table | ρ | share |" in md and "## Lifetime budget of ds-zcdp (ρ)" in md
     assert "| by_sex_age | 3/10 (0.3) | ≈54.55% | discrete_gaussian |" in md
-    assert "| mean_income · mean: sum | 1/20 (0.05) | ≈9.09% |" in md  # a part: format 1, in its table's unit
+    assert "| mean_income · mean: sum | 1/20 (0.05) | ≈9.09% |" in md  # a part: its own typed record
     assert "the release as a whole is ρ = " in md and "(asked 11/20 (0.55);" in md
 
     decoy = copy.deepcopy(typed)
@@ -212,41 +221,61 @@ def test_an_approx_report_reads_epsilon_and_delta_typed(manifests):
     changed = copy.deepcopy(typed)
     changed["budget"]["ledger_charge"] = {"epsilon": "1", "delta": "1/2000000"}
     changed["budget"]["lifetime"]["spent_after"] = {"epsilon": "1", "delta": "1/2000000"}
-    changed["lifetime"]["delta"]["spent_after"] = "999"  # a format-1 decoy
+    changed["lifetime"] = {"delta": {"spent_after": "999"}}  # a decoy under format 1's key
     assert "| δ 1/500000 | 0 | 1/2000000 | 1/2000000 | 3/2000000 |" in budget_report_md(changed)
     assert reporting.report_json(changed, None)["lifetime"]["delta"]["spent_after"] == "1/2000000"
 
 
-# ---------------------------------------------------------------- manifests without typed records
+# ---------------------------------------------------------------- one format: typed records only
 
 
 @pytest.mark.parametrize("kind", ["pure", "zcdp", "approx", "pure-on-zcdp", "pure-on-approx"])
-def test_a_manifest_without_typed_records_reports_identically(manifests, kind):
-    typed = manifests[kind]
-    old = format1(typed)
-    assert outputs(old) == outputs(typed)
-    if kind == "pure-on-approx":  # format 1 cannot tell ε from (ε, 0) on an (ε, δ) ledger: the figures agree
-        assert release_budgets(old).total == release_budgets(typed).total.as_approx()
-    else:
-        assert release_budgets(old) == release_budgets(typed)
-    for t_old, t in zip(old["tables"], typed["tables"]):
-        assert table_budget(old, t_old).amount == table_budget(typed, t).amount
+def test_the_manifest_states_typed_records_only(manifests, kind):
+    """Format 2: no figure without its unit. Every table and every mean's part has its budget and
+    its ledger charge as typed records; the lifetime budget's remainder is cap − spent after."""
+    m = manifests[kind]
+    assert m["format"] == MANIFEST_FORMAT == 2
+    assert not set(FORMAT1_KEYS) & set(m), set(FORMAT1_KEYS) & set(m)
+    entries = [*m["tables"], *(p for t in m["tables"] for p in t.get("parts", ()))]
+    assert any("part" in e for e in entries)  # a mean's parts are among them
+    for e in entries:
+        assert "epsilon" not in e and "delta" not in e, e
+        assert entry_budget(e) == read_budget(e["budget"]) and read_budget(e["ledger_charge"])
+    budgets = release_budgets(m)
+    assert read_budget(m["budget"]["lifetime"]["remaining"]) == budgets.remaining == budgets.cap - budgets.spent_after
 
 
-def test_a_manifest_from_before_zcdp_reports_identically(manifests):
-    """Pure releases' manifests before zCDP had no budget_unit, ledger_unit or ledger_charge."""
-    old = format1(manifests["pure"])
-    for key in ("budget_unit", "ledger_unit", "ledger_charge"):
-        del old[key]
-    assert outputs(old) == outputs(manifests["pure"])
-
-
-def test_the_kinds_of_the_old_keys(manifests):
-    budgets = release_budgets(format1(manifests["pure-on-zcdp"]))
+def test_the_kinds_of_the_records(manifests):
+    """A pure release on a zCDP ledger: its own budgets ε, its ledger's ρ; on an (ε, δ) ledger the
+    charge carries its δ."""
+    budgets = release_budgets(manifests["pure-on-zcdp"])
     assert isinstance(budgets.total, PureDP) and isinstance(budgets.ledger_charge, ZCDP)
     assert isinstance(budgets.cap, ZCDP) and budgets.remaining == budgets.cap - budgets.spent_after
-    approx = release_budgets(format1(manifests["approx"]))
+    approx = release_budgets(manifests["approx"])
     assert approx.ledger_charge == ApproxDP(Fraction(1), Fraction(1, 10**6)) == approx.total
+
+
+@pytest.mark.parametrize("kind", ["pure", "zcdp", "approx"])
+def test_a_format_1_manifest_is_refused_naming_the_version_that_wrote_it(manifests, kind, tmp_path, cli):
+    """Nothing outside dprelease reads format 1, and it named every figure ε whatever its unit:
+    one reader, of format 2; format 1 is refused by every reader, saying which version reads it,
+    and nothing is written."""
+    old = format1(manifests[kind])
+    old["software"] = {"name": "dprelease", "version": "0.0.9"}
+    release = tmp_path / "old-release"
+    release.mkdir()
+    (release / "manifest.json").write_text(json.dumps(old))
+    with pytest.raises(NotARelease, match=r"manifest format 1; dprelease .* reads format 2: read it with the "
+                                          r"version that wrote it \(dprelease 0\.0\.9\)"):
+        read_manifest(release)
+    from dprelease.publish.reading import read_release
+
+    with pytest.raises(NotARelease, match="manifest format 1"):
+        read_release(release)
+    page = tmp_path / "report.html"
+    refused = cli("report", release, "--output", page)
+    assert refused.code == 2 and "manifest format 1" in refused.output and "Traceback" not in refused.output
+    assert not page.exists() and sorted(p.name for p in release.iterdir()) == ["manifest.json"]
 
 
 def test_cap_changes_are_shown_in_their_terms_unit(manifests):

@@ -69,9 +69,10 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     plans = {p.name: p for p in measurement_plans(spec)}
     release = out / spec.release
     manifest = json.loads((release / "manifest.json").read_text())
-    assert manifest["total_epsilon"] == "1" and manifest["release"] == spec.release
-    assert manifest["lifetime"] == {"budget": "4", "spent_before": "0", "spent_after": "1", "remaining": "3"}
-    assert sum(Fraction(t["epsilon"]) for t in manifest["tables"]) == 1
+    assert manifest["budget"]["total"] == {"epsilon": "1"} and manifest["release"] == spec.release
+    assert manifest["budget"]["lifetime"] == {"cap": {"epsilon": "4"}, "spent_before": {"epsilon": "0"},
+                                              "spent_after": {"epsilon": "1"}, "remaining": {"epsilon": "3"}}
+    assert sum(Fraction(t["budget"]["epsilon"]) for t in manifest["tables"]) == 1
     for table in spec.tables:
         rows = list(csv.DictReader((release / "tables" / f"{table.name}.csv").open()))
         cells = prod(spec.column(c).size for c in table.group_by)
@@ -115,7 +116,7 @@ def test_demo_release_is_published_whole(tmp_path, run_env):
     [table] = flow_run_artifacts(run_env, "budget-table-acs-demo-2019", internal["prefect_flow_run_id"])
     rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
     assert table["type"] == "table"
-    assert [(r["table"], r["ε"], r["moe95"]) for r in rows] == [(t["name"], t["epsilon"], t["moe95"])
+    assert [(r["table"], r["ε"], r["moe95"]) for r in rows] == [(t["name"], t["budget"]["epsilon"], t["moe95"])
                                                                  for t in manifest["tables"]]
     # and its progress a progress artifact, at 100% once published
     [progress] = flow_run_artifacts(run_env, "progress-acs-demo-2019", internal["prefect_flow_run_id"])

@@ -343,7 +343,7 @@ tables:
     manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["spec_fingerprint"] == planned["fingerprint"]
     assert manifest["auto_split"]["shares"] == planned["auto_split"]["shares"]
-    assert [t["epsilon"] for t in manifest["tables"]] == [t["epsilon"] for t in planned["tables"]]
+    assert [t["budget"]["rho"] for t in manifest["tables"]] == [t["epsilon"] for t in planned["tables"]]
     saved = json.loads((release / "spec.json").read_text())
     assert all(t["auto"]["chosen"] for t in saved["tables"])
     assert cli("postprocess", release).code == 0

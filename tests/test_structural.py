@@ -316,7 +316,7 @@ def test_the_demo_publishes_exact_zeros_marked_structural_in_every_run(demo_rele
         entry = next(t for t in manifest["tables"] if t["name"] == "adults_by_puma_age_group")
         assert entry["cells"] == 60 and entry["measured_cells"] == 40 and entry["structural_cells"] == 20
         assert sorted(map(tuple, entry["structural"]["cells"])) == sorted((p, "0-17") for p in PUMAS)
-        assert entry["epsilon"] == "1/4" and entry["moe95"] == 12 and entry["scale"] == "4"
+        assert entry["budget"] == {"epsilon": "1/4"} and entry["moe95"] == 12 and entry["scale"] == "4"
         marital = list(csv.DictReader((release / "tables" / "marital_status_by_sex.csv").open()))
         assert [(r["MSP"], r["count"]) for r in marital if r["structural"] == "true"] == [
             ("Not applicable (under 15)", "0")] * 2

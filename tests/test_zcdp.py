@@ -100,12 +100,12 @@ def test_a_zcdp_release_end_to_end(tmp_path, run_env, cli):
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "acs-zcdp-2019"
     manifest = json.loads((release / "manifest.json").read_text())
-    assert manifest["budget_unit"] == manifest["ledger_unit"] == "rho"
+    assert manifest["budget"]["release"] == {"rho": "1/2"} and manifest["budget"]["ledger_charge"] == {"rho": "1/2"}
     # the typed records name their unit: ρ is never written under an ε name there
     assert manifest["budget"]["kind"] == "zcdp" and manifest["budget"]["total"] == {"rho": "1/2"}
     assert manifest["budget"]["lifetime"]["spent_after"] == {"rho": "1/2"}
     assert all(set(t["budget"]) == {"rho"} and set(t["ledger_charge"]) == {"rho"} for t in manifest["tables"])
-    assert sum(Fraction(t["ledger_charge"]["rho"]) for t in manifest["tables"]) == Fraction(manifest["ledger_charge"])
+    assert sum(Fraction(t["ledger_charge"]["rho"]) for t in manifest["tables"]) == Fraction(manifest["budget"]["ledger_charge"]["rho"])
     assert {t["mechanism"] for t in manifest["tables"]} == {"discrete_gaussian"}
     implied = Fraction(manifest["implied_approximate_dp"]["epsilon"])
     assert implied == zcdp_epsilon(Fraction(1, 2), Fraction(1, 10**6))

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from dprelease.host import files
 from dprelease.errors import UserError
-from dprelease.report.published import read_release_json
+from dprelease.publish.manifest_reader import read_json, read_manifest
 from dprelease.postprocess import Invariants, check_invariants, postprocess_release
 from dprelease.postprocess.hierarchy import noise_variance
 from dprelease.publish.layout import read_invariant, sync_tree, utc_now, write_json, write_table
@@ -28,9 +28,9 @@ from dprelease.spec.canonical import spec_from_canonical
 
 
 def postprocess_release_dir(release_dir: Path, method: str | None) -> Path:
-    manifest = read_release_json(release_dir / "manifest.json")
+    manifest = read_manifest(release_dir)
     try:
-        spec = spec_from_canonical(read_release_json(release_dir / manifest.get("spec", "spec.json")),
+        spec = spec_from_canonical(read_json(release_dir / manifest.get("spec", "spec.json")),
                                    release_dir / "spec.json")
     except (KeyError, ValueError, TypeError) as exc:
         raise UserError(f"{release_dir}/spec.json is not a valid saved spec ({exc}); the release directory has "

@@ -370,12 +370,13 @@ def report(
     Reads the release's manifest and, when reachable, the ledger (burn-down across releases,
     unfinished reservations). The HTML is one self-contained file with its plots inlined.
     """
+    from dprelease.publish.manifest_reader import read_manifest
     from dprelease.report import published as reporting
     from dprelease.report.html import page
 
     if fmt not in ("html", "md", "json"):
         raise typer.BadParameter("use html, md or json", param_hint="--format")
-    manifest = reporting.read_manifest(release_dir)
+    manifest = read_manifest(release_dir)
     recorded = (manifest.get("ledger") or {}).get("location")  # where the release's budget lives
     location = resolve_location(ledger or recorded)  # the release's own ledger, like a pin: never the variable's
     if not ledger and recorded:

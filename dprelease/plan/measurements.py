@@ -346,7 +346,7 @@ class TablePlan:
     def shown_noise(self) -> OneNoise:
         """The noise this measurement's one-row summary names (its mechanism, sensitivity and
         scale in the manifest's and the plan's table row, the measurements file's metadata; its
-        ``moe``): its own. A mean's row names its sum part's, as manifest format 1 always has;
+        ``moe``): its own. A mean's row names its sum part's (its mechanism and scale; its ``moe`` only in the plan);
         its parts, listed with it, name each their own."""
         return self.noise.sum.noise if isinstance(self.noise, Mean) else self.noise
 

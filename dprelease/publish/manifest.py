@@ -6,43 +6,36 @@ dataset's lifetime budget before and after, where that budget lives and who appr
 Nothing data-dependent but the noisy outputs' parameters: no data fingerprint, row count or
 timing (those are in the internal run record).
 
-Every budget is written as a typed record naming its unit (:func:`budget_record`) beside the
-keys of format 1; readers get them back as typed budgets through :func:`read_budget`
-(:func:`release_budgets`, :func:`table_budget`, :func:`part_budget`), which reads a manifest
-written before typed records from its format-1 keys.
+Every budget is written as a typed record naming its unit (:func:`budget_record`), in manifest
+format :data:`~dprelease.publish.manifest_reader.MANIFEST_FORMAT`; every reader reads them back
+through :mod:`dprelease.publish.manifest_reader`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any
 
 from dprelease import __version__
 from dprelease.accounting import (
     ApproxDP,
     Budget,
-    Kind,
     PureDP,
     ZCDP,
     amount_text,
-    budget_from_record,
-    budget_of,
-    delta_of,
     fraction_text,
-    subtract,
     zcdp_epsilon,
 )
-from dprelease.errors import InternalError, UserError
+from dprelease.errors import InternalError
 from dprelease.ledger import Approval, Birth, Evaluation
 from dprelease.plan import Plan, TablePlan
 from dprelease.plan.margins import margin_of, unit_words
 from dprelease.plan.measurements import PermuteAndFlip
 from dprelease.plan.review import plan_facts, review_warnings
+from dprelease.publish.manifest_reader import MANIFEST_FORMAT
 from dprelease.publish.layout import column_meanings, invariant_path, table_file, table_path
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, SumMeasure, Table
 
-MANIFEST_FORMAT = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,29 +100,11 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                    "release": budget_record(plan.release_budget), "ledger_charge": budget_record(plan.charge),
                    "lifetime": {"cap": budget_record(plan.lifetime_budget),
                                 "spent_before": budget_record(plan.lifetime_spent),
-                                "spent_after": budget_record(plan.lifetime_spent_after)}},
-        # the same figures under the keys of manifest format 1, kept for its readers (`dprelease
-        # report` reads older manifests): the spec's in budget_unit (ε, or ρ), the ledger's in ledger_unit
-        "total_epsilon": amount_text(plan.total),
-        "release_budget": amount_text(plan.release_budget),
-        "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
-        "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
-        "ledger_charge": amount_text(plan.charge),
-        **({"implied_approximate_dp": {"epsilon": fraction_text(zcdp_epsilon(plan.charge.rho,
-                                                                             plan.guarantee_delta)),
-                                       "delta": fraction_text(plan.guarantee_delta)}}
+                                "spent_after": budget_record(plan.lifetime_spent_after),
+                                "remaining": budget_record(plan.lifetime_remaining_after)}},
+        **({"implied_approximate_dp": budget_record(ApproxDP(zcdp_epsilon(plan.charge.rho, plan.guarantee_delta),
+                                                             plan.guarantee_delta))}
            if isinstance(plan.charge, ZCDP) and plan.guarantee_delta is not None else {}),
-        **({"release_delta_budget": fraction_text(delta_of(plan.release_budget) or Fraction(0)),
-            "total_delta": fraction_text(plan.charge.delta)} if isinstance(plan.charge, ApproxDP) else {}),
-        "lifetime": {"budget": amount_text(plan.lifetime_budget),
-                     "spent_before": amount_text(plan.lifetime_spent),
-                     "spent_after": amount_text(plan.lifetime_spent_after),
-                     "remaining": amount_text(plan.lifetime_remaining_after),
-                     **({"delta": {"budget": fraction_text(plan.lifetime_budget.delta),
-                                   "spent_before": fraction_text(plan.lifetime_spent.delta),
-                                   "spent_after": fraction_text(plan.lifetime_spent.delta + plan.charge.delta)}}
-                        if isinstance(plan.lifetime_budget, ApproxDP) and isinstance(plan.lifetime_spent, ApproxDP)
-                        and isinstance(plan.charge, ApproxDP) else {})},
         "confidence": fraction_text(plan.confidence),
         "geography": list(spec.geography),
         **({"invariants": {
@@ -158,7 +133,7 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
                                              "after": amount_text(plan.local_spent_after)}}
            if plan.local else {}),
         "tables": [
-            {"name": t.name, "level": t.level, "epsilon": amount_text(t.budget), "budget": budget_record(t.budget),
+            {"name": t.name, "level": t.level, "budget": budget_record(t.budget),
              "ledger_charge": budget_record(t.ledger_charge), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
@@ -171,10 +146,10 @@ def manifest(spec: Spec, plan: Plan, run_id: str, created_at: str, facts: RunFac
              "columns": column_meanings(spec, by_name[t.name], _dims(by_name[t.name], t.level), t.structural_mask(),
                                         margin_of(t, plan.confidence) if spec.margin_columns else None),
              **({"upper": t.upper} if t.upper is not None else {}),
-             **({"delta": fraction_text(t.delta)} if t.delta is not None else {}),
-             **({"parts": [{"part": part, "epsilon": amount_text(p.budget), "mechanism": p.mechanism,
+             **({"parts": [{"part": part, "budget": budget_record(p.budget), "mechanism": p.mechanism,
+                            "ledger_charge": budget_record(p.charge),
                             "sensitivity": p.shown_sensitivity, "scale": fraction_text(p.shown_scale), "moe": p.moe,
-                            "moe95": p.moe95, **({"delta": fraction_text(p.delta)} if p.delta is not None else {}),
+                            "moe95": p.moe95,
                             **({"mechanism_epsilon": fraction_text(p.pure_epsilon)}
                                if p.pure_epsilon is not None else {})}
                            for part, p in zip(("sum", "count"), t.parts)]} if t.parts else {}),
@@ -220,117 +195,6 @@ def budget_record(budget: Budget) -> dict[str, str]:
         case PureDP(epsilon=epsilon):
             return {"epsilon": fraction_text(epsilon)}
     raise InternalError(f"not a budget: {budget!r}")
-
-
-# ---------------------------------------------------------------- reading a manifest's budgets
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseBudgets:
-    """A published release's budgets as its manifest states them, typed (:func:`release_budgets`)."""
-
-    total: Budget  # the tables' budgets composed, of the spec's kind
-    release: Budget  # the spec's budget: block, of the same kind
-    ledger_charge: Budget  # what the dataset's ledger was charged, of its terms' kind
-    cap: Budget  # the dataset's lifetime budget, of its terms' kind
-    spent_before: Budget  # of the lifetime budget, before this release
-    spent_after: Budget
-
-    @property
-    def remaining(self) -> Budget:
-        """What remained of the lifetime budget after this release: exactly cap − spent after."""
-        return subtract(self.cap, self.spent_after)  # one kind: checked by release_budgets
-
-
-def read_budget(record: Any, kind: Kind | None = None) -> Budget:
-    """One budget record of a manifest as a typed budget, exactly (never through a float).
-
-    A typed record names its unit, as :func:`budget_record` writes it: ``{"epsilon": …}`` is ε-DP,
-    ``{"rho": …}`` ρ-zCDP and ``{"epsilon": …, "delta": …}`` (ε, δ)-DP. Figures under the keys of
-    format 1 (all a manifest had before typed records, and all a mean's parts have) do not name
-    their unit: their ``"epsilon"`` is ρ under zCDP, and a ``"delta"`` counts under (ε, δ) only.
-    They are read with ``kind`` given: the one the manifest states elsewhere (:func:`format1_kinds`),
-    or their table's. A record that is neither is a UserError (the manifest was altered)."""
-    if not isinstance(record, Mapping):
-        raise UserError(f"manifest budget {record!r} is not a record such as {{\"epsilon\": \"1/4\"}}")
-    if kind is not None:
-        return budget_of(kind, _figure(record, "epsilon"), _figure(record, "delta") if kind == "approx" else None)
-    try:
-        return budget_from_record(record)
-    except ValueError as exc:
-        raise UserError(f"manifest budget: {exc}") from None
-
-
-def _figure(record: Mapping[str, Any], key: str) -> Fraction:
-    """The exact figure ``record[key]``, written as text (``"1/4"``)."""
-    text = record.get(key)
-    if not isinstance(text, str):
-        raise UserError(f"manifest budget record {dict(record)!r}: {key} must be exact text such as \"1/4\", "
-                        f"not {text!r}")
-    try:
-        return Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        raise UserError(f"manifest budget record {dict(record)!r}: {key} {text!r} is not a fraction") from None
-
-
-def format1_kinds(manifest: Mapping[str, Any]) -> tuple[Kind, Kind]:
-    """The kinds of a manifest's format-1 figures: (the spec's, the ledger's). ``budget_unit`` and
-    ``ledger_unit`` say "rho" under zCDP (manifests before zCDP have neither: they were pure);
-    ``total_delta`` is written under (ε, δ) ledger terms only. A pure release on an (ε, δ) ledger
-    reads as (ε, 0): format 1 does not tell them apart, and (ε, 0)-DP is ε-DP."""
-    approx = "total_delta" in manifest
-
-    def kind(unit_key: str) -> Kind:
-        return "zcdp" if manifest.get(unit_key) == "rho" else "approx" if approx else "pure"
-
-    return kind("budget_unit"), kind("ledger_unit")
-
-
-def release_budgets(manifest: Mapping[str, Any]) -> ReleaseBudgets:
-    """A manifest's release and lifetime budgets, typed: from its typed records (``budget``), or,
-    in a manifest written before them, from the keys of format 1 (:func:`read_budget`)."""
-    try:
-        typed = manifest.get("budget")
-        if isinstance(typed, Mapping) and "total" in typed:
-            life = typed["lifetime"]
-            found = ReleaseBudgets(*(read_budget(r) for r in (typed["total"], typed["release"], typed["ledger_charge"],
-                                                               life["cap"], life["spent_before"], life["spent_after"])))
-        else:
-            spec_kind, ledger_kind = format1_kinds(manifest)
-            life, life_delta = manifest["lifetime"], manifest["lifetime"].get("delta", {})
-
-            def old(epsilon: Any, delta: Any, kind: Kind) -> Budget:
-                return read_budget({"epsilon": epsilon, "delta": delta}, kind)
-
-            found = ReleaseBudgets(
-                old(manifest["total_epsilon"], manifest.get("total_delta"), spec_kind),
-                old(manifest["release_budget"], manifest.get("release_delta_budget"), spec_kind),
-                # manifests before zCDP had no ledger_charge: a pure ledger was charged the total
-                old(manifest.get("ledger_charge", manifest["total_epsilon"]), manifest.get("total_delta"), ledger_kind),
-                *(old(life[key], life_delta.get(key), ledger_kind)
-                  for key in ("budget", "spent_before", "spent_after")))
-    except KeyError as exc:
-        raise UserError(f"the manifest has no {exc.args[0]!r} budget figure: it was altered") from None
-    spec_kinds = {found.total.kind, found.release.kind}
-    ledger_kinds = {b.kind for b in (found.ledger_charge, found.cap, found.spent_before, found.spent_after)}
-    if len(spec_kinds) > 1 or len(ledger_kinds) > 1:
-        raise UserError(f"the manifest's budgets mix kinds (the release's: {', '.join(sorted(spec_kinds))}; its "
-                        f"ledger's: {', '.join(sorted(ledger_kinds))}; each is one kind): it was altered")
-    return found
-
-
-def table_budget(manifest: Mapping[str, Any], entry: Mapping[str, Any]) -> Budget:
-    """A table's budget in a manifest (of the spec's kind): its typed record, or, in a manifest
-    written before them, its format-1 ``epsilon`` (and ``delta``)."""
-    if "budget" in entry:
-        return read_budget(entry["budget"])
-    return read_budget(entry, format1_kinds(manifest)[0])
-
-
-def part_budget(table: Budget, part: Mapping[str, Any]) -> Budget:
-    """The budget of a mean's part (its sum or its count), of its table's kind: parts state only
-    the format-1 ``epsilon`` (and ``delta``)."""
-    return read_budget(part, table.kind)
 
 
 def _cell_margin(table: Table) -> bool:

@@ -28,7 +28,6 @@ scales as fractions. Example::
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -39,20 +38,24 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dprelease.accounting import ApproxDP, Budget, budget_from_record, budget_of
-from dprelease.errors import UserError
+from dprelease.accounting import Budget
 from dprelease.plan.margins import Margin
+from dprelease.publish.manifest_reader import (
+    MANIFEST_FORMAT,
+    NotARelease,
+    entry_budget,
+    read_budget,
+    read_json,
+    read_manifest,
+    release_budgets,
+)
 from dprelease.publish.layout import EARLIER_MARGIN_COLUMNS, MARGIN_COLUMNS, invariant_path, table_path, value_column
 from dprelease.spec import ROOT, MeanMeasure, ModeMeasure, RangeColumn, Spec, Table
 from dprelease.spec.canonical import spec_from_canonical
 
 __all__ = ["MANIFEST_FORMATS", "NotARelease", "Part", "Release", "TableFacts", "read_release"]
 
-MANIFEST_FORMATS = (1,)  # the manifest formats this reader knows (dprelease.publish.manifest.MANIFEST_FORMAT)
-
-
-class NotARelease(UserError):
-    """The path is not a published release this version can read, or the release was altered."""
+MANIFEST_FORMATS = (MANIFEST_FORMAT,)  # the manifest formats this reader knows (one: manifest_reader's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,7 @@ class TableFacts:
     measure: str  # count, sum, mean, mode or quantile
     column: str | None  # the column summed, averaged, or whose mode or quantile is published
     budget: Budget
-    ledger_charge: Budget | None  # in the ledger's terms; None in manifests from before it was stated
+    ledger_charge: Budget  # in the ledger's terms
     mechanism: str
     sensitivity: int
     scale: Fraction
@@ -114,19 +117,10 @@ def read_release(path: str | Path) -> Release:
         directory = directory.parent
     if not (directory / "manifest.json").is_file():
         raise NotARelease(_not_a_release(directory))
-    manifest = _json(directory / "manifest.json")
-    if not isinstance(manifest, dict) or "format" not in manifest or "tables" not in manifest:
-        raise NotARelease(f"{directory}/manifest.json is not a dprelease manifest (it has no format and tables); "
-                          "give the directory of a release published by `dprelease run`")
-    if manifest["format"] not in MANIFEST_FORMATS:
-        from dprelease import __version__
-
-        raise NotARelease(f"{directory}/manifest.json is of manifest format {manifest['format']!r}; dprelease "
-                          f"{__version__} reads format {', '.join(map(str, MANIFEST_FORMATS))}: read it with the "
-                          f"version that wrote it ({manifest.get('software', {}).get('version', 'unknown')}) or newer")
+    manifest = read_manifest(directory)
     spec_file = directory / str(manifest.get("spec", "spec.json"))
     try:
-        spec = spec_from_canonical(_json(spec_file), spec_file)
+        spec = spec_from_canonical(read_json(spec_file), spec_file)
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise NotARelease(f"{spec_file} is not a saved spec this version reads ({type(exc).__name__}: {exc}); "
                           "the release directory has been altered") from None
@@ -152,33 +146,22 @@ class Release:
     def __init__(self, path: Path, manifest: dict[str, Any], spec: Spec):
         self.path, self.manifest, self.spec = path, manifest, spec
         kind = spec.definition
-        budgets = manifest.get("budget") or {}
-        lifetime, life = budgets.get("lifetime") or {}, manifest["lifetime"]
+        budgets = release_budgets(manifest)
         self.release: str = manifest["release"]
         self.dataset: str = manifest["dataset"]
         self.created_at: str = manifest["created_at"]
         self.definition: str = kind
         self.neighbouring: str = manifest["privacy"]["neighbouring"]
         self.confidence = Fraction(manifest["confidence"])
-        delta = manifest.get("total_delta")  # format 1's keys, for manifests from before the typed records
-        self.total = _budget(budgets.get("total"), kind, manifest["total_epsilon"], delta)
-        self.release_budget = _budget(budgets.get("release"), kind, manifest["release_budget"],
-                                      manifest.get("release_delta_budget"))
-        terms = manifest["privacy"].get("ledger_terms", kind)
-        self.ledger_charge = _budget(budgets.get("ledger_charge"), terms, manifest["ledger_charge"], delta)
-        old = life.get("delta", {})
-        self.lifetime_cap = _budget(lifetime.get("cap"), terms, life["budget"], old.get("budget"))
-        self.lifetime_spent_before = _budget(lifetime.get("spent_before"), terms, life["spent_before"],
-                                             old.get("spent_before"))
-        self.lifetime_spent_after = _budget(lifetime.get("spent_after"), terms, life["spent_after"],
-                                            old.get("spent_after"))
+        self.total, self.release_budget, self.ledger_charge = budgets.total, budgets.release, budgets.ledger_charge
+        self.lifetime_cap, self.lifetime_spent_before = budgets.cap, budgets.spent_before
+        self.lifetime_spent_after = budgets.spent_after
         implied = manifest.get("implied_approximate_dp")
-        self.implied_approximate_dp = (ApproxDP(Fraction(implied["epsilon"]), Fraction(implied["delta"]))
-                                       if implied else None)
+        self.implied_approximate_dp = read_budget(implied) if implied else None
         self.geography: tuple[str, ...] = tuple(manifest.get("geography", ()))
         self.invariant_levels: tuple[str, ...] = tuple(t["level"] for t in manifest.get("invariants", {})
                                                        .get("totals", ()))
-        self.measurements = tuple(_facts(entry, kind) for entry in manifest["tables"])
+        self.measurements = tuple(_facts(entry) for entry in manifest["tables"])
         self._tables = {t.name: t for t in spec.tables}
         self._local = {t["name"]: t for t in manifest.get("local_tables", ())}
         missing = {f.name for f in self.measurements} - set(self._tables)
@@ -300,8 +283,6 @@ class Release:
 
         Post-processing of published figures only."""
         frame, margin = self.table(name, level), self.facts(name, level).margin
-        if margin is None:
-            raise KeyError(f"{self.release} was published before margins were stated per measure")
         if margin.kind == "mean":
             frame["margin_of_error"] = pd.Series([margin.at_count(n) for n in frame["count"]], dtype="float64")
         elif margin.kind == "mode":
@@ -494,35 +475,24 @@ def _value_columns(table: Table) -> dict[str, pa.DataType]:
             return {value_column(table): pa.int64()}
 
 
-def _facts(entry: dict[str, Any], kind: str) -> TableFacts:
+def _facts(entry: dict[str, Any]) -> TableFacts:
     measure = entry.get("measure", "count")
     name = measure if isinstance(measure, str) else next(k for k in ("sum", "mean", "mode", "quantile")
                                                          if k in measure)
     category = name in ("mode", "quantile", "mean")  # no one margin in the published unit
-    parts = tuple(Part(p["part"], _budget(p.get("budget"), kind, p["epsilon"], p.get("delta")), p["mechanism"],
+    parts = tuple(Part(p["part"], entry_budget(p), p["mechanism"],
                        p["sensitivity"], Fraction(p["scale"]), p["moe"], p["moe95"]) for p in entry.get("parts", ()))
     return TableFacts(
         name=entry["name"], level=entry.get("level"), measure=name,
         column=None if isinstance(measure, str) else measure[name],
-        budget=_budget(entry.get("budget"), kind, entry["epsilon"], entry.get("delta")),
-        ledger_charge=budget_from_record(entry["ledger_charge"]) if "ledger_charge" in entry else None,
+        budget=entry_budget(entry), ledger_charge=read_budget(entry["ledger_charge"]),
         mechanism=entry["mechanism"], sensitivity=entry["sensitivity"], scale=Fraction(entry["scale"]),
         margin_of_error=None if category else entry["moe"],
         margin_of_error_95=None if category else entry.get("moe95", entry["moe"]),
         cells=entry["cells"], structural_cells=entry.get("structural_cells", 0),
         group_by=tuple(entry.get("group_by", ())), post_process=entry["post_process"], file=entry["file"],
         measurements_file=entry["measurements"], parts=parts, entry=MappingProxyType(entry),
-        margin=Margin.from_record(entry["margin"]) if "margin" in entry else None)
-
-
-def _budget(record: dict[str, str] | None, kind: str, amount: str, delta: str | None) -> Budget:
-    """The typed budget of a manifest record (``{"epsilon"}``, ``{"rho"}`` or ``{"epsilon",
-    "delta"}``); for manifests written before those records, format 1's figure in the unit of
-    ``kind`` (and its δ)."""
-    if record is not None:
-        return budget_from_record(record)
-    return budget_of(kind, Fraction(amount), Fraction(delta) if delta is not None else  # type: ignore[arg-type]
-                     (Fraction(0) if kind == "approx" else None))
+        margin=Margin.from_record(entry["margin"]))
 
 
 def _text(column: pa.ChunkedArray) -> pd.Series:
@@ -531,15 +501,6 @@ def _text(column: pa.ChunkedArray) -> pd.Series:
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     return arr.to_pandas()
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise NotARelease(f"{path} not found: the release directory is incomplete") from None
-    except (OSError, ValueError) as exc:
-        raise NotARelease(f"cannot read {path}: {exc}") from None
 
 
 def _not_a_release(directory: Path) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from dprelease.accounting import decimal_text, percent_text
 from dprelease.ledger import DatasetState
-from dprelease.publish.manifest import release_budgets, table_budget
+from dprelease.publish.manifest_reader import entry_budget, release_budgets
 from dprelease.plan.review import measurement_name
 from dprelease.plan.tradeoff import Curve
 from dprelease.report.published import TRADEOFF_MARK, burn_down, other_runs, tradeoff_curves
@@ -49,7 +49,7 @@ def figures(manifest: dict[str, Any], state: DatasetState | None) -> list[Figure
     budgets = release_budgets(manifest)
     symbol, confidence = budgets.total.symbol, percent_text(Fraction(manifest["confidence"]))
     names = [measurement_name(t["name"], t.get("level")) for t in manifest["tables"]]
-    amounts = [table_budget(manifest, t).amount for t in manifest["tables"]]
+    amounts = [entry_budget(t).amount for t in manifest["tables"]]
     margins = _cell_margins(manifest, names)
     points = burn_down(manifest, state)
     curves = tradeoff_curves(manifest, Fraction(manifest["confidence"]))
@@ -84,10 +84,10 @@ def _cell_margins(manifest: dict[str, Any], names: list[str]) -> list[tuple[str,
     these (they are listed in words, in the report's margins section)."""
     out = []
     for name, t in zip(names, manifest["tables"]):
-        margin = t.get("margin")
-        if margin is not None and margin["kind"] != "cell":
+        margin = t["margin"]
+        if margin["kind"] != "cell":
             continue
-        value = margin["value"] if margin is not None else t.get("moe")  # a manifest from before margin records
+        value = margin["value"]
         if value:
             out.append((name, int(value)))
     return out

@@ -25,7 +25,7 @@ from typing import Any
 
 from dprelease.accounting import ApproxDP, decimal_text, fraction_text, percent_text
 from dprelease.ledger import DatasetState
-from dprelease.publish.manifest import read_budget, release_budgets
+from dprelease.publish.manifest_reader import read_budget, release_budgets
 from dprelease.plan.tradeoff import FACTORS, Curve
 from dprelease.report.markdown import (
     _amount,

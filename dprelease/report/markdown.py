@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from dprelease.accounting import ZCDP, ApproxDP, Budget, amount_text, delta_of, exact_and_decimal, fraction_text, percent_text
 from dprelease.ledger import CapChange
-from dprelease.publish.manifest import ReleaseBudgets, part_budget, read_budget, release_budgets, table_budget
+from dprelease.publish.manifest_reader import ReleaseBudgets, entry_budget, read_budget, release_budgets
 from dprelease.plan.split import split_lines
 from dprelease.plan.margins import Margin
 from dprelease.plan.review import ReviewFacts, measurement_name, review_warnings
@@ -231,8 +231,8 @@ def spend_table(manifest: dict[str, Any]) -> tuple[list[str], list[bool], list[l
     rows = []
     for entry in manifest["tables"]:
         base = measurement_name(entry["name"], entry.get("level"))
-        budget = table_budget(manifest, entry)
-        parts = ([(f"{base} · mean: {p['part']}", {**entry, **p}, part_budget(budget, p)) for p in entry["parts"]]
+        budget = entry_budget(entry)
+        parts = ([(f"{base} · mean: {p['part']}", {**entry, **p}, entry_budget(p)) for p in entry["parts"]]
                  if "parts" in entry else [(base, entry, budget)])
         for name, t, spent in parts:
             mechanism = t["mechanism"] + (f" at ε = {t['mechanism_epsilon']}" if "mechanism_epsilon" in t else "")
@@ -262,7 +262,7 @@ def manifest_facts(manifest: dict[str, Any]) -> ReviewFacts:
     budgets = release_budgets(manifest)
     local = manifest.get("local_epsilon_per_respondent")
     return ReviewFacts(
-        tables=tuple((measurement_name(t["name"], t.get("level")), table_budget(manifest, t))
+        tables=tuple((measurement_name(t["name"], t.get("level")), entry_budget(t))
                      for t in manifest["tables"]),
         cap=budgets.cap, remaining_after=budgets.remaining,
         invariant_levels=tuple(e["level"] for e in manifest["invariants"]["totals"]) if "invariants" in manifest
@@ -316,7 +316,7 @@ def _monotone(manifest: dict[str, Any], t: dict[str, Any]) -> bool:
     plan recorded it in the manifest (manifests before it did: from the scale)."""
     if "monotone" in t:
         return bool(t["monotone"])
-    epsilon = Fraction(t["mechanism_epsilon"]) if "mechanism_epsilon" in t else table_budget(manifest, t).amount
+    epsilon = Fraction(t["mechanism_epsilon"]) if "mechanism_epsilon" in t else entry_budget(t).amount
     return Fraction(t["scale"]) == Fraction(t["sensitivity"]) / epsilon
 
 

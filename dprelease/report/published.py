@@ -11,17 +11,14 @@ recomputed from the manifest at the spec's confidence. Nothing here touches data
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 from dprelease.accounting import ZCDP, ApproxDP, Budget, fraction_text
-from dprelease.errors import UserError
 from dprelease.ledger import DatasetState
 from dprelease.ledger.records import LIVE_STATES
-from dprelease.publish.manifest import ReleaseBudgets, part_budget, release_budgets, table_budget
+from dprelease.publish.manifest_reader import ReleaseBudgets, entry_budget, release_budgets
 from dprelease.plan.margins import published_choice
 from dprelease.plan.measurements import DiscreteGaussian, DiscreteLaplace, TruncatedGeometric
 from dprelease.plan.review import LARGE_TABLE_EPSILON, LOW_REMAINING, review_warnings  # noqa: F401 (re-exported)
@@ -39,20 +36,6 @@ class BurnDownPoint:
     state: str
     spent_after: Fraction
     created_at: str
-
-
-def read_release_json(path: Path) -> dict[str, Any]:
-    """A JSON file of a published release (``manifest.json``, ``spec.json``), or a clear error."""
-    try:
-        return json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path} not found: is {path.parent} a published release directory?") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
-
-
-def read_manifest(release_dir: Path) -> dict[str, Any]:
-    return read_release_json(release_dir / "manifest.json")
 
 
 def burn_down(manifest: dict[str, Any], state: DatasetState | None) -> list[BurnDownPoint]:
@@ -128,7 +111,7 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
         # quantile have none: a number of their parts or ranks would read as their own); "margin": every
         # measure's, in its own units
         "tables": [{"name": t["name"], "level": t.get("level"),
-                    "epsilon": fraction_text(table_budget(manifest, t).amount),  # in budget_unit, as ever
+                    "epsilon": fraction_text(entry_budget(t).amount),  # in budget_unit, as ever
                     "mechanism": t["mechanism"],
                     **({"moe95": t.get("moe95"), "moe": t.get("moe")} if _cell_margin(t) else {}),
                     **({"margin": t["margin"]} if "margin" in t else {}),  # in the measure's own units
@@ -172,7 +155,7 @@ def tradeoff_curves(manifest: dict[str, Any], confidence: Fraction | None = None
 
 
 def _published_curve(manifest: dict[str, Any], t: dict[str, Any], confidence: Fraction) -> Curve:
-    budget = table_budget(manifest, t)
+    budget = entry_budget(t)
     name, level, mechanism = t["name"], t.get("level"), t.get("mechanism", "")
     if mechanism == "permute_and_flip":  # a mode's count gap, a quantile's rank error (plan.margins)
         try:
@@ -185,16 +168,12 @@ def _published_curve(manifest: dict[str, Any], t: dict[str, Any], confidence: Fr
     try:
         if t.get("parts"):  # a mean: its margin at a cell of MEAN_AT rows (plan.margins), from both parts
             part, counted = t["parts"][0], t["parts"][1]
-            noise, at = _published_noise(part, g), part_budget(budget, part)
-            if "margin" not in t:  # a manifest written before margin records: its sum part's margins
-                found = mean_curve(name, level, noise, at, budget, confidence)
-                stated = _stated_moe(manifest, part, confidence)
-            else:
-                count = _published_noise(counted, 1)
-                found = mean_curve(name, level, noise, at, budget, confidence,
-                                   count=(count, part_budget(budget, counted)), half_width=t["margin"]["half_width"])
-                same = noise_at(count, part_budget(budget, counted)) == count and noise_at(noise, at) == noise
-                return found if same else Curve(name, level, mechanism, budget, confidence, (), NOT_REPRODUCIBLE)
+            noise, at = _published_noise(part, g), entry_budget(part)
+            count = _published_noise(counted, 1)
+            found = mean_curve(name, level, noise, at, budget, confidence,
+                               count=(count, entry_budget(counted)), half_width=t["margin"]["half_width"])
+            same = noise_at(count, entry_budget(counted)) == count and noise_at(noise, at) == noise
+            return found if same else Curve(name, level, mechanism, budget, confidence, (), NOT_REPRODUCIBLE)
         else:
             noise, at = _published_noise(t, g), budget
             found = curve(name, level, noise, at, confidence)

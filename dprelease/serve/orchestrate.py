@@ -278,10 +278,8 @@ def artifact_key(release: str, kind: str = "budget-report") -> str:
 
 def burn_down_md(run: ReleaseRun) -> str:
     """The dataset's burn-down across releases (from the ledger), as in `dprelease report`."""
-    import json
-
     from dprelease.ledger import Ledger
-    from dprelease.publish.manifest import release_budgets
+    from dprelease.publish.manifest_reader import read_manifest, release_budgets
     from dprelease.report.published import burn_down
 
     ledger = Ledger.open(run.location)
@@ -289,7 +287,7 @@ def burn_down_md(run: ReleaseRun) -> str:
         return ""
     with ledger:
         state = ledger.state(run.spec.dataset.name)
-    manifest = json.loads((run.layout.final / "manifest.json").read_text("utf-8"))
+    manifest = read_manifest(run.layout.final)
     rows = [f"| {p.release} | {p.state} | {fraction_text(p.spent_after)} |" for p in burn_down(manifest, state)]
     cap = fraction_text(release_budgets(manifest).cap.amount)
     return "\n".join(["", f"## Burn-down of {run.spec.dataset.name} (cap {cap})", "",
