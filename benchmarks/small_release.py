@@ -10,6 +10,8 @@ Rows (each a fresh process, a fresh ledger and output directory; rounds interlea
 * ``run, default (no server: inline)``: ``dprelease run`` with no Prefect server up;
 * ``run, dprelease server up``: the default with the day's server (``dprelease server start``,
   started once before the rounds and stopped after);
+* ``run, dprelease server up, no warm runner``: the same run in its own process (what the warm
+  runner buys: docs/warm_runner.md);
 * ``run --orchestrator prefect, no server``: a temporary server started by the run itself;
 * the same two first runs on a new PREFECT_HOME (``cold``): as on a new machine;
 * ``OpenDP Polars``: the same four tables, key sets and ε (its own venv).
