@@ -164,10 +164,9 @@ def _groups(spec: Spec, index: dict[tuple[int, int], int]) -> list[Group]:
     return out
 
 
-def tree_variances(units: Sequence[int], parents: Sequence[Ints | None], a: Floats) -> list[Floats]:
-    """Per level (coarsest first), the GLS variance of every place's total, (rows × places), when
-    each place at level l is measured with precision ``a[:, l]`` (> 0 at the finest level), for
-    each row of ``a`` at once: the two passes."""
+def _upward(units: Sequence[int], parents: Sequence[Ints | None], a: Floats) -> tuple[list[Floats], list[Floats]]:
+    """The two passes' first, finest level up: per level, ``u`` (the variance of each place's
+    bottom-up estimate) and ``s`` (its children's summed), for each row of ``a`` at once."""
     depth, rows = len(units), a.shape[0]
     u: list[Floats] = [np.empty(0)] * depth
     s: list[Floats] = [np.empty(0)] * depth
@@ -178,6 +177,15 @@ def tree_variances(units: Sequence[int], parents: Sequence[Ints | None], a: Floa
         s[lv] = np.zeros((rows, units[lv]))
         np.add.at(s[lv].T, parent, u[lv + 1].T)  # children into their parents (a view), in a fixed order
         u[lv] = s[lv] / (1.0 + a[:, lv:lv + 1] * s[lv])
+    return u, s
+
+
+def tree_variances(units: Sequence[int], parents: Sequence[Ints | None], a: Floats) -> list[Floats]:
+    """Per level (coarsest first), the GLS variance of every place's total, (rows × places), when
+    each place at level l is measured with precision ``a[:, l]`` (> 0 at the finest level), for
+    each row of ``a`` at once: the two passes."""
+    depth, rows = len(units), a.shape[0]
+    u, s = _upward(units, parents, a)
     final: list[Floats] = [u[0]]
     outside = np.full((rows, units[0]), np.inf)  # information on a place's total from outside its subtree
     for lv in range(1, depth):
@@ -270,15 +278,7 @@ def tree_adjoint(units: Sequence[int], parents: Sequence[Ints | None], a: Floats
     :func:`tree_variances`), by reverse-mode differentiation of the two passes: one pass each
     way more. ``tests/test_split.py`` compares it with central differences."""
     depth, rows = len(units), a.shape[0]
-    u: list[Floats] = [np.empty(0)] * depth
-    s: list[Floats] = [np.empty(0)] * depth
-    u[-1] = np.repeat(1.0 / a[:, -1:], units[-1], axis=1)
-    for lv in range(depth - 2, -1, -1):
-        parent = parents[lv + 1]
-        assert parent is not None
-        s[lv] = np.zeros((rows, units[lv]))
-        np.add.at(s[lv].T, parent, u[lv + 1].T)
-        u[lv] = s[lv] / (1.0 + a[:, lv:lv + 1] * s[lv])
+    u, s = _upward(units, parents, a)
     outside: list[Floats] = [np.full((rows, units[0]), np.inf)]
     q: list[Floats] = [np.empty(0)] * depth
     final: list[Floats] = [u[0]]
