@@ -57,7 +57,7 @@ def assert_ledger_covers(out: Path) -> None:
     for name, manifest in published.items():
         assert manifest["run_id"] in committed, (name, manifest["run_id"])
     shown = sum(r.charge.amount for r in state.runs if r.state in ("committed", "reserved", "drawing", "failed"))
-    assert state.spent == PureDP(shown) and shown >= sum(Fraction(m["ledger_charge"]) for m in published.values())
+    assert state.spent == PureDP(shown) and shown >= sum(Fraction(m["budget"]["ledger_charge"]["epsilon"]) for m in published.values())
 
 
 def resolve(run_id: str, action: str, env) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def, type-arg]

@@ -155,6 +155,39 @@ def test_a_data_error_voids_the_reservation_and_publishes_nothing(tmp_path, run_
     original = (ROOT / "data" / "nist_acs" / "national2019.csv").read_text().splitlines()
     data.write_text("\n".join(original[:200]))
     spec = _spec(tmp_path, "bad-data", data=str(data))
+    proc = _changed_while_reserved(tmp_path, run_env, spec, lambda: data.write_text(
+        "\n".join(original[:100] + [original[100].replace("01-01301", "99-99999", 1)] + original[101:200])))
+    assert proc.returncode == 2, proc.stderr
+    assert "column PUMA" in proc.stderr and "outside the declared domain" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "bad-data").exists()
+    state = ledger_state("nist-acs-national-2019")
+    assert [(r.release, r.state) for r in state.runs] == [("bad-data", "voided")]
+    assert state.spent == PureDP(0)
+
+
+def test_data_that_changes_while_the_run_reads_it_is_never_published(tmp_path, run_env):
+    """Data that still fits the spec but is not the data checked and identified before the
+    reservation (a file rewritten while the run was paused at ``reserved``: rows dropped and
+    repeated): the run compares the data's bytes once counted with those it checked, voids the
+    reservation and publishes nothing (issue 30: the data checked is the data counted)."""
+    data = tmp_path / "moving.csv"
+    original = (ROOT / "data" / "nist_acs" / "national2019.csv").read_text().splitlines()
+    data.write_text("\n".join(original[:2001]))
+    spec = _spec(tmp_path, "moving-data", data=str(data))
+    proc = _changed_while_reserved(tmp_path, run_env, spec,
+                                   lambda: data.write_text("\n".join(original[:1001] + original[1:1001])))
+    assert proc.returncode == 2, proc.stderr
+    assert "moving.csv changed while this run read it" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "moving-data").exists()
+    state = ledger_state("nist-acs-national-2019")
+    assert [(r.release, r.state) for r in state.runs] == [("moving-data", "voided")]
+    assert state.spent == PureDP(0)
+
+
+def _changed_while_reserved(tmp_path: Path, run_env, spec: Path, change) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    """Run ``spec`` paused at ``reserved`` (checked, identified and reserved, nothing counted),
+    call ``change`` (the data rewritten), resume: the finished run."""
     flag, resume = tmp_path / "flag", tmp_path / "resume"
     env = child_env({**run_env, "DPRELEASE_FAULT_AT": "reserved", "DPRELEASE_FAULT_FLAG": str(flag),
                      "DPRELEASE_FAULT_RESUME": str(resume)})
@@ -165,17 +198,10 @@ def test_a_data_error_voids_the_reservation_and_publishes_nothing(tmp_path, run_
     while not flag.exists():
         assert paused.poll() is None and time.monotonic() < deadline, paused.stderr.read() if paused.stderr else ""
         time.sleep(0.1)
-    data.write_text("\n".join(original[:100] + [original[100].replace("01-01301", "99-99999", 1)] + original[101:200]))
+    change()
     resume.write_text("go")
     _, stderr = paused.communicate(timeout=120)
-    proc = subprocess.CompletedProcess(paused.args, paused.returncode, "", stderr)
-    assert proc.returncode == 2, proc.stderr
-    assert "column PUMA" in proc.stderr and "outside the declared domain" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "out" / "bad-data").exists()
-    state = ledger_state("nist-acs-national-2019")
-    assert [(r.release, r.state) for r in state.runs] == [("bad-data", "voided")]
-    assert state.spent == PureDP(0)
+    return subprocess.CompletedProcess(paused.args, paused.returncode, "", stderr)
 
 
 def test_four_racing_runs_for_one_budget_publish_exactly_once(tmp_path, run_env):

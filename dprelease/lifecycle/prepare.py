@@ -8,14 +8,12 @@ fingerprint the data. The ledger is only read here.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from dprelease.accounting import fraction_text
-from dprelease.data import file_fingerprint
 from dprelease.errors import InternalError
 from dprelease.ledger import Approval, Birth, Ledger, LedgerLocation, Respondents, resolve_location
 from dprelease.ledger.records import current_user, now
@@ -135,9 +133,7 @@ def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_a
     discard_stale_staging(spec, state, output_dir)
     checked = refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked, ready=ready)
     approval = approval_of(spec, plan, ledger, require_approval, say)
-    started = time.perf_counter()
-    digest = file_fingerprint(spec.dataset.resolved_path)  # plain: in this process's memory only
-    fingerprint_seconds = time.perf_counter() - started
+    digest, fingerprint_seconds = checked.digest, checked.digest_seconds  # taken before the check read the data
     fingerprint = ledger.fingerprint(digest)
     refuse_foreign_outputs(spec, output_dir, ledger, digest, checked.identity)
     respondents = None

@@ -81,12 +81,15 @@ def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_c
 
 @dataclass(frozen=True)
 class Checked:
-    """The data passed its checks: its identity by its records (plain: this process's memory
-    only), and what the checks and the identity cost (the run record's timings)."""
+    """The data passed its checks: its identity by its records and the SHA-256 of its bytes,
+    taken before the check read it (both plain: this process's memory only), and what the checks,
+    the identity and the digest cost (the run record's timings)."""
 
     identity: RecordIdentity
     check_seconds: float
     identity_seconds: float
+    digest: str
+    digest_seconds: float
 
 
 def refuse_bad_data(spec: Spec) -> Checked:
@@ -98,12 +101,17 @@ def refuse_bad_data(spec: Spec) -> Checked:
     column, the problem, how many rows have it and the fix; nothing is reserved or spent. The
     message may quote a value: it reaches the operator's terminal only. Returns the data's
     identity (:mod:`dprelease.data.identity`), taken in the check's pass over every row, or
-    in a pass of its own where the check reads headers only."""
+    in a pass of its own where the check reads headers only, and the SHA-256 of the data's bytes
+    taken before the check reads them (the run compares it again once it has counted: the data
+    checked is the data counted, :meth:`dprelease.lifecycle.release.ReleaseRun.load`)."""
     from dprelease.data.check import check_data, data_bytes
     from dprelease.data.identity import Sketcher, identity_of
-    from dprelease.data.load import source
+    from dprelease.data.load import file_fingerprint, source
     from dprelease.lifecycle.progress import scan_progress
 
+    started = time.perf_counter()
+    digest = file_fingerprint(spec.dataset.resolved_path)  # plain: in this process's memory only
+    digested = time.perf_counter() - started
     started = time.perf_counter()
     size = data_bytes(spec)
     full = spec.engine.kind != "dask" and (size <= WHOLE_CHECK_BYTES or spec.unit_id is not None)
@@ -122,10 +130,10 @@ def refuse_bad_data(spec: Spec) -> Checked:
         raise
     checked = time.perf_counter() - started
     if records is not None:
-        return Checked(records.identity(), checked - records.seconds, records.seconds)
+        return Checked(records.identity(), checked - records.seconds, records.seconds, digest, digested)
     with scan_progress(size, f"reading {spec.dataset.resolved_path.name} for its identity") as read:
         identity = identity_of(source(spec), read=read)
-    return Checked(identity, checked, time.perf_counter() - started - checked)
+    return Checked(identity, checked, time.perf_counter() - started - checked, digest, digested)
 
 
 

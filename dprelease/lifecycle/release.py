@@ -125,6 +125,12 @@ class ReleaseRun:
             self.data_digest = digest
         self._timed("fingerprint", start)
         self.counts = count_exact(self.spec, timings=self.timings, read=self.on_bytes)  # timings: load, histogram
+        start = time.perf_counter()
+        if self.data_digest is not None and file_fingerprint(self.spec.dataset.resolved_path) != self.data_digest:
+            raise DataError(f"{self.spec.dataset.resolved_path} changed while this run read it: its bytes once counted "
+                            "are not those checked (and identified) before the reservation. Nothing was drawn; run the "
+                            "release again once the data is final")
+        self._timed("fingerprint", start)
         self.invariants = self.counts.invariants  # published exactly, as the spec declares
         self.local_counts = self.counts.local_counts  # answers randomized by the respondents, as collected
 
