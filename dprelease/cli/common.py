@@ -98,13 +98,19 @@ def spec_location(spec: Any, url: str | None) -> LedgerLocation:
 
 
 @contextmanager
-def ledger_if_any(location: LedgerLocation) -> Iterator[Ledger | None]:
+def ledger_if_any(location: LedgerLocation, reading: bool = False) -> Iterator[Ledger | None]:
     """The ledger at ``location``, or None where there is none (nothing is created); which one it
-    is said; closed on leaving."""
-    from dprelease.ledger import Ledger
+    is said; closed on leaving. ``reading``: for reads only (a SQLite ledger read without
+    SQLAlchemy where it can be: :func:`dprelease.ledger.reader.open_for_reading`)."""
+    from dprelease.ledger.reader import open_for_reading
     from dprelease.lifecycle.notices import copy_note, ledger_line
 
-    ledger = Ledger.open(location)
+    if reading:
+        ledger = open_for_reading(location)
+    else:
+        from dprelease.ledger import Ledger
+
+        ledger = Ledger.open(location)
     with ledger if ledger is not None else nullcontext():
         say(ledger_line(location, ledger is not None, ledger_id=ledger.id if ledger is not None else None))
         if ledger is not None and (copied := copy_note(ledger)) is not None:
@@ -138,10 +144,12 @@ def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] =
     dataset's budget never starts in the per-user default
     (:func:`dprelease.lifecycle.notices.refuse_ledger_choice`). ``check`` runs once the ledger is found.
     ``found``: the ledger at ``location`` already opened by the caller (closed on leaving)."""
-    from dprelease.ledger import Ledger
     from dprelease.lifecycle.notices import ledger_line, location_notes, opened_notes, refuse_ledger_choice
 
-    found = found or Ledger.open(location)
+    if found is None:
+        from dprelease.ledger import Ledger
+
+        found = Ledger.open(location)
     for note in location_notes(spec, location):
         say(note)
     with found if found is not None else nullcontext():

@@ -33,7 +33,7 @@ def ledger_show(ledger: str | None = None, dataset: str | None = None, as_json: 
         location = resolve_location(ledger)
     states, undeclared, answer_sets = [], {}, ()
     birth = None
-    with ledger_if_any(location) as opened:
+    with ledger_if_any(location, reading=True) as opened:
         exists = opened is not None
         ledger_id = opened.id if opened is not None else None
         if opened is not None:

@@ -93,7 +93,7 @@ def plan(spec_path: Path, ledger: str | None = None, as_json: bool = False, targ
         raise usage_error("show the trade-off alone, without --allocate or --target-moe", param_hint="--tradeoff")
     import dataclasses
 
-    from dprelease.ledger import Ledger
+    from dprelease.ledger.reader import open_for_reading
     from dprelease.lifecycle.notices import context_warnings, ledger_line
     from dprelease.plan import plan_release
     from dprelease.plan.review import plan_facts, review_warnings
@@ -105,7 +105,7 @@ def plan(spec_path: Path, ledger: str | None = None, as_json: bool = False, targ
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = spec_location(spec, ledger)
     exists, ledger_id, state, evaluations = False, None, None, ()
-    found = Ledger.open(location)
+    found = open_for_reading(location)  # sqlite3 where it can (no SQLAlchemy import); approving opens it to write
     if location.may_create and found is None:  # a run given this --ledger creates it: no refusal
         say(ledger_line(location, False))
     else:

@@ -29,7 +29,7 @@ def report(release_dir: Path, fmt: str = "html", output: Path | None = None, led
     location = resolve_location(ledger or recorded)  # the release's own ledger, like a pin: never the variable's
     if not ledger and recorded:
         location = dataclasses.replace(location, source="manifest")
-    with ledger_if_any(location) as opened:
+    with ledger_if_any(location, reading=True) as opened:
         state = opened.state(manifest["dataset"]) if opened is not None else None
     if fmt == "json":
         text = json.dumps(reporting.report_json(manifest, state), indent=2, ensure_ascii=False) + "\n"
