@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from dprelease.cli.common import LedgerOpt, handled, ledger_if_any, say, show, spec_location
+from dprelease.cli.common import handled, ledger_if_any, say, show, spec_location
+from dprelease.cli.options import LedgerOpt
 from dprelease.errors import DataError, ExitCode
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from dprelease.cli import check_cmds, init_cmds, ledger_cmds, plan_cmds, release_cmds, server_cmds, simulate_cmds
+from dprelease.cli import check_cmds, init_cmds, ledger_cmds, release_cmds, server_cmds, signatures, simulate_cmds
 
 app = typer.Typer(name="dprelease", add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -20,10 +20,11 @@ server_app = typer.Typer(no_args_is_help=True, help="Keep one local Prefect serv
                          "flow runs without a server's start-up each time.")
 app.add_typer(server_app, name="server")
 
-for command in (init_cmds.init, plan_cmds.validate, plan_cmds.plan, check_cmds.check, release_cmds.run,
-                release_cmds.postprocess, release_cmds.schedule, release_cmds.trigger, release_cmds.report, simulate_cmds.randomize, simulate_cmds.evaluate):
+for command in (init_cmds.init, signatures.validate, signatures.plan, check_cmds.check, release_cmds.run,
+                release_cmds.postprocess, release_cmds.schedule, release_cmds.trigger, signatures.report,
+                simulate_cmds.randomize, simulate_cmds.evaluate):
     app.command()(command)
-ledger_app.callback()(ledger_cmds.ledger_show)
+ledger_app.callback()(signatures.ledger_show)
 ledger_app.command("init")(ledger_cmds.ledger_init)
 ledger_app.command("set-budget")(ledger_cmds.ledger_set_budget)
 ledger_app.command("register-answers")(ledger_cmds.ledger_register_answers)

@@ -1,5 +1,11 @@
 """What every command shares: the consoles, status lines, the mapping of outcomes to exit
-codes, the ``--ledger`` option, and opening a ledger (saying which one, closing it after)."""
+codes, and opening a ledger (saying which one, closing it after).
+
+Typer-free, and the ledger (SQLAlchemy) imported only where a ledger is opened: the bodies of
+``validate``, ``plan``, ``ledger`` and ``report`` run from :mod:`dprelease.cli.fast` without
+typer (:mod:`dprelease.cli`). The ``--ledger`` and ``--output-dir`` options are declared in
+:mod:`dprelease.cli.options`.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +13,17 @@ import functools
 import sys
 import traceback
 from contextlib import contextmanager, nullcontext
-from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import typer
 from rich.console import Console
 
 from dprelease.errors import DPReleaseError, ExitCode, SpecError, UserError
-from dprelease.ledger import Ledger, LedgerLocation, resolve_location
-from dprelease.lifecycle.notices import copy_note, init_command, ledger_line, location_notes, opened_notes, refuse_ledger_choice
+
+if TYPE_CHECKING:
+    from dprelease.ledger import Ledger, LedgerLocation
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-LedgerOpt = Annotated[Optional[str], typer.Option(
-    "--ledger", metavar="URL", help="Ledger database: an absolute path or SQLAlchemy URL. Default: the spec's "
-    "ledger: (a pin: --ledger may name another location only where that ledger records the dataset), else "
-    "$DPRELEASE_LEDGER, else ~/.local/share/dprelease/ledger.sqlite. Only `dprelease ledger init` creates a ledger "
-    "(and `run --ledger` for a spec that pins none).")]
-OutputDirOpt = Annotated[Optional[Path], typer.Option(
-    "--output-dir", metavar="DIR", help="Where releases land. Default: the spec's output_dir: (relative to the spec "
-    "file), then ./outputs of the working directory.")]
 
 
 def say(message: str) -> None:
@@ -47,25 +43,41 @@ def handled(command: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
             command(*args, **kwargs)
-        except (typer.Exit, typer.BadParameter):
-            raise
         except BrokenPipeError:  # e.g. `dprelease plan --json | head`: the reader left
             sys.stderr.close()
-            raise typer.Exit(ExitCode.OK) from None
+            raise SystemExit(ExitCode.OK) from None
         except SpecError as exc:
             print(exc, file=sys.stderr)
-            raise typer.Exit(exc.exit_code) from None
+            raise SystemExit(exc.exit_code) from None
         except DPReleaseError as exc:
             if exc.exit_code == ExitCode.INTERNAL:
                 _bug(exc)
             else:
                 print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(exc.exit_code) from None
-        except Exception as exc:  # a bug: say so, with the traceback that helps fix it
-            _bug(exc)
-            raise typer.Exit(ExitCode.INTERNAL) from None
+            raise SystemExit(exc.exit_code) from None
+        except Exception as exc:
+            if _typer_exit(exc):  # typer.Exit or typer.BadParameter of a command typer runs: typer's to show
+                raise
+            _bug(exc)  # a bug: say so, with the traceback that helps fix it
+            raise SystemExit(ExitCode.INTERNAL) from None
 
     return wrapper
+
+
+def _typer_exit(exc: Exception) -> bool:
+    """Whether ``exc`` is typer's ``Exit`` or ``BadParameter`` (only where typer is imported: a
+    command run without typer raises neither)."""
+    typer = sys.modules.get("typer")
+    return typer is not None and isinstance(exc, (typer.Exit, typer.BadParameter))
+
+
+def usage_error(message: str, param_hint: str) -> Exception:
+    """typer's ``BadParameter`` (a usage error: exit 2, the command's usage line above it). Only
+    the commands typer runs raise it: :mod:`dprelease.cli.fast` never takes the options it is
+    about."""
+    import typer
+
+    return typer.BadParameter(message, param_hint=param_hint)
 
 
 def _bug(exc: BaseException) -> None:
@@ -80,14 +92,25 @@ def _bug(exc: BaseException) -> None:
 def spec_location(spec: Any, url: str | None) -> LedgerLocation:
     """Where the spec's dataset keeps its budget (:func:`dprelease.ledger.resolve_location`: the
     spec's pin, else --ledger, $DPRELEASE_LEDGER, the per-user default)."""
+    from dprelease.ledger import resolve_location
+
     return resolve_location(url, spec.ledger, spec.source.resolve().parent)
 
 
 @contextmanager
-def ledger_if_any(location: LedgerLocation) -> Iterator[Ledger | None]:
+def ledger_if_any(location: LedgerLocation, reading: bool = False) -> Iterator[Ledger | None]:
     """The ledger at ``location``, or None where there is none (nothing is created); which one it
-    is said; closed on leaving."""
-    ledger = Ledger.open(location)
+    is said; closed on leaving. ``reading``: for reads only (a SQLite ledger read without
+    SQLAlchemy where it can be: :func:`dprelease.ledger.reader.open_for_reading`)."""
+    from dprelease.ledger.reader import open_for_reading
+    from dprelease.lifecycle.notices import copy_note, ledger_line
+
+    if reading:
+        ledger = open_for_reading(location)
+    else:
+        from dprelease.ledger import Ledger
+
+        ledger = Ledger.open(location)
     with ledger if ledger is not None else nullcontext():
         say(ledger_line(location, ledger is not None, ledger_id=ledger.id if ledger is not None else None))
         if ledger is not None and (copied := copy_note(ledger)) is not None:
@@ -99,6 +122,9 @@ def ledger_if_any(location: LedgerLocation) -> Iterator[Ledger | None]:
 def ledger_at(location: LedgerLocation, *, missing: str | None = None, quiet: bool = False) -> Iterator[Ledger]:
     """The ledger at ``location``; where there is none, a user error saying ``missing`` (nothing is
     created). Which one it is said (unless ``quiet``); closed on leaving."""
+    from dprelease.ledger import Ledger
+    from dprelease.lifecycle.notices import init_command, ledger_line
+
     ledger = Ledger.open(location)
     if ledger is None:
         raise UserError(missing or f"there is no ledger at {location.shown}; nothing but `{init_command(location)}` "
@@ -118,7 +144,12 @@ def spec_ledger(spec: Any, location: LedgerLocation, check: Callable[[], None] =
     dataset's budget never starts in the per-user default
     (:func:`dprelease.lifecycle.notices.refuse_ledger_choice`). ``check`` runs once the ledger is found.
     ``found``: the ledger at ``location`` already opened by the caller (closed on leaving)."""
-    found = found or Ledger.open(location)
+    from dprelease.lifecycle.notices import ledger_line, location_notes, opened_notes, refuse_ledger_choice
+
+    if found is None:
+        from dprelease.ledger import Ledger
+
+        found = Ledger.open(location)
     for note in location_notes(spec, location):
         say(note)
     with found if found is not None else nullcontext():

@@ -1,5 +1,7 @@
 """``dprelease validate`` and ``dprelease plan``: read a spec (and the ledger), never the data,
-and never import Prefect."""
+and never import Prefect. The bodies, typer-free (run by typer through
+:mod:`dprelease.cli.signatures`, which declares their arguments and help, or by
+:mod:`dprelease.cli.fast`); the ledger (SQLAlchemy) is imported where one is opened."""
 
 from __future__ import annotations
 
@@ -7,28 +9,17 @@ import json
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, Optional
-
-import typer
+from typing import Any
 
 from dprelease.accounting import NotANumber, amount_text, compose, fraction_text, parse_budget, subtract
-from dprelease.cli.common import (
-    LedgerOpt,
-    handled,
-    out,
-    say,
-    spec_ledger,
-    spec_location,
-)
+from dprelease.cli.common import handled, out, say, spec_ledger, spec_location, usage_error
 from dprelease.errors import DataError, ExitCode, SpecError
-from dprelease.ledger import Ledger
-from dprelease.lifecycle.notices import context_warnings, large_delta_warnings, ledger_line
 
 
 @handled
-def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help="Release spec files.")]) -> None:
-    """Check release specs against the schema and the semantic rules, and the columns they read
-    against the data files' headers where the files are there (no row is read)."""
+def validate(specs: list[Path]) -> None:
+    """``dprelease validate SPEC...`` (:func:`dprelease.cli.signatures.validate`)."""
+    from dprelease.lifecycle.notices import large_delta_warnings
     from dprelease.spec import load_spec
 
     failed = 0
@@ -62,7 +53,7 @@ def validate(specs: Annotated[list[Path], typer.Argument(metavar="SPEC...", help
                 "`dprelease plan` and `run` will refuse it")
     if failed:
         say(f"{failed} of {len(specs)} spec(s) invalid")
-        raise typer.Exit(ExitCode.INVALID)
+        raise SystemExit(ExitCode.INVALID)
 
 
 def header_problems(spec: Any) -> None:
@@ -86,48 +77,24 @@ def header_problems(spec: Any) -> None:
 
 
 @handled
-def plan(
-    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Release spec file.")],
-    ledger: LedgerOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    target_moe: Annotated[Optional[str], typer.Option(
-        "--target-moe", metavar="N|TABLE=N,...", help="Print the ε each table needs for a margin of error of N; "
-        "with --allocate, the tables that must meet a margin: TABLE=N,...")] = None,
-    confidence: Annotated[Optional[str], typer.Option(
-        metavar="C", help="Confidence level of the margins, e.g. 0.90 (default: the spec's, else 0.95).")] = None,
-    approve: Annotated[bool, typer.Option(
-        "--approve", help="Record in the ledger that this plan (its fingerprint) is approved; only a plan that "
-        "fits.")] = False,
-    by: Annotated[Optional[str], typer.Option(metavar="NAME", help="Who approves (default: the login name).")] = None,
-    tradeoff: Annotated[bool, typer.Option(
-        "--tradeoff", help="Also show, per table, the margin of error over a range of ε (ρ) around the spec's.")] = False,
-    allocate: Annotated[bool, typer.Option(
-        "--allocate", help="Propose a split of the release budget that minimises the weighted sum of expected "
-        "squared errors, as a spec fragment (nothing is written or spent).")] = False,
-    weights: Annotated[Optional[str], typer.Option(
-        metavar="TABLE=W,...", help="With --allocate: each table's weight (default 1).")] = None,
-) -> None:
-    """Show what a release would spend and how accurate it would be. Reads the data's header only
-    (the columns the spec names), never a row.
-
-    Exit 0 if it fits, 3 if it exceeds the release or the lifetime budget, 4 if the release
-    already exists in the ledger, 2 if the spec is invalid. With --approve, a plan that fits
-    is recorded as approved: `run --require-approval` and scheduled runs need that. --tradeoff
-    adds the margins over a range of budgets; --allocate prints a proposed split instead of the
-    plan (exit 3 if the targets alone exceed the budget).
-    """
+def plan(spec_path: Path, ledger: str | None = None, as_json: bool = False, target_moe: str | None = None,
+         confidence: str | None = None, approve: bool = False, by: str | None = None, tradeoff: bool = False,
+         allocate: bool = False, weights: str | None = None) -> None:
+    """``dprelease plan SPEC`` (:func:`dprelease.cli.signatures.plan`)."""
     if approve and (confidence is not None or target_moe is not None or allocate):
-        raise typer.BadParameter("approve the plan as the spec states it, without --confidence, --target-moe or "
+        raise usage_error("approve the plan as the spec states it, without --confidence, --target-moe or "
                                  "--allocate", param_hint="--approve")
     if by is not None and not approve:
-        raise typer.BadParameter("--by names who approves: use it with --approve", param_hint="--by")
+        raise usage_error("--by names who approves: use it with --approve", param_hint="--by")
     targets = _targets(target_moe, allocate)
     if weights is not None and not allocate:
-        raise typer.BadParameter("weights are for --allocate", param_hint="--weights")
+        raise usage_error("weights are for --allocate", param_hint="--weights")
     if tradeoff and (allocate or target_moe is not None):
-        raise typer.BadParameter("show the trade-off alone, without --allocate or --target-moe", param_hint="--tradeoff")
+        raise usage_error("show the trade-off alone, without --allocate or --target-moe", param_hint="--tradeoff")
     import dataclasses
 
+    from dprelease.ledger.reader import open_for_reading
+    from dprelease.lifecycle.notices import context_warnings, ledger_line
     from dprelease.plan import plan_release
     from dprelease.plan.review import plan_facts, review_warnings
     from dprelease.spec import load_spec
@@ -138,7 +105,7 @@ def plan(
         spec = dataclasses.replace(spec, confidence=_confidence(confidence))
     location = spec_location(spec, ledger)
     exists, ledger_id, state, evaluations = False, None, None, ()
-    found = Ledger.open(location)
+    found = open_for_reading(location)  # sqlite3 where it can (no SQLAlchemy import); approving opens it to write
     if location.may_create and found is None:  # a run given this --ledger creates it: no refusal
         say(ledger_line(location, False))
     else:
@@ -178,13 +145,13 @@ def plan(
             for line in tradeoff_lines(the_plan, plan_curves(the_plan)):
                 out.print(line, markup=False)
     if the_plan.existing_run is not None:
-        raise typer.Exit(ExitCode.ALREADY_RELEASED)
+        raise SystemExit(ExitCode.ALREADY_RELEASED)
     if not the_plan.fits:
         if not as_json:
             from dprelease.lifecycle import budget_overruns
 
             say("plan exceeds the " + " and the ".join(budget_overruns(spec, the_plan)))
-        raise typer.Exit(ExitCode.OVER_BUDGET)
+        raise SystemExit(ExitCode.OVER_BUDGET)
     if approve:
         with spec_ledger(spec, location, quiet=True) as approver:
             granted = approver.approve(dataset=spec.dataset.base_name or spec.dataset.name, release=spec.release,
@@ -200,9 +167,9 @@ def _confidence(text: str) -> Fraction:
     try:
         value = parse_budget(text, text, what="confidence")
     except NotANumber as exc:
-        raise typer.BadParameter(str(exc), param_hint="--confidence") from None
+        raise usage_error(str(exc), param_hint="--confidence") from None
     if not 0 < value < 1:
-        raise typer.BadParameter("must lie strictly between 0 and 1, e.g. 0.90", param_hint="--confidence")
+        raise usage_error("must lie strictly between 0 and 1, e.g. 0.90", param_hint="--confidence")
     return value
 
 
@@ -212,17 +179,17 @@ def _pairs(text: str, option: str) -> list[tuple[str, str]]:
     for item in text.split(","):
         name, eq, value = (part.strip() for part in item.partition("="))
         if not eq or not name or not value:
-            raise typer.BadParameter(f"{item.strip()!r} is not TABLE=VALUE (e.g. puma_by_sex=2)", param_hint=option)
+            raise usage_error(f"{item.strip()!r} is not TABLE=VALUE (e.g. puma_by_sex=2)", param_hint=option)
         pairs.append((name, value))
     names = [n for n, _ in pairs]
     if len(set(names)) != len(names):
-        raise typer.BadParameter(f"a table named twice: {text!r}", param_hint=option)
+        raise usage_error(f"a table named twice: {text!r}", param_hint=option)
     return pairs
 
 
 def _whole(text: str, option: str) -> int:
     if not text.isdigit():
-        raise typer.BadParameter(f"{text!r} is not a margin of error (a whole number ≥ 0)", param_hint=option)
+        raise usage_error(f"{text!r} is not a margin of error (a whole number ≥ 0)", param_hint=option)
     return int(text)
 
 
@@ -232,11 +199,11 @@ def _targets(text: str | None, allocate: bool) -> int | dict[str, int] | None:
         return None
     if "=" not in text:
         if allocate:
-            raise typer.BadParameter("with --allocate, name the tables that must meet a margin: TABLE=N,...",
+            raise usage_error("with --allocate, name the tables that must meet a margin: TABLE=N,...",
                                      param_hint="--target-moe")
         return _whole(text.strip(), "--target-moe")
     if not allocate:
-        raise typer.BadParameter("targets per table (TABLE=N) are for --allocate; without it, --target-moe N gives "
+        raise usage_error("targets per table (TABLE=N) are for --allocate; without it, --target-moe N gives "
                                  "every table's ε for ±N", param_hint="--target-moe")
     return {name: _whole(value, "--target-moe") for name, value in _pairs(text, "--target-moe")}
 
@@ -249,7 +216,7 @@ def _weights(text: str | None) -> dict[str, Fraction]:
         try:
             out_[name] = parse_budget(value, value, what="a weight")
         except NotANumber as exc:
-            raise typer.BadParameter(f"{name}: {exc}", param_hint="--weights") from None
+            raise usage_error(f"{name}: {exc}", param_hint="--weights") from None
     return out_
 
 

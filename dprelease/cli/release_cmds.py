@@ -6,8 +6,6 @@ arguments and prints."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import os
 import re
 import sys
@@ -17,12 +15,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from dprelease.host import files
+from dprelease.cli.options import LedgerOpt, OutputDirOpt
 from dprelease.cli.common import (
-    LedgerOpt,
-    OutputDirOpt,
     handled,
-    ledger_if_any,
     spec_ledger,
     out,
     say,
@@ -31,7 +26,6 @@ from dprelease.cli.common import (
 )
 from dprelease.cli.warm.protocol import CHILD_FLAG
 from dprelease.errors import UserError
-from dprelease.ledger import resolve_location
 
 
 @handled
@@ -354,48 +348,3 @@ def _name_clash(template: str | None, cron: str) -> tuple[datetime, datetime, st
         if name_a == name_b:
             return a, b, name_a
     return None
-
-
-@handled
-def report(
-    release_dir: Annotated[Path, typer.Argument(metavar="RELEASE_DIR", help="A published release directory.")],
-    fmt: Annotated[str, typer.Option("--format", metavar="html|md|json", help="Default: html.")] = "html",
-    output: Annotated[Optional[Path], typer.Option(
-        metavar="FILE", help="Where to write it (html default: RELEASE_DIR/budget_report.html; md and json: "
-        "standard output).")] = None,
-    ledger: LedgerOpt = None,
-) -> None:
-    """A reviewable budget report: ε allocation, the dataset's burn-down, margins of error, warnings.
-
-    Reads the release's manifest and, when reachable, the ledger (burn-down across releases,
-    unfinished reservations). The HTML is one self-contained file with its plots inlined.
-    """
-    from dprelease.publish.manifest_reader import read_manifest
-    from dprelease.report import published as reporting
-    from dprelease.report.html import page
-
-    if fmt not in ("html", "md", "json"):
-        raise typer.BadParameter("use html, md or json", param_hint="--format")
-    manifest = read_manifest(release_dir)
-    recorded = (manifest.get("ledger") or {}).get("location")  # where the release's budget lives
-    location = resolve_location(ledger or recorded)  # the release's own ledger, like a pin: never the variable's
-    if not ledger and recorded:
-        location = dataclasses.replace(location, source="manifest")
-    with ledger_if_any(location) as opened:
-        state = opened.state(manifest["dataset"]) if opened is not None else None
-    if fmt == "json":
-        text = json.dumps(reporting.report_json(manifest, state), indent=2, ensure_ascii=False) + "\n"
-    else:
-        markdown = (release_dir / "budget_report.md").read_text("utf-8") if (release_dir / "budget_report.md").is_file() \
-            else ""
-        text = markdown if fmt == "md" else page(manifest, state)
-    if output is None and fmt == "html":
-        output = release_dir / "budget_report.html"
-    if output is None:
-        sys.stdout.write(text)
-        return
-    try:
-        files.write_text(output, text)  # owner-only, like every file dprelease writes
-    except OSError as exc:
-        raise UserError(f"cannot write {output}: {exc}") from None
-    out.print(f"wrote {output}", markup=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -22,12 +22,12 @@ from dprelease.accounting import (
     subtract,
     zero,
 )
-from dprelease.ledger import DatasetState, LedgerLocation
 from dprelease.ledger.records import LIVE_STATES
-from dprelease.publish.manifest import budget_record
-from dprelease.plan import Plan, TablePlan
-from dprelease.plan.margins import margin_of
-from dprelease.plan.measurements import Mean, MeanPart
+
+if TYPE_CHECKING:  # the plan, its margins and the manifest (pyarrow) are imported where a plan is shown
+    from dprelease.ledger import DatasetState, LedgerLocation
+    from dprelease.plan import Plan, TablePlan
+    from dprelease.plan.measurements import MeanPart
 
 
 
@@ -55,6 +55,9 @@ def _text(x: Fraction | None) -> str | None:
 
 def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_id: str | None = None,
               units: dict[str, str] | None = None) -> dict[str, Any]:
+    from dprelease.publish.manifest import budget_record
+    from dprelease.plan.margins import margin_of
+
     return {
         "exact_publications": exact_publications(plan.invariants),  # NOT differentially private
         "release": plan.release,
@@ -127,6 +130,8 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
 def print_margins(console: Console, plan: Plan, units: dict[str, str]) -> None:
     """The margins not counted in a cell's noise — a mean's (by its cells' count), a mode's count
     gap, a quantile's rank error — in words, at the plan's confidence (:mod:`dprelease.plan.margins`)."""
+    from dprelease.plan.margins import margin_of
+
     shown = [(t, margin_of(t, plan.confidence)) for t in plan.tables]
     shown = [(t, m) for t, m in shown if m.kind != "cell"]
     if shown:
@@ -143,6 +148,10 @@ def exact_publications(levels: tuple[str, ...]) -> list[str]:
 
 def print_plan(console: Console, plan: Plan, spec_path: str, partition_note: str | None = None,
                ledger_where: str | None = None, units: dict[str, str] | None = None) -> None:
+    from dprelease.plan import TablePlan
+    from dprelease.plan.margins import margin_of
+    from dprelease.plan.measurements import Mean
+
     if plan.invariants:  # first: what this release publishes outside differential privacy
         console.print("EXACT PUBLICATIONS — NOT protected by differential privacy (the confidential counts "
                       "themselves, no noise):", markup=False, highlight=False)
@@ -311,6 +320,8 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                 answer_sets: tuple[Any, ...] = (), birth: Any = None) -> dict[str, Any]:
     """The ledger's contents for review, with how the ledger was born (None: before births were
     recorded). Data fingerprints are never shown (even keyed)."""
+    from dprelease.publish.manifest import budget_record
+
     return {
         "ledger": {**_where(location, exists, ledger_id), "born": None if birth is None else birth.record()},
         "answer_sets": [{"dataset": a.dataset, "collection": a.collection, "question": a.question,

@@ -13,8 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from dprelease.host import files
+from dprelease.cli.options import LedgerOpt
 from dprelease.cli.common import (
-    LedgerOpt,
     handled,
     out,
     say,

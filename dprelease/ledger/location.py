@@ -18,6 +18,10 @@ recorded), or by ``dprelease run --ledger LOCATION`` typed for a spec that pins 
 default, where a copied spec, a second clone or a stray variable would start the same people
 from a fresh budget. ``--ledger`` and ``$DPRELEASE_LEDGER`` must be absolute paths or URLs:
 resolving them against the working directory could silently mean another ledger.
+
+A SQLite location (a path) is a :class:`SqliteURL`, built without importing SQLAlchemy (its
+import costs more than ``dprelease plan``'s own work, and a SQLite ledger is read without it:
+:mod:`dprelease.ledger.reader`); a URL typed as a URL is parsed by SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from typing import TYPE_CHECKING, Any, Union
+from urllib.parse import quote, unquote
 
 from dprelease.errors import LedgerError
 from dprelease.host.processes import data_dir
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 ENV = "DPRELEASE_LEDGER"
 SOURCES = {"--ledger": "the --ledger option", f"${ENV}": f"the ${ENV} environment variable",
@@ -39,10 +45,40 @@ SOURCES = {"--ledger": "the --ledger option", f"${ENV}": f"the ${ENV} environmen
 
 
 @dataclass(frozen=True, slots=True)
+class SqliteURL:
+    """A SQLite ledger's URL: its absolute file path, read as SQLAlchemy's ``URL`` of it is
+    (``sqlite:///`` and the path, quoted as SQLAlchemy renders it); :meth:`sqlalchemy` is that URL."""
+
+    database: str
+
+    drivername = "sqlite"
+
+    def get_backend_name(self) -> str:
+        return "sqlite"
+
+    def render_as_string(self, hide_password: bool = True) -> str:
+        return "sqlite:///" + quote(self.database, safe=" +/")
+
+    def __str__(self) -> str:
+        return self.render_as_string()
+
+    def set(self, *, database: str) -> SqliteURL:
+        return SqliteURL(database)
+
+    def sqlalchemy(self) -> Any:
+        from sqlalchemy.engine import make_url
+
+        return make_url("sqlite://").set(database=self.database)
+
+
+LedgerURL = Union[SqliteURL, "URL"]
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerLocation:
-    url: URL
+    url: LedgerURL
     source: str  # a key of SOURCES
-    pin: URL | None = None  # the spec's pinned location, where --ledger points away from it
+    pin: LedgerURL | None = None  # the spec's pinned location, where --ledger points away from it
     env_ignored: bool = False  # $DPRELEASE_LEDGER is set, and the spec's pin took precedence
 
     @property
@@ -103,7 +139,7 @@ def typed_location(value: str) -> LedgerLocation:
     return LedgerLocation(_to_url(value, None, "LOCATION"), "ledger init")
 
 
-def _to_url(value: str, base: Path | None, what: str) -> URL:
+def _to_url(value: str, base: Path | None, what: str) -> LedgerURL:
     """An absolute URL; relative paths only against ``base`` (the spec's directory)."""
     if "\0" in value:
         raise LedgerError(f"{what}: the ledger location contains a NUL byte")
@@ -114,7 +150,12 @@ def _to_url(value: str, base: Path | None, what: str) -> URL:
                 raise LedgerError(f"{what}: {value!r} is a relative path, which would depend on the working "
                                   f"directory; give an absolute path, e.g. {Path.cwd() / path}")
             path = base / path
-        return make_url("sqlite://").set(database=str(path.resolve()))
+        return SqliteURL(str(path.resolve()))
+    if value.startswith("sqlite:////") and "?" not in value and "#" not in value:  # an absolute path, as
+        return _to_url(unquote(value[len("sqlite:///"):]), base, what)  # SQLAlchemy parses it (a manifest's)
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(value)
     except ArgumentError:

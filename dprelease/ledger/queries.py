@@ -1,4 +1,5 @@
-"""Reading the ledger inside a transaction: a dataset's whole state, a run's state, policies,
+"""Reading the ledger inside a transaction: a dataset's whole state, a run's state, policies
+(those three in plain SQL, shared with the SQLite reader: :mod:`dprelease.ledger.state`),
 answer sets, and which runs read some data or charged a central budget. Functions of an open
 Connection (the caller holds the transaction and any lock); nothing here writes.
 """
@@ -11,94 +12,19 @@ from typing import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dprelease.accounting import Budget, Kind, PureDP, Terms, compose, parse_exact
-from dprelease.errors import LedgerError
 from dprelease.ledger.records import (
-    LIVE_STATES,
     AnswerSet,
-    CapChange,
-    DatasetState,
-    Evaluation,
-    LocalRecord,
-    Policy,
     RecordIdentity,
-    RunRecord,
-    budget_from_row,
 )
+from dprelease.ledger import state
+from dprelease.ledger.state import dataset_state, policies, run_state  # noqa: F401  (read through here too)
 from dprelease.ledger.schema import (
     answer_sets_t,
-    caps_t,
     charges_t,
-    datasets_t,
-    evaluations_t,
     events_t,
     identities_t,
-    local_t,
-    policies_t,
-    respondent_sets_t,
     runs_t,
 )
-
-
-def run_state(conn: Connection, run_id: str) -> str:
-    return _events(conn, run_id)[-1].state
-
-
-def _events(conn: Connection, run_id: str) -> list:  # type: ignore[type-arg]
-    return list(conn.execute(sa.select(events_t).where(events_t.c.run_id == run_id).order_by(events_t.c.id)))
-
-
-def dataset_state(conn: Connection, dataset: str) -> DatasetState | None:
-    row = conn.execute(sa.select(datasets_t).where(datasets_t.c.name == dataset)).first()
-    if row is None:
-        return None
-    if row.guarantee is None:
-        raise LedgerError(f"dataset {dataset!r} has ledger terms {row.definition!r}, which this version of dprelease "
-                          "does not know")
-    terms = Terms(row.guarantee, bool(row.change_one_record), row.unit_id)
-    kind = terms.kind
-    try:
-        caps = tuple(CapChange(budget_from_row(kind, c.amount, c.delta), c.reason, c.set_by, c.set_at)
-                     for c in conn.execute(sa.select(caps_t).where(caps_t.c.dataset == dataset).order_by(caps_t.c.id)))
-    except ValueError as exc:  # an (ε, δ) cap without its δ: never written by dprelease
-        raise LedgerError(f"dataset {dataset!r}: {exc} in the ledger; the ledger is damaged") from None
-    if not caps:
-        raise LedgerError(f"dataset {dataset!r} has no lifetime cap in the ledger; the ledger is damaged")
-    runs = []
-    for run in conn.execute(sa.select(runs_t).where(runs_t.c.dataset == dataset).order_by(runs_t.c.created_at)):
-        rows = list(conn.execute(sa.select(charges_t).where(charges_t.c.run_id == run.run_id).order_by(charges_t.c.id)))
-        charges = tuple((c.table_name, _charge(kind, c.amount, c.delta)) for c in rows)
-        events = _events(conn, run.run_id)
-        data = run.data_fingerprint or next((e.data_fingerprint for e in reversed(events) if e.data_fingerprint), None)
-        runs.append(RunRecord(run.run_id, run.release, events[-1].state, compose((b for _, b in charges), kind),
-                              charges, run.spec_fingerprint, data, run.created_at, run.created_by,
-                              run.output_dir, events[-1].at, events[-1].reason, run.approved_by, run.approved_at))
-    spent = compose((r.charge for r in runs if r.state in LIVE_STATES), kind)
-    local = tuple(LocalRecord(r.collection, r.question, r.protocol, parse_exact(r.epsilon),
-                              PureDP(parse_exact(r.charged)), bool(r.memoised), r.run_id, r.recorded_at,
-                              r.recorded_by, r.answers)
-                  for r in conn.execute(sa.select(local_t).where(local_t.c.dataset == dataset).order_by(local_t.c.id)))
-    base = dataset.partition("/")[0]  # a period shares its dataset's evaluations and policies
-    evaluations = tuple(Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
-                        for e in conn.execute(sa.select(evaluations_t).where(evaluations_t.c.dataset == base)
-                                              .order_by(evaluations_t.c.id)))
-    return DatasetState(dataset, terms, caps[-1].budget, spent, caps, tuple(runs), local, evaluations,
-                        policies(conn, base))
-
-
-def _charge(kind: Kind, amount: str, delta: str | None) -> Budget:
-    """A charge row as a budget of the terms' kind. An (ε, δ) charge written without its δ (by a
-    caller of the untyped API of before, never by a run) charged no δ: every earlier version
-    counted it as 0, and so does this one."""
-    if kind == "approx" and delta is None:
-        delta = "0"
-    return budget_from_row(kind, amount, delta)
-
-
-def policies(conn: Connection, base: str) -> tuple[Policy, ...]:
-    return tuple(Policy(p.dataset, p.policy, p.value, p.reason, p.set_by, p.set_at)
-                 for p in conn.execute(sa.select(policies_t).where(policies_t.c.dataset == base)
-                                       .order_by(policies_t.c.id)))
 
 
 def _read_data(data_fingerprint: str):  # type: ignore[no-untyped-def]
@@ -177,16 +103,7 @@ def output_dirs(conn: Connection) -> list[str]:
 def answer_sets(conn: Connection, dataset: str | None, answers: str | None) -> tuple[AnswerSet, ...]:
     if not sa.inspect(conn).has_table(answer_sets_t.name):  # a pre-release schema-4 ledger: none yet
         return ()
-    kept = respondent_sets_t  # schema 6: the id column of a registration kept per respondent
-    query = (sa.select(answer_sets_t, kept.c.id_column).select_from(
-        answer_sets_t.outerjoin(kept, kept.c.answer_set == answer_sets_t.c.id)).order_by(answer_sets_t.c.id))
-    if dataset is not None:
-        query = query.where(answer_sets_t.c.dataset == dataset)
-    if answers is not None:
-        query = query.where(answer_sets_t.c.answers == answers)
-    return tuple(AnswerSet(r.dataset, r.collection, r.question, r.protocol, parse_exact(r.epsilon), r.answers, r.how,
-                           r.memo_of, r.statement, r.registered_by, r.registered_at, r.id_column)
-                 for r in conn.execute(query))
+    return state.answer_sets(conn, dataset, answers)
 
 
 def central_releases(conn: Connection, dataset: str, data_fingerprint: str | None) -> list[tuple[str, str]]:

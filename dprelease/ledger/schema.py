@@ -19,14 +19,10 @@ from sqlalchemy.engine import Connection, Engine
 from dprelease.host import files
 from dprelease.errors import LedgerError, first_line
 from dprelease.ledger import keys
-from dprelease.ledger.location import LedgerLocation
+from dprelease.ledger.location import LedgerLocation, SqliteURL
+from dprelease.ledger.meta import BIRTH_KEYS, SCHEMA_VERSION, SQLITE_HEADER, read_birth  # noqa: F401
 from dprelease.ledger.records import Birth
 
-SCHEMA_VERSION = 6  # 2: δ of caps and charges (approx terms), longer terms; 3: local collections, approvals;
-# 4: the ledger's id, keyed data fingerprints, evaluations, policies, a run's data and approval;
-# 5: typed terms (guarantee, change_one_record, unit_id) and caps and charges in `amount` (ρ under zCDP terms);
-# 6: per-respondent keyed digests of registered answers (respondent_sets, respondent_digests: ledger/memos.py),
-# and data identities (a run's data by its records, keyed and sealed)
 CREATION_WAIT = 15.0  # seconds a creator waits for another process's ledger to appear beside its key
 
 metadata = sa.MetaData()
@@ -160,9 +156,6 @@ events_t = sa.Table("run_events", metadata,
                     sa.Column("by", sa.String(200), nullable=False),
                     sa.Column("reason", sa.Text),
                     sa.Column("data_fingerprint", sa.String(80)))
-
-
-BIRTH_KEYS = {"born_by": "by", "born_reason": "reason", "born_how": "how", "born_where": "where"}  # and created_at
 
 
 def open_engine(location: LedgerLocation, *, birth: Birth | None = None) -> tuple[Engine, bool] | None:
@@ -383,14 +376,6 @@ def read_checked_key(location: LedgerLocation, ledger_id: str, check: str | None
     return key
 
 
-def read_birth(meta: dict[str, str]) -> Birth | None:
-    """The birth a ledger's ``dprelease_meta`` records (None: made before births were recorded)."""
-    if "born_by" not in meta:
-        return None
-    return Birth(meta.get("created_at", ""), meta["born_by"], meta.get("born_reason", ""), meta.get("born_how", ""),
-                 meta.get("born_where", ""))
-
-
 def _orphaned_key_wait(location: LedgerLocation) -> bool:
     """Where a SQLite ledger's own key file exists but the ledger does not, a ledger was there
     (deleted, moved, or being created by another process this instant): wait briefly for the
@@ -440,9 +425,6 @@ def _create_sqlite_ledger(location: LedgerLocation, birth: Birth) -> bool:
         temporary.unlink(missing_ok=True)
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
 def _refuse_non_ledger_file(path: Path, location: LedgerLocation) -> None:
     """An existing file at a SQLite ledger's location must be a SQLite database: an empty or
     foreign file is refused, never taken for a fresh ledger (that would restart the budget)."""
@@ -465,8 +447,8 @@ def _refuse_non_ledger_file(path: Path, location: LedgerLocation) -> None:
 
 def _engine(location: LedgerLocation) -> Engine:
     url = location.url
-    if url.get_backend_name() == "sqlite":
-        engine = sa.create_engine(url, connect_args={"timeout": 60}, poolclass=sa.pool.NullPool)
+    if isinstance(url, SqliteURL):
+        engine = sa.create_engine(url.sqlalchemy(), connect_args={"timeout": 60}, poolclass=sa.pool.NullPool)
 
         @sa.event.listens_for(engine, "connect")
         def _no_implicit_transactions(dbapi_conn, _record):  # type: ignore[no-untyped-def]

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dprelease.accounting import ZCDP, ApproxDP, Budget, PureDP, Terms, amount_text, delta_of, fraction_text
 from dprelease.errors import InternalError, LedgerError
-from dprelease.ledger import keys, lease, queries, schema, transactions
+from dprelease.ledger import keys, lease, queries, schema, state, transactions
 from dprelease.ledger.location import LedgerLocation
 from dprelease.ledger.policy import same_people_message
 from dprelease.ledger.records import (
@@ -53,7 +53,6 @@ from dprelease.ledger.records import (
 )
 from dprelease.ledger.schema import (
     approvals_t,
-    datasets_t,
     evaluations_t,
     leases_t,
     meta_t,
@@ -171,7 +170,7 @@ class Ledger:
 
     def datasets(self) -> list[str]:
         with self.engine.connect() as conn:
-            return [r[0] for r in conn.execute(sa.select(datasets_t.c.name).order_by(datasets_t.c.name))]
+            return state.datasets(conn)
 
     def state(self, dataset: str) -> DatasetState | None:
         with self.engine.connect() as conn:
@@ -239,26 +238,13 @@ class Ledger:
 
     def evaluations_of(self, dataset: str, data_fingerprint: str | None = None) -> list[Evaluation]:
         """Evaluations recorded under ``dataset``'s name or of the same (keyed) data."""
-        base = dataset.partition("/")[0]
         with self.engine.connect() as conn:
-            where = evaluations_t.c.dataset == base
-            if data_fingerprint is not None:
-                where = sa.or_(where, evaluations_t.c.data_fingerprint == data_fingerprint)
-            rows = conn.execute(sa.select(evaluations_t).where(where).order_by(evaluations_t.c.id)).all()
-        return [Evaluation(e.dataset, e.data_fingerprint, e.evaluated_at, e.evaluated_by, e.trials, e.spec_path)
-                for e in rows]
+            return state.evaluations(conn, dataset.partition("/")[0], data_fingerprint)
 
     def undeclared(self) -> dict[str, tuple[tuple[Policy, ...], tuple[Evaluation, ...]]]:
         """Policies and evaluations recorded under names that have no lifetime budget yet."""
         with self.engine.connect() as conn:
-            known = {r[0] for r in conn.execute(sa.select(datasets_t.c.name))}
-            names = {r[0] for r in conn.execute(sa.select(policies_t.c.dataset))} | \
-                {r[0] for r in conn.execute(sa.select(evaluations_t.c.dataset))}
-        out = {}
-        for name in sorted(names - known):
-            evaluations = tuple(self.evaluations_of(name))
-            out[name] = (self.policies(name), tuple(e for e in evaluations if e.dataset == name))
-        return out
+            return state.undeclared(conn)
 
     def run_ids(self) -> set[str]:
         with self.engine.connect() as conn:

@@ -26,23 +26,31 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from dprelease.host import files
-from dprelease.errors import UserError
-from dprelease.lifecycle.execute import Orchestrator, execute
-from dprelease.lifecycle.prepare import Completed, load, open_ledger, prepare
-from dprelease.lifecycle.recover import resolve_run
-from dprelease.lifecycle.refusals import (
-    budget_overruns,
-    over_budget_message,
-)
-from dprelease.lifecycle.reserve import reserve, reserved_line
-from dprelease.lifecycle.settle import RunFailed, done_lines, finish
-from dprelease.lifecycle.voice import Voice
-from dprelease.lifecycle.notices import ledger_line, opened_notes
+
+if TYPE_CHECKING:
+    from dprelease.lifecycle.execute import Orchestrator
+    from dprelease.lifecycle.recover import resolve_run
+    from dprelease.lifecycle.refusals import budget_overruns, over_budget_message
+    from dprelease.lifecycle.settle import RunFailed
+    from dprelease.lifecycle.voice import Voice
 
 __all__ = ["Orchestrator", "RunFailed", "Voice", "budget_overruns", "over_budget_message",
            "resolve_run", "run_spec"]
+# importing the package (as `dprelease.lifecycle.notices` does, for validate and plan) imports none of
+# the steps (the ledger's SQLAlchemy, the data's pyarrow, post-processing's SciPy): each on first use
+_LAZY = {"Orchestrator": "execute", "RunFailed": "settle", "Voice": "voice", "budget_overruns": "refusals",
+         "over_budget_message": "refusals", "resolve_run": "recover"}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"dprelease.lifecycle.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'dprelease.lifecycle' has no attribute {name!r}")
 
 
 def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *, orchestrate: Orchestrator,
@@ -66,6 +74,13 @@ def run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *
 def _run_spec(spec_path: Path, ledger_url: str | None, output_dir: Path | None, *, orchestrate: Orchestrator,
               voice: Voice, require_approval: bool, run_date: datetime | None, dask_address: str | None,
               typed_ledger: bool) -> None:
+    from dprelease.errors import UserError
+    from dprelease.lifecycle.execute import execute
+    from dprelease.lifecycle.notices import ledger_line, opened_notes
+    from dprelease.lifecycle.prepare import Completed, load, open_ledger, prepare
+    from dprelease.lifecycle.reserve import reserve, reserved_line
+    from dprelease.lifecycle.settle import done_lines, finish
+
     request = load(spec_path, ledger_url, output_dir, run_date=run_date, dask_address=dask_address)
     try:
         ledger, inputs_checked = open_ledger(request, typed_ledger=typed_ledger)

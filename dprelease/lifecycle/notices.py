@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dprelease.accounting import delta_of, decimal_text
 from dprelease.errors import LedgerError
-from dprelease.ledger import ENV, Ledger, LedgerLocation, keys
+
+if TYPE_CHECKING:  # the ledger (SQLAlchemy) is imported where a ledger is in hand: validate needs none
+    from dprelease.ledger import Ledger, LedgerLocation
 
 LARGE_DELTA = Fraction(1, 10**5)
 BORN_HERE = "every lifetime budget of the datasets it records starts here"
@@ -38,6 +40,8 @@ def ledger_line(location: LedgerLocation, exists: bool, created: bool = False, l
 def start_note(spec: Any, location: LedgerLocation, ledger: Ledger) -> str | None:
     """A dataset new to a ledger that only ``$DPRELEASE_LEDGER`` chose (the spec pins none): its
     lifetime budget would start there on the variable's word, said before it does."""
+    from dprelease.ledger import ENV
+
     if location.source != f"${ENV}" or ledger.state(spec.dataset.name) is not None:
         return None
     return (f"warning: dataset {spec.dataset.name!r} is new to ledger id {ledger.id} at {location.shown}, which only "
@@ -65,6 +69,8 @@ def copy_note(ledger: Ledger) -> str | None:
 
 def location_notes(spec: Any, location: LedgerLocation) -> list[str]:
     """A variable the spec's pin overrode: said, so nobody believes it chose the ledger."""
+    from dprelease.ledger import ENV
+
     if location.env_ignored:
         return [f"note: ${ENV} is set but not used: {spec.source} pins its dataset's ledger (ledger: "
                 f"{spec.ledger}), and a pin is a pin; unset ${ENV} or pass --ledger to name a ledger that moved"]
@@ -78,6 +84,8 @@ def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | N
     to a ledger that does not record the dataset (only a ledger that moved may be named so), or
     that would start the dataset's lifetime budget in the per-user default ledger (another user,
     a CI account or a container, with another HOME, would start the same data afresh)."""
+    from dprelease.ledger import ENV
+
     if location.pin is not None:
         if ledger is None or ledger.state(spec.dataset.name) is None:
             there = "there is no ledger there" if ledger is None else \
@@ -132,6 +140,8 @@ def refuse_ledger_choice(spec: Any, location: LedgerLocation, ledger: Ledger | N
 
 def _key_left(location: LedgerLocation) -> Path | None:
     """The key file a SQLite ledger left beside its location when it was moved or deleted."""
+    from dprelease.ledger import keys
+
     path = location.sqlite_path
     key = None if path is None else keys.beside(path)
     return key if key is not None and key.exists() else None
