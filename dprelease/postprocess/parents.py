@@ -66,15 +66,27 @@ class FitStats:
                         self.unconverged + other.unconverged)
 
 
-class Workers:
-    """Worker processes for the fit, started on first use (forkserver: safe beside threads),
-    shut down by :meth:`close`; ``processes`` ≤ 1 fits everything in this process."""
+class FitFailed(RuntimeError):
+    """A chunk's fit raised (here, in a worker process or on a cluster's worker): the run stops
+    at once, the chunks still pending cancelled. Its message names the chunk and the error (a
+    fit sees noisy values only: nothing confidential to hide)."""
 
-    def __init__(self, processes: int | None = None) -> None:
+
+class Workers:
+    """Where the fit's chunks run: local worker processes, started on first use (forkserver: safe
+    beside threads) and shut down by :meth:`close` (``processes`` ≤ 1: everything in this
+    process); or a given ``executor`` (e.g. a Dask cluster's, ``distributed.Client.get_executor``),
+    used as it is and never shut down here; ``processes``: how many chunks run at once (twice
+    that are in flight; default: this machine's CPUs)."""
+
+    def __init__(self, processes: int | None = None, executor: Executor | None = None) -> None:
         self.processes = _cpus() if processes is None else processes
         self._pool: Executor | None = None
+        self._given = executor
 
     def pool(self) -> Executor | None:
+        if self._given is not None:
+            return self._given
         if self.processes <= 1:
             return None
         if self._pool is None:
@@ -82,6 +94,11 @@ class Workers:
             context.set_forkserver_preload([__name__])  # imported once by the server, not by each worker
             self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_one_blas_thread)
         return self._pool
+
+    def task(self) -> Callable[[Chunk], tuple[np.ndarray, FitStats]]:
+        """What a chunk is sent to: :func:`fit_chunk` (this machine's processes set BLAS to one
+        thread when they start), or on a given executor :func:`fit_chunk_one_blas_thread`."""
+        return fit_chunk if self._given is None else fit_chunk_one_blas_thread
 
     def close(self) -> None:
         if self._pool is not None:
@@ -164,11 +181,19 @@ def _fitted(count: int, task: Callable[[int], Chunk], pool: Executor | None, mos
     try:
         while sent < count or pending:
             while sent < count and len(pending) < most:
-                pending[pool.submit(fit_chunk, task(sent))] = sent
+                pending[pool.submit(workers.task() if workers is not None else fit_chunk, task(sent))] = sent
                 sent += 1
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
-                result = future.result()  # (a broken pool raises here: the chunk stays pending, fitted below)
+                try:
+                    result = future.result()  # (a broken pool raises here: the chunk stays pending, fitted below)
+                except BrokenProcessPool:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the run stops here, with what failed
+                    for other in pending:
+                        other.cancel()
+                    raise FitFailed(f"the fit of chunk {pending[future] + 1} of {count} failed on a worker: "
+                                    f"{type(exc).__name__}: {exc}") from exc
                 yield pending.pop(future), result
     except BrokenProcessPool:  # the workers could not start or died (e.g. a caller's unguarded __main__, re-run in them)
         warnings.warn("the fit's worker processes stopped (a program that calls dprelease without an `if __name__ == "
@@ -192,6 +217,13 @@ def _chunks(sizes: np.ndarray, m: int) -> list[np.ndarray]:
         groups.append(np.arange(first, last))
         first = last
     return groups
+
+
+def fit_chunk_one_blas_thread(task: Chunk) -> tuple[np.ndarray, FitStats]:
+    """:func:`fit_chunk` with BLAS on one thread (on a cluster's worker, whose threads and
+    processes are the parallelism; see :func:`_one_blas_thread`)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return fit_chunk(task)
 
 
 def fit_chunk(task: Chunk) -> tuple[np.ndarray, FitStats]:
