@@ -107,7 +107,10 @@ def expand(part: np.ndarray, u: Subset, dims: Subset, sizes: tuple[int, ...]) ->
     order = sorted(range(len(u)), key=lambda j: dims.index(u[j]))
     moved = np.transpose(part, (0, *(1 + j for j in order))) if u else part
     spread = math.prod(sizes[i] for i in dims if i not in u)
-    return np.broadcast_to(moved.reshape((places, *shape)) / spread, (places, *(sizes[i] for i in dims)))
+    spread_part = moved.reshape((places, *shape))
+    if spread != 1:  # (x / 1 is x: no copy of a table's own residual)
+        spread_part = spread_part / spread
+    return np.broadcast_to(spread_part, (places, *(sizes[i] for i in dims)))
 
 
 def estimate(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement],
@@ -165,12 +168,18 @@ def estimate_levels(tree: Tree, sizes: tuple[int, ...], measurements: list[Measu
                 final(u)
         found: dict[Subset, np.ndarray] = {}
         for dims in here:
-            cells = np.zeros((tree.units[level], *(sizes[i] for i in dims)))
-            for u in subsets(dims):
-                cells += expand(final(u), u, dims, sizes)
+            cells = None
+            for u in sorted(subsets(dims), key=lambda u: -len(u)):  # the table's own residual first
+                if cells is None and u == dims and level == last and uses[u] == 1:
+                    cells = final(u)  # its last use: the sum is made in it (no array of the table besides)
+                    del finals[u]
+                else:
+                    if cells is None:
+                        cells = np.zeros((tree.units[level], *(sizes[i] for i in dims)))
+                    cells += expand(final(u), u, dims, sizes)
+                    if level == last and uses[u] == 1:
+                        finals.pop(u, None)  # at the last level a residual lives while the tables that need it are built
                 uses[u] -= 1
-                if level == last and uses[u] == 0:
-                    del finals[u]  # at the last level a residual lives while the tables that need it are built
             found[dims] = cells.reshape(tree.units[level], -1)
         previous = finals
         for u in up:

@@ -209,9 +209,15 @@ def _fit_table(tree: gls.Tree, sizes: tuple[int, ...], scopes: list[Scope], orde
 
 
 def _marginal(values: np.ndarray, to: np.ndarray, n: int) -> np.ndarray:
-    """Per place, the sums of ``values``' cells by their cell ``to`` (places × n)."""
+    """Per place, the sums of ``values``' cells by their cell ``to`` (places × n), a slice of
+    places at a time (no permuted copy of a whole level)."""
     order = np.argsort(to, kind="stable")  # every one of the n cells has cells (a marginal's map is onto)
-    return np.add.reduceat(values[:, order], np.searchsorted(to[order], np.arange(n)), axis=1)
+    starts = np.searchsorted(to[order], np.arange(n))
+    out = np.empty((values.shape[0], n), dtype=values.dtype)
+    for start in range(0, values.shape[0], gls.STEP_PLACES):
+        end = start + gls.STEP_PLACES
+        out[start:end] = np.add.reduceat(values[start:end][:, order], starts, axis=1)
+    return out
 
 
 def _fit_root(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_values: np.ndarray) -> np.ndarray:
