@@ -340,3 +340,22 @@ def test_a_chunk_that_fails_on_a_worker_stops_the_fit_with_what_failed(tmp_path,
     with ThreadPoolExecutor(2) as pool, pytest.raises(parents.FitFailed, match=r"chunk \d+ of \d+ failed on a worker: "
                                                                                r"ValueError: a broken chunk"):
         _published(tmp_path, workers=Failing(2, pool))
+
+
+def test_a_block_whose_parent_cells_are_all_zero_is_zero_and_not_fitted():
+    """Its only non-negative point with zero sums is 0: never sent to the solver (a rehearsal on
+    zeros fits nothing); the other blocks are fitted as before."""
+    rng = np.random.default_rng(4)  # test values
+    parent = np.repeat(np.arange(4), 3)  # 4 parents of 3 children each, 5 cells, one separator cell
+    parent_values = rng.integers(0, 6, size=(4, 5))
+    parent_values[[1, 3]] = 0
+    sep_values = np.zeros((12, 1), dtype=np.int64)
+    for p in range(4):  # each parent's total over its children, the first child taking it
+        sep_values[3 * p, 0] = parent_values[p].sum()
+    estimate = rng.normal(1, 3, size=(12, 5))
+    out, stats = parents.fit_level(estimate, np.zeros(5, dtype=bool), np.zeros(5, dtype=np.int64), sep_values,
+                                   parent, parent_values)
+    assert stats.blocks == 2 and not out[np.isin(parent, [1, 3])].any()
+    summed = np.zeros((4, 5), dtype=np.int64)
+    np.add.at(summed, parent, out)
+    assert np.array_equal(summed, parent_values) and np.array_equal(out.sum(axis=1), sep_values[:, 0])

@@ -15,8 +15,10 @@ sum to each child's separator value and whose columns to the parent's cells. Per
 2. :func:`.integral.round_two_way` — integers with the same sums, each cell its fit's floor or
    ceiling (a maximum flow over the blocks of one chunk only).
 
-Blocks are cut into chunks of about ``CHUNK_CELLS`` padded cells (sorted by their number of
-children, so padding is small); a level with more than ``PARALLEL_CELLS`` free cells (2^23,
+A block whose parent's cells are all zero is zero (its only non-negative point with zero
+sums) and is not fitted (a rehearsal on zeros fits nothing). The other blocks are cut into
+chunks of about ``CHUNK_CELLS`` padded cells (sorted by their number of children, so padding
+is small); a level with more than ``PARALLEL_CELLS`` free cells (2^23,
 about 33,000 places of a 252-cell table) sends its chunks to worker processes
 (:class:`Workers`, ``concurrent.futures``, one per CPU; starting them costs about a second),
 a smaller one is fitted here. The chunks, and so the integers, do not depend on where they
@@ -146,8 +148,12 @@ def fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_v
     placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per chunk: its parents, children, cells
     for s in range(sep_values.shape[1]):
         in_s = free[to_sep[free] == s]
-        for group in (_chunks(n_children[by_size], in_s.size) if in_s.size else []):
-            ps = by_size[group]
+        if not in_s.size:
+            continue
+        occupied = by_size[parent_values[np.ix_(by_size, in_s)].any(axis=1)]  # a block whose parent's cells are
+        # all 0 has 0 as its only point (non-negative, zero sums): its cells stay 0, never sent
+        for group in _chunks(n_children[occupied], in_s.size):
+            ps = occupied[group]
             k = n_children[ps]
             placed.append((ps, order[np.repeat(start[ps] - (np.cumsum(k) - k), k) + np.arange(k.sum())], in_s))
 
