@@ -355,8 +355,9 @@ def cost_model(r: dict[str, Any], memory: tuple[float, str]) -> list[str]:
               "* Noise (drawn once, on the driver), the estimate, the rest of post-processing and publication run on "
               "the driver at their measured rates per published cell; the column before the memory splits the "
               "estimate over N too.",
-              "* Driver memory: the measured bytes per published cell times the full census's cells (as if "
-              "post-processing held every level at once, as the measured runs did).",
+              "* Driver memory: the measured bytes per published cell times the full census's cells (linear in "
+              "every level's cells: an upper bound for a code that streams post-processing level by level, whose "
+              "peak grows with the noisy measurements and the largest level).",
               "* Every rate is linear: a step measured superlinear at this size (e.g. a fit that does not converge) "
               "makes the model optimistic."]
     return lines

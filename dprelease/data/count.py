@@ -219,9 +219,9 @@ def _count_on_dask(spec: Spec, cluster: Cluster | None = None) -> ExactCounts:
     """Pieces counted on the cluster's workers into partials, combined there tree-wise: as two
     results are ready (pieces or sums of pieces) a worker adds them (:func:`combine_on_worker`),
     so the driver receives one result, not every piece's histograms. ``cluster``: the run's
-    (:class:`.cluster.Cluster`, left open for the fit), else one for this count only. The ``histogram`` checkpoint fires here as
-    each piece is counted: the workers' own checkpoints are inert, as fault hooks are installed
-    only in the run's process."""
+    (:class:`.cluster.Cluster`, left open for the fit), else one for this count only. The
+    ``histogram`` checkpoint fires here as each piece is counted: the workers' own checkpoints
+    are inert, as fault hooks are installed only in the run's process."""
     from distributed import as_completed
 
     work = pieces(spec, split=True)

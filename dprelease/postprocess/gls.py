@@ -23,7 +23,11 @@ combined over the hierarchy — ``r_U(parent) = Σ r_U(children)`` — by the tr
 (bottom-up inverse-variance combination with the children's sum, then top-down distribution of
 each parent's residual in proportion to the children's variances; Hay, Rastogi, Miklau and Suciu
 2010), which is exact GLS on a tree. The published cells are then rebuilt from the ``r_U``.
-Work per place: Σ_t 2^|S_t| arrays no larger than the tables themselves.
+Work per place: Σ_t 2^|S_t| arrays no larger than the tables themselves. Memory
+(:func:`estimate_levels`, streamed from the root): per residual its combined value at every level
+but the last, and one level's final values; the last level (a census's blocks) is rebuilt from
+its measurements a residual at a time, so it costs its estimates and one residual, not every
+residual of every level (about 2.1 floats per published cell for issue 28's three tables).
 
 Everything here is a linear function of noisy measurements and, where declared, the invariants
 (exact place totals, variance 0); no non-negativity, no rounding (:mod:`.nonnegative`,
@@ -304,7 +308,8 @@ STEP_PLACES = 1 << 16  # places at a time when distributing a level's gaps (boun
 
 def _distribute(tree: Tree, level: int, combined: np.ndarray, v: np.ndarray, parent_final: np.ndarray,
                 summing: scipy.sparse.csr_matrix) -> np.ndarray:
-    """The tree's second pass at ``level`` for one residual, in place on ``combined``: each
+    """The tree's second pass at ``level`` for one residual, in place on ``combined`` (or on its
+    contiguous copy, where its axes were moved), a slice of places at a time: each
     parent's final value minus its children's combined sum, spread over the children in
     proportion to their combined variances (equally over the unmeasured ones, if any)."""
     parent = tree.parents[level]

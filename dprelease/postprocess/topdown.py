@@ -19,7 +19,9 @@ So every published table is non-negative and integral, each parent's cells are t
 children's, and two tables agree on every marginal they share, at every level. Structural cells
 (known zeros) are no variables: they, and the cells they force to zero in the other tables
 (:func:`forced_zeros`), are published as exact zeros. Memory and time grow with the published
-cells: nothing of size ∏ of the group's domains is ever built.
+cells: nothing of size ∏ of the group's domains is ever built. Streamed (:func:`consistent_levels`):
+step 1 comes a level at a time (:func:`.gls.estimate_levels`), steps 2 and 3 follow it, and each
+table level is handed on once final, so about two levels are held at a time, not the group.
 
 Sees the noisy measurements and the declared invariants only; never the data readers.
 """
