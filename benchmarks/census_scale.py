@@ -160,6 +160,7 @@ def run_release(data_dir: Path, persons: int, blocks: int, timeout: float, memor
                    "the census benchmark's run"], env={**os.environ})
             env = {**os.environ, "XDG_DATA_HOME": f"{tmp}/xdg", "PREFECT_HOME": f"{tmp}/prefect"}
             env.pop("PREFECT_API_URL", None)
+            env.pop("MALLOC_TRIM_THRESHOLD_", None)  # a Dask nanny's setting (fixes glibc's mmap threshold): never the run's
             cmd = [sys.executable, "-S", str(HERE / "peak_rss.py"), f"{tmp}/rss.txt", sys.executable, "-m", "dprelease",
                    "run", str(spec), "--output-dir", f"{tmp}/out", "--ledger", f"{tmp}/ledger.sqlite",
                    "--orchestrator", "inline", *(["--dask-address", dask[0]] if dask else [])]
@@ -207,11 +208,22 @@ def _children_cpu() -> float:
 
 def start_cluster(memory_gb: float) -> tuple[Any, str, list[int]]:
     """A LocalCluster of 2 worker processes, 1 thread each, ``memory_gb`` / 2 each: (cluster,
-    address, worker pids)."""
+    address, worker pids). Started as dprelease starts one for a run without an address
+    (``local_cluster``: workers without Dask's ``MALLOC_TRIM_THRESHOLD_``, which this process's
+    environment does not keep either, so the run started from here does not inherit it)."""
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                           memory_limit=f"{memory_gb / 2}GiB")  # the two together within the cap
+    try:
+        from dprelease.data.cluster import local_cluster
+    except ImportError:  # a checkout from before the run's cluster (data/cluster.py)
+        try:
+            from dprelease.data.count import local_cluster  # type: ignore[attr-defined, no-redef]
+        except ImportError:  # a checkout from before it
+            def local_cluster(make, **options):  # type: ignore[no-untyped-def]
+                return make(processes=True, dashboard_address=None, **options)
+    cluster = local_cluster(LocalCluster, n_workers=2, threads_per_worker=1,
+                            memory_limit=f"{memory_gb / 2}GiB")  # the two together within the cap
+    os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)  # (an older local_cluster leaves it here: the run would inherit it)
     with Client(cluster) as client:
         pids = list(client.run(os.getpid).values())
     return cluster, cluster.scheduler_address, pids
@@ -343,8 +355,9 @@ def cost_model(r: dict[str, Any], memory: tuple[float, str]) -> list[str]:
               "* Noise (drawn once, on the driver), the estimate, the rest of post-processing and publication run on "
               "the driver at their measured rates per published cell; the column before the memory splits the "
               "estimate over N too.",
-              "* Driver memory: the measured bytes per published cell times the full census's cells (as if "
-              "post-processing held every level at once, as the measured runs did).",
+              "* Driver memory: the measured bytes per published cell times the full census's cells (linear in "
+              "every level's cells: an upper bound for a code that streams post-processing level by level, whose "
+              "peak grows with the noisy measurements and the largest level).",
               "* Every rate is linear: a step measured superlinear at this size (e.g. a fit that does not converge) "
               "makes the model optimistic."]
     return lines

@@ -123,10 +123,13 @@ def child_ours(case: Path, engine: str) -> dict:
 
         logging.getLogger("distributed").setLevel(logging.ERROR)
         try:  # the cluster count_exact starts for an engine without an address (workers without malloc trimming)
-            from dprelease.data.count import local_cluster
-        except ImportError:  # a checkout from before it
-            def local_cluster(make, **options):  # type: ignore[no-untyped-def]
-                return make(processes=True, dashboard_address=None, **options)
+            from dprelease.data.cluster import local_cluster
+        except ImportError:  # a checkout from before the run's cluster (data/cluster.py)
+            try:
+                from dprelease.data.count import local_cluster  # type: ignore[attr-defined, no-redef]
+            except ImportError:  # a checkout from before it
+                def local_cluster(make, **options):  # type: ignore[no-untyped-def]
+                    return make(processes=True, dashboard_address=None, **options)
         cluster = local_cluster(LocalCluster, n_workers=2, threads_per_worker=1)
         spec = dataclasses.replace(spec, engine=Engine(kind="dask", address=cluster.scheduler_address))
     timings: dict[str, float] = {}

@@ -196,7 +196,7 @@ def test_the_cluster_a_run_starts_keeps_the_adaptive_allocator():
     """Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers by default (every large array
     then mapped and faulted in afresh: two workers counted 3x slower); the cluster a run starts for
     ``kind: dask`` without an address leaves it out, and keeps the nannies' other settings."""
-    from dprelease.data.count import local_cluster
+    from dprelease.data.cluster import local_cluster
 
     with local_cluster(distributed.LocalCluster, n_workers=1, threads_per_worker=1) as local, \
             distributed.Client(local.scheduler_address) as client:

@@ -15,7 +15,8 @@ import scipy.optimize
 
 from dprelease.postprocess import gls
 from dprelease.postprocess.integral import round_two_way
-from dprelease.postprocess.nonnegative import SUM_TOLERANCE, project_two_way
+from dprelease.postprocess.nonnegative import SUM_TOLERANCE
+from dprelease.postprocess.transport import fit_blocks
 from dprelease.postprocess.topdown import consistent_tables, forced_zeros
 from dprelease.spec.junction import cliques, fitting_scopes, junction_order
 
@@ -136,7 +137,7 @@ def test_the_non_negative_fit_is_the_nearest_point_with_both_sums():
         col_sums = np.zeros(c)
         col_sums[:] = np.bincount(rng.integers(0, c, size=int(row_sums.sum())), minlength=c)
         rows, cols = np.repeat(np.arange(r), c), np.tile(np.arange(c), r)
-        ours = project_two_way(target.ravel(), rows, row_sums, cols, col_sums)
+        ours = fit_blocks(target[None], row_sums[None], col_sums[None]).x[0].ravel()  # one block: every cell
         assert ours.min() >= 0 and np.allclose(np.bincount(rows, ours), row_sums, rtol=0, atol=SUM_TOLERANCE)
         assert np.allclose(np.bincount(cols, ours, minlength=c), col_sums)
         a = np.zeros((r + c, r * c))

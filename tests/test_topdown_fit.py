@@ -17,6 +17,7 @@ from dprelease.plan import plan_release
 from dprelease.postprocess import FitWarning, Invariants, postprocess_release
 from dprelease.postprocess import parents, transport
 from dprelease.postprocess.transport import fit_blocks, kkt_violation
+from dprelease.publish.layout import Layout
 from dprelease.lifecycle.release import ReleaseRun
 from dprelease.spec import load_spec
 
@@ -100,7 +101,7 @@ def _case(tmp_path, seed: int = 28):  # type: ignore[no-untyped-def]
     return spec, noisy, invariants, structural, ups
 
 
-def _published(tmp_path, workers: int = 1, **kw):  # type: ignore[no-untyped-def]
+def _published(tmp_path, workers: "int | parents.Workers" = 1, **kw):  # type: ignore[no-untyped-def]
     spec, noisy, invariants, structural, ups = _case(tmp_path, **kw)
     out = postprocess_release(spec, noisy, plan_variances(spec), invariants=invariants, structural=structural,
                               workers=workers)
@@ -223,10 +224,14 @@ def test_a_block_left_at_its_iteration_cap_is_reported_and_its_sums_still_hold(t
 def test_the_run_record_carries_the_fit_timings_and_a_cap_reached(tmp_path, monkeypatch):
     spec, noisy, invariants, structural, _ = _case(tmp_path)
     plan = plan_release(spec, None)
-    release = ReleaseRun(spec, plan, "run", SimpleNamespace(shown="ledger"), SimpleNamespace())  # type: ignore[arg-type]
+    layout = Layout(tmp_path / "out", spec.release, "run")  # (post-processing stages each table as it is final)
+    release = ReleaseRun(spec, plan, "run", SimpleNamespace(shown="ledger"), layout)  # type: ignore[arg-type]
     release.noisy = {k: v for k, v in noisy.items()}
     release.invariants = invariants.as_dict()
     release.postprocess()
+    assert sorted(p.relative_to(layout.staging).as_posix() for p in layout.staging.rglob("*.csv")) == sorted(
+        f"tables/{name}/{level}.csv" for name in TABLES for level in ("root", *LEVELS))  # staged as they came
+    assert release.published_values == {}  # (none held besides)
     record = release.internal_record()
     assert record["postprocess_warnings"] == []
     timings = record["timings"]
@@ -274,3 +279,83 @@ def test_a_cap_reached_in_a_run_is_said_to_the_operator(tmp_path, cli, monkeypat
     assert result.code == 0, result
     assert "published acs-census-2019" in result.stdout
     assert "warning: post-processing: " in result.stderr and "cap of 1 Newton iterations" in result.stderr, result
+
+
+def test_the_sink_gets_every_table_level_once_from_the_root_down_and_the_same_values(tmp_path):
+    """Streaming (issue 28): with a sink, each published table level is handed over as soon as it
+    is final, level by level from the root, and nothing is returned: the same values."""
+    spec, noisy, invariants, structural, _ = _case(tmp_path)
+    held = postprocess_release(spec, noisy, plan_variances(spec), invariants=invariants, structural=structural,
+                               workers=1)
+    handed: list[tuple[str, str | None]] = []
+    streamed: dict = {}
+
+    def sink(key, values):  # type: ignore[no-untyped-def]
+        handed.append(key)
+        streamed[key] = values
+
+    returned = postprocess_release(spec, noisy, plan_variances(spec), invariants=invariants, structural=structural,
+                                   workers=1, sink=sink)
+    assert len(held) == len(TABLES) * (1 + len(LEVELS))  # every table at every level
+    assert returned == {} and sorted(handed) == sorted(held) and len(handed) == len(set(handed))
+    depth = [("root", *LEVELS).index(level) for _, level in handed]
+    assert depth == sorted(depth)  # a level's tables only once every coarser level's are out
+    assert all(np.array_equal(streamed[k], held[k]) for k in held)
+
+
+def test_a_dask_cluster_fits_what_this_process_does(tmp_path, monkeypatch):
+    """Issue 28: with ``engine: {kind: dask}`` the fit's chunks go to the cluster's workers
+    (through its ``concurrent.futures`` executor): the same chunks, so the same integers."""
+    distributed = pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
+    from dprelease.data.cluster import Cluster
+
+    monkeypatch.setattr(parents, "CHUNK_CELLS", 40)
+    alone, _, _ = _published(tmp_path, workers=1)
+    monkeypatch.setattr(parents, "PARALLEL_CELLS", 0)  # every level below the root to the cluster
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local:
+        cluster = Cluster(local.scheduler_address)
+        try:
+            on_cluster, _, _ = _published(tmp_path, workers=parents.Workers(cluster.threads(), cluster.executor()))
+            fitted_there = cluster.client().run(lambda: "dprelease.postprocess.parents" in __import__("sys").modules)
+        finally:
+            cluster.close()
+    assert all(np.array_equal(alone[k], on_cluster[k]) for k in alone)
+    assert all(fitted_there.values())  # every worker fitted chunks
+
+
+def test_a_chunk_that_fails_on_a_worker_stops_the_fit_with_what_failed(tmp_path, monkeypatch):
+    """A chunk whose fit raises (here on a pool of threads; on a cluster alike) stops the fit at
+    once with an error naming the chunk and the failure; the chunks still pending are cancelled."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def boom(chunk):  # type: ignore[no-untyped-def]
+        raise ValueError("a broken chunk")
+
+    class Failing(parents.Workers):
+        def task(self):  # type: ignore[no-untyped-def]
+            return boom
+
+    monkeypatch.setattr(parents, "CHUNK_CELLS", 40)
+    monkeypatch.setattr(parents, "PARALLEL_CELLS", 0)
+    with ThreadPoolExecutor(2) as pool, pytest.raises(parents.FitFailed, match=r"chunk \d+ of \d+ failed on a worker: "
+                                                                               r"ValueError: a broken chunk"):
+        _published(tmp_path, workers=Failing(2, pool))
+
+
+def test_a_block_whose_parent_cells_are_all_zero_is_zero_and_not_fitted():
+    """Its only non-negative point with zero sums is 0: never sent to the solver (a rehearsal on
+    zeros fits nothing); the other blocks are fitted as before."""
+    rng = np.random.default_rng(4)  # test values
+    parent = np.repeat(np.arange(4), 3)  # 4 parents of 3 children each, 5 cells, one separator cell
+    parent_values = rng.integers(0, 6, size=(4, 5))
+    parent_values[[1, 3]] = 0
+    sep_values = np.zeros((12, 1), dtype=np.int64)
+    for p in range(4):  # each parent's total over its children, the first child taking it
+        sep_values[3 * p, 0] = parent_values[p].sum()
+    estimate = rng.normal(1, 3, size=(12, 5))
+    out, stats = parents.fit_level(estimate, np.zeros(5, dtype=bool), np.zeros(5, dtype=np.int64), sep_values,
+                                   parent, parent_values)
+    assert stats.blocks == 2 and not out[np.isin(parent, [1, 3])].any()
+    summed = np.zeros((4, 5), dtype=np.int64)
+    np.add.at(summed, parent, out)
+    assert np.array_equal(summed, parent_values) and np.array_equal(out.sum(axis=1), sep_values[:, 0])

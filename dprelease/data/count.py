@@ -30,6 +30,7 @@ from typing import Any, Callable, Generic, TypeVar
 import numpy as np
 
 from dprelease import __version__
+from dprelease.data.cluster import Cluster
 from dprelease.data.histogram import histogram_cells, parts, place_partials, table_partials
 from dprelease.data.load import Encoded, encode, encoded_batches, pieces
 from dprelease.data.partials import Accumulator, Partial
@@ -153,11 +154,12 @@ def zero_counts(spec: Spec) -> ExactCounts:
 
 
 def count_exact(spec: Spec, *, timings: dict[str, float] | None = None,
-                read: Callable[[int], None] | None = None) -> ExactCounts:
+                read: Callable[[int], None] | None = None, cluster: Cluster | None = None) -> ExactCounts:
     """The exact counts of the whole dataset, by the spec's engine: streamed batch by batch on
     this machine, or piece by piece on a Dask cluster. With a contribution bound the data is
     read whole (a person's rows must be seen together; see :func:`dprelease.data.load.encode`).
-    ``read`` (streamed data only): told the bytes read so far across the files, for a progress bar."""
+    ``read`` (streamed data only): told the bytes read so far across the files, for a progress bar.
+    ``cluster`` (the Dask engine): the run's cluster, left open (else one for this count only)."""
     problem = engine_problem(spec)
     if problem:
         raise UserError(problem)
@@ -171,7 +173,7 @@ def count_exact(spec: Spec, *, timings: dict[str, float] | None = None,
             timings["histogram"] = timings.get("histogram", 0.0) + time.perf_counter() - loaded
     elif spec.engine.kind == "dask":
         start = time.perf_counter()
-        counts = _count_on_dask(spec)
+        counts = _count_on_dask(spec, cluster)
         if timings is not None:
             timings["load"] = timings.get("load", 0.0) + time.perf_counter() - start
     else:
@@ -213,18 +215,19 @@ def _unreachable(address: str, where: str) -> str | None:
                 "engine.address / --dask-address")
 
 
-def _count_on_dask(spec: Spec) -> ExactCounts:
+def _count_on_dask(spec: Spec, cluster: Cluster | None = None) -> ExactCounts:
     """Pieces counted on the cluster's workers into partials, combined there tree-wise: as two
     results are ready (pieces or sums of pieces) a worker adds them (:func:`combine_on_worker`),
-    so the driver receives one result, not every piece's histograms. Without an address, a
-    cluster of local worker processes for this run. The ``histogram`` checkpoint fires here as
-    each piece is counted: the workers' own checkpoints are inert, as fault hooks are installed
-    only in the run's process."""
-    from distributed import Client, LocalCluster, as_completed
+    so the driver receives one result, not every piece's histograms. ``cluster``: the run's
+    (:class:`.cluster.Cluster`, left open for the fit), else one for this count only. The
+    ``histogram`` checkpoint fires here as each piece is counted: the workers' own checkpoints
+    are inert, as fault hooks are installed only in the run's process."""
+    from distributed import as_completed
 
     work = pieces(spec, split=True)
-    cluster = local_cluster(LocalCluster) if spec.engine.address is None else None
-    client = Client(spec.engine.address or cluster, set_as_default=False)
+    own = cluster is None
+    cluster = Cluster(spec.engine.address) if cluster is None else cluster
+    client = cluster.client()
     try:
         futures = client.map(count_on_worker, work, spec=spec, pure=False)
         counted = {f.key for f in futures}
@@ -246,31 +249,8 @@ def _count_on_dask(spec: Spec) -> ExactCounts:
         waiting.release()
         return _unpack(outcome)
     finally:
-        client.close()
-        if cluster is not None:
+        if own:
             cluster.close()
-
-
-def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
-    """A Dask cluster of local worker processes (``make``: ``distributed.LocalCluster``) whose
-    workers keep glibc's adaptive allocator: Dask's nannies set ``MALLOC_TRIM_THRESHOLD_`` in
-    their workers' environment by default, which fixes glibc's mmap threshold, so every large
-    array is mapped afresh and its pages faulted in; two such workers counting a 4M-row piece each
-    took 5.3–5.7 s here, 1.6–1.8 s without it. A nanny sets it in this process's own environment
-    (which its workers inherit), so a cluster started here before would pass it on: it is left out
-    of the environment while the workers start. A cluster started elsewhere is the operator's
-    (docs/scaling.md says how to start its workers)."""
-    import os
-
-    import dask
-
-    saved = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
-    try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-            return make(processes=True, dashboard_address=None, **options)
-    finally:
-        if saved is not None:
-            os.environ["MALLOC_TRIM_THRESHOLD_"] = saved
 
 
 def count_on_worker(piece: Piece, spec: Spec) -> tuple[str, Any]:

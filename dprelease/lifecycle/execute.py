@@ -49,6 +49,7 @@ def execute(run: ReleaseRun, orchestrate: Orchestrator, voice: Voice) -> None:
     except BaseException as exc:  # noqa: BLE001 - every failure must settle the reservation
         settle_failure(run, exc, voice)
     finally:
+        run.close()  # (its Dask cluster, if it opened one)
         signal.signal(signal.SIGTERM, previous)
         heartbeat.stop()
         _with_ledger(run.location, lambda ledger: ledger.end_lease(run.run_id))

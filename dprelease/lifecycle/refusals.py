@@ -280,7 +280,8 @@ def _rehearse_postprocessing(spec: Spec, plan: Plan) -> None:
                         "Nothing was spent.") from None
     try:
         postprocess_release(spec, zeros, plan.noise_variances(), invariants=Invariants.from_totals(invariants),
-                            structural=structural_masks(plan))  # as the run will: the plan's structural cells
+                            structural=structural_masks(plan),  # as the run will: the plan's structural cells
+                            sink=lambda key, values: None)  # (each level dropped once fitted, as the run writes it)
         from dprelease.mechanisms.local import estimate_local
 
         for p in plan.local:  # the local estimates too: one answer per value, and all on one value

@@ -16,6 +16,7 @@ import numpy as np
 from dprelease import __version__
 from dprelease.host import files
 from dprelease.data import ExactCounts, count_exact, file_fingerprint
+from dprelease.data.cluster import Cluster
 from dprelease.errors import DataError, InternalError, LedgerError
 from dprelease.faults import checkpoint
 from dprelease.ledger import CapChange, Ledger, LedgerLocation
@@ -25,7 +26,7 @@ from dprelease.mechanisms.local import Estimate, estimate_local
 from dprelease.plan import Plan
 from dprelease.plan.margins import margin_of
 from dprelease.plan.measurements import Mean
-from dprelease.postprocess import FitWarning, Invariants, postprocess_release, structural_masks
+from dprelease.postprocess import FitWarning, Invariants, Workers, postprocess_release, structural_masks
 from dprelease.publish.layout import (
     Layout,
     discard_staging,
@@ -84,13 +85,15 @@ class ReleaseRun:
     published: bool = False
     stage: str = "reserved"
     counts: ExactCounts | None = None  # exact (confidential); each histogram is dropped once measured
+    cluster: Cluster | None = None  # engine: {kind: dask}: the counting's cluster, the fit's too; closed by close()
     data_fingerprint: str | None = None  # keyed (the ledger's key): what the ledger and run.json hold
     data_records: str | None = None  # the records' digest, keyed: what run.json holds (data/identity.py)
     data_identity: str | None = None  # the records' sketches, sealed under the ledger's key (ledger/keys.py)
     key_check: str | None = None  # the ledger's check value of its key (a constant's HMAC: nothing of the data)
     noisy: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # (table, level)
     invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
-    published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)
+    published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # not yet written
+    written: set[tuple[str, str | None]] = field(default_factory=set)  # tables staged as post-processing went
     postprocess_warnings: list[str] = field(default_factory=list)  # e.g. a fit's iteration cap reached: run.json
     local_counts: dict[str, np.ndarray] = field(default_factory=dict)  # randomized answers per category
     local_estimates: dict[str, tuple[Estimate, Estimate]] = field(default_factory=dict)  # (IBU, MI)
@@ -124,7 +127,10 @@ class ReleaseRun:
                                 "collections; run the release again")
             self.data_digest = digest
         self._timed("fingerprint", start)
-        self.counts = count_exact(self.spec, timings=self.timings, read=self.on_bytes)  # timings: load, histogram
+        if self.spec.engine.kind == "dask" and not self.spec.unit_id and self.cluster is None:
+            self.cluster = Cluster(self.spec.engine.address)  # (a contribution bound is refused on Dask before this)
+        self.counts = count_exact(self.spec, timings=self.timings, read=self.on_bytes,  # timings: load, histogram
+                                  cluster=self.cluster)
         start = time.perf_counter()
         if self.data_digest is not None and file_fingerprint(self.spec.dataset.resolved_path) != self.data_digest:
             raise DataError(f"{self.spec.dataset.resolved_path} changed while this run read it: its bytes once counted "
@@ -178,14 +184,26 @@ class ReleaseRun:
 
     def postprocess(self) -> None:
         """The published values: a pure function of the noisy measurements and of the declared
-        invariants (exact totals published outside DP; no other data, no budget)."""
+        invariants (exact totals published outside DP; no other data, no budget). Each table
+        level is staged as soon as it is final and dropped (a consistent group's level by level:
+        memory holds about two of its levels, not every published value); the staging directory
+        exists from here on, and holds noise (a failure discards it, :mod:`.lifecycle.settle`)."""
         self.stage = "postprocess"
         start = time.perf_counter()
+        discard_staging(self.layout)
+        files.make_dirs(self.layout.staging)
+        self.written = set()
+
+        def stage(key: tuple[str, str | None], values: np.ndarray) -> None:
+            self._write_table(key, values)
+            self.written.add(key)
+
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", FitWarning)
             self.published_values = postprocess_release(self.spec, self.noisy, self.plan.noise_variances(),
                                                         invariants=Invariants.from_totals(self.invariants),
-                                                        structural=structural_masks(self.plan), timings=self.timings)
+                                                        structural=structural_masks(self.plan), timings=self.timings,
+                                                        workers=self._fit_workers(), sink=stage)
         for w in caught:  # the fit's reports go to the run record; any other warning on as it came
             if issubclass(w.category, FitWarning):
                 self.postprocess_warnings.append(str(w.message))
@@ -200,16 +218,14 @@ class ReleaseRun:
         self.stage = "publish"
         start = time.perf_counter()
         staging = self.layout.staging
-        discard_staging(self.layout)
-        files.make_dirs(staging)
+        files.make_dirs(staging)  # (made by postprocess, which staged the tables)
         for table in self.spec.tables:
             for level, dims, _ in table.measured():
                 table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
                 key = (table.name, level)
-                write_table(self.spec, table, dims, level, self.published_values[key], staging,
-                            table_plan.structural_mask(),
-                            margin_of(table_plan, self.spec.confidence) if self.spec.margin_columns else None)
-                checkpoint("staging")  # the first table staged, the rest not yet
+                if key not in self.written:
+                    self._write_table(key, self.published_values.pop(key))
+                checkpoint("staging")  # the tables staged, the measurements not yet
                 write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
         for level, totals in self.invariants.items():
             write_invariant(self.spec, level, totals, staging)
@@ -234,6 +250,27 @@ class ReleaseRun:
         move_into_place(self.layout)
         self.published = True
         self._timed("publish", start)
+
+    def _fit_workers(self) -> Workers | None:
+        """Where the fit's chunks run: the run's Dask cluster (``engine: {kind: dask}``: the same
+        cluster as the counting, a few chunks in flight per worker thread), else local processes."""
+        if self.cluster is None:
+            return None
+        return Workers(self.cluster.threads(), self.cluster.executor())
+
+    def close(self) -> None:
+        """At the run's end, whatever its outcome: the cluster it opened is closed."""
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+    def _write_table(self, key: tuple[str, str | None], values: np.ndarray) -> None:
+        """Stage one table level's published values (its file, as :func:`.publish.write_table` names it)."""
+        table = next(t for t in self.spec.tables if t.name == key[0])
+        dims = next(d for level, d, _ in table.measured() if level == key[1])
+        table_plan = next(p for p in self.plan.tables if p.name == key[0] and p.level == key[1])
+        write_table(self.spec, table, dims, key[1], values, self.layout.staging, table_plan.structural_mask(),
+                    margin_of(table_plan, self.spec.confidence) if self.spec.margin_columns else None)
 
     def internal_record(self) -> dict[str, Any]:
         """What would leak if published: never leaves ``<output-dir>/_internal``."""

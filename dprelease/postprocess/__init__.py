@@ -12,12 +12,14 @@ zeros under every method (a mode's stay −1, a mean's empty): they are known, n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 
 import numpy as np
 
 from dprelease.plan import Plan
 from dprelease.plan.structural import measurement_masks
 from dprelease.postprocess.consistent import consistent_group
+from dprelease.postprocess.parents import FitFailed, Workers
 from dprelease.postprocess.topdown import FitWarning
 from dprelease.postprocess.invariants import (
     Invariants,
@@ -26,7 +28,7 @@ from dprelease.postprocess.invariants import (
 )
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, Table
 
-__all__ = ["FitWarning", "Invariants", "check_invariants", "clamp_or_none", "groups", "mean_values", "overridable",
+__all__ = ["FitFailed", "FitWarning", "Invariants", "Workers", "check_invariants", "clamp_or_none", "groups", "mean_values", "overridable",
            "postprocess_release", "structural_masks"]
 
 Key = tuple[str, str | None]  # (table, level); level None for a plain table
@@ -80,7 +82,8 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], variances: dic
                         method: str | None = None,
                         invariants: Invariants | None = None,
                         structural: Masks | None = None, timings: dict[str, float] | None = None,
-                        workers: int | None = None) -> dict[Key, np.ndarray]:
+                        workers: int | Workers | None = None,
+                        sink: Callable[[Key, np.ndarray], None] | None = None) -> dict[Key, np.ndarray]:
     """The published values of every measurement. ``variances``: each count measurement's noise
     variance, as its plan states it (:meth:`dprelease.plan.Plan.noise_variances`; a published
     release's manifest records its mechanism and scale, :func:`noise_variance`): consistent
@@ -99,35 +102,55 @@ def postprocess_release(spec: Spec, noisy: dict[Key, np.ndarray], variances: dic
     a mode, an empty mean over a zero count).
 
     ``timings`` (if given) gains the seconds of the consistent groups' estimate
-    (``postprocess_estimate``) and top-down fit (``postprocess_fit``); ``workers``: processes
-    for the fit of large levels (default one per CPU). A fit that reached an iteration cap is
-    reported as a :class:`.topdown.FitWarning` (the caller records it).
+    (``postprocess_estimate``) and top-down fit (``postprocess_fit``); ``workers``: where the fit
+    of large levels runs: that many local processes (default one per CPU), or :class:`Workers`
+    (e.g. over a Dask cluster's executor, ``distributed.Client.get_executor``: the same chunks,
+    so the same integers; the caller closes it). A fit that reached an iteration cap is reported as a
+    :class:`.topdown.FitWarning` (the caller records it); a chunk whose fit failed raises
+    :class:`.parents.FitFailed` at once (the pending ones are cancelled).
+
+    ``sink``: every measurement's published values are handed to it (key, values) as soon as
+    they are final — a consistent group's level by level from the root — and the returned dict
+    is empty: a caller that writes each out and drops it holds, of a consistent group, about
+    two levels at a time besides the noisy measurements (a census's blocks: about 25 bytes a
+    published cell), instead of every published value.
     """
     structural = measurement_masks(spec) if structural is None else structural
     published: dict[Key, np.ndarray] = {}
+    tables = {t.name: t for t in spec.tables}
+
+    def final(key: Key, values: np.ndarray) -> None:  # its structural cells stated, then kept or handed over
+        mask = structural.get(key)
+        if mask is not None:
+            _exact_zeros(values, mask, tables[key[0]])
+        if sink is None:
+            published[key] = values
+        else:
+            sink(key, values)
+
     for t in spec.tables:
         if isinstance(t.measure, MeanMeasure):
             for level, _, _ in t.measured():
-                published[(t.name, level)] = mean_values(noisy[(t.name, level)], t.measure)
+                final((t.name, level), mean_values(noisy[(t.name, level)], t.measure))
             continue
         chosen = (method if overridable(t) else None) or t.post_process
         if chosen != "consistent":
             for level, _, _ in t.measured():
-                published[(t.name, level)] = clamp_or_none(noisy[(t.name, level)], chosen)
+                final((t.name, level), clamp_or_none(noisy[(t.name, level)], chosen))
     invariants = declared_invariants(spec, invariants)
     consistent = [g for g in groups(spec) if method in (None, "consistent")]
     if method not in (None, "consistent"):  # the tables the method does not override keep their consistency
         consistent = [kept for g in groups(spec) if (kept := [t for t in g if not overridable(t)])]
     if method == "consistent":  # every table, grouped as the spec says or alone
         consistent = [[t] for t in spec.tables if t.post_process != "consistent" and overridable(t)] + groups(spec)
-    for group in consistent:
-        binding = invariants if not any(t.where for t in group) else None
-        published.update(consistent_group(spec, group, noisy, variances, binding, structural, timings, workers))
-    for t in spec.tables:
-        for level, _, _ in t.measured():
-            mask = structural.get((t.name, level))
-            if mask is not None:
-                _exact_zeros(published[(t.name, level)], mask, t)
+    fit_workers = workers if isinstance(workers, Workers) else Workers(workers)  # started on first use
+    try:
+        for group in consistent:  # one pool for every group
+            binding = invariants if not any(t.where for t in group) else None
+            consistent_group(spec, group, noisy, variances, binding, structural, timings, fit_workers, final)
+    finally:
+        if fit_workers is not workers:
+            fit_workers.close()
     return published
 
 

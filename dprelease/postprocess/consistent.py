@@ -26,13 +26,15 @@ May import its siblings, numpy, scipy and :mod:`dprelease.spec`; never :mod:`dpr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from dprelease.postprocess import gls
 from dprelease.postprocess.hierarchy import group_levels
 from dprelease.postprocess.invariants import Invariants
-from dprelease.postprocess.topdown import consistent_tables, forced_zeros
+from dprelease.postprocess.parents import Workers
+from dprelease.postprocess.topdown import consistent_levels, forced_zeros
 from dprelease.spec import ROOT, Spec, Table
 from dprelease.spec.junction import fitting_scopes
 
@@ -42,7 +44,8 @@ Key = tuple[str, str | None]
 def consistent_group(spec: Spec, tables: list[Table], noisy: dict[Key, np.ndarray], variances: dict[Key, float],
                      invariants: Invariants | None = None,
                      structural: dict[Key, np.ndarray | None] | None = None,
-                     timings: dict[str, float] | None = None, workers: int | None = None) -> dict[Key, np.ndarray]:
+                     timings: dict[str, float] | None = None, workers: Workers | int | None = None,
+                     sink: Callable[[Key, np.ndarray], None] | None = None) -> dict[Key, np.ndarray]:
     """Published (non-negative, integer, consistent) values for every measurement of the group.
 
     Assumes: each measurement's noise independent, mean zero, with the variance ``variances``
@@ -58,7 +61,10 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[Key, np.ndarra
     tables count every row (no ``where``). Each place's total then equals its invariant exactly.
     They are the only values of the confidential data this sees; all else is noisy.
 
-    ``timings`` and ``workers``: as :func:`.topdown.consistent_tables` takes them.
+    ``timings`` and ``workers``: as :func:`.topdown.consistent_levels` takes them. ``sink``: each
+    measurement's published values are handed to it as soon as they are final (level by level,
+    from the root; its structural cells exact zeros), and are not in the returned dict: a
+    caller that writes them out and drops them holds about two levels of the group at a time.
     """
     dims = list(dict.fromkeys(c for t in tables for c in t.group_by))
     sizes = tuple(spec.column(c).size for c in dims)
@@ -83,6 +89,14 @@ def consistent_group(spec: Spec, tables: list[Table], noisy: dict[Key, np.ndarra
         masks.append(np.zeros(cells, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(-1)[:cells])
     zeros = forced_zeros(scopes, sizes, masks)
     known = {i: zeros[own.index(m.dims)] for i, m in enumerate(measurements) if m.dims in own and m.variance > 0}
-    published = consistent_tables(tree, sizes, scopes, measurements, zeros, order, fixed, known, timings, workers)
-    return {(t.name, name): published[k][index[name]].reshape(-1)
-            for k, t in enumerate(tables) for name, _, _ in t.measured()}
+    measured = {(k, index[name]) for k, t in enumerate(tables) for name, _, _ in t.measured()}
+    out: dict[Key, np.ndarray] = {}
+    for k, level, values in consistent_levels(tree, sizes, scopes, measurements, zeros, order, fixed, known, timings,
+                                              workers):
+        if (k, level) in measured:  # (a hidden table, or a level a table is not measured at, is never published)
+            key = (tables[k].name, levels[level].name)
+            if sink is None:
+                out[key] = values.reshape(-1)
+            else:
+                sink(key, values.reshape(-1))
+    return out

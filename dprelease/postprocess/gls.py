@@ -23,7 +23,11 @@ combined over the hierarchy — ``r_U(parent) = Σ r_U(children)`` — by the tr
 (bottom-up inverse-variance combination with the children's sum, then top-down distribution of
 each parent's residual in proportion to the children's variances; Hay, Rastogi, Miklau and Suciu
 2010), which is exact GLS on a tree. The published cells are then rebuilt from the ``r_U``.
-Work per place: Σ_t 2^|S_t| arrays no larger than the tables themselves.
+Work per place: Σ_t 2^|S_t| arrays no larger than the tables themselves. Memory
+(:func:`estimate_levels`, streamed from the root): per residual its combined value at every level
+but the last, and one level's final values; the last level (a census's blocks) is rebuilt from
+its measurements a residual at a time, so it costs its estimates and one residual, not every
+residual of every level (about 2.1 floats per published cell for issue 28's three tables).
 
 Everything here is a linear function of noisy measurements and, where declared, the invariants
 (exact place totals, variance 0); no non-negativity, no rounding (:mod:`.nonnegative`,
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +48,7 @@ import scipy.sparse
 from dprelease.errors import InternalError
 
 Subset = tuple[int, ...]  # dimensions of the group, in increasing order
+Levels = Generator[tuple[int, dict[Subset, np.ndarray]], None, None]  # per level: {dims: places × cells}
 
 
 @dataclass(frozen=True)
@@ -80,15 +86,17 @@ def subsets(dims: Subset) -> list[Subset]:
 
 def residual(values: np.ndarray, dims: Subset, u: Subset, sizes: tuple[int, ...]) -> np.ndarray:
     """``(⊗_{i∈U} Q_i) M_U`` of a table's cells (places first): the U-marginal, centred along U.
-    Returns (places, *sizes of U in increasing order)."""
+    Returns (places, *sizes of U in increasing order), float64, a new array (the marginal
+    summed in float64 from the values as they are, then centred in place: one array of the
+    U-marginal's size, never a float copy of the whole table besides it)."""
     places = values.shape[0]
     cube = values.reshape((places, *(sizes[i] for i in dims)))
     drop = tuple(1 + k for k, i in enumerate(dims) if i not in u)
-    marginal = cube.sum(axis=drop) if drop else cube
+    marginal = cube.sum(axis=drop, dtype=np.float64) if drop else cube.astype(np.float64)
     kept = [i for i in dims if i in u]
     marginal = np.moveaxis(marginal, [1 + kept.index(i) for i in u], list(range(1, 1 + len(u)))) if u else marginal
     for axis in range(1, 1 + len(u)):
-        marginal = marginal - marginal.mean(axis=axis, keepdims=True)
+        marginal -= marginal.mean(axis=axis, keepdims=True)
     return marginal
 
 
@@ -103,7 +111,10 @@ def expand(part: np.ndarray, u: Subset, dims: Subset, sizes: tuple[int, ...]) ->
     order = sorted(range(len(u)), key=lambda j: dims.index(u[j]))
     moved = np.transpose(part, (0, *(1 + j for j in order))) if u else part
     spread = math.prod(sizes[i] for i in dims if i not in u)
-    return np.broadcast_to(moved.reshape((places, *shape)) / spread, (places, *(sizes[i] for i in dims)))
+    spread_part = moved.reshape((places, *shape))
+    if spread != 1:  # (x / 1 is x: no copy of a table's own residual)
+        spread_part = spread_part / spread
+    return np.broadcast_to(spread_part, (places, *(sizes[i] for i in dims)))
 
 
 def estimate(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement],
@@ -118,20 +129,67 @@ def estimate(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement]
     (an invariant), consistent with the others' exact values (checked by the caller).
     Guarantees: the estimates are the best linear unbiased ones; they are consistent: each
     parent's cells are the sums of its children's, and two tables agree on every marginal they
-    share, at every level (up to floating-point rounding)."""
+    share, at every level (up to floating-point rounding). Every level at once: see
+    :func:`estimate_levels` for one level at a time."""
     wanted = [(m.dims, m.level) for m in measurements] if wanted is None else wanted
+    return _collect(estimate_levels(tree, sizes, measurements, wanted))
+
+
+def _collect(levels: Iterator[tuple[int, dict[Subset, np.ndarray]]]) -> dict[tuple[Subset, int], np.ndarray]:
+    return {(dims, level): cells for level, found in levels for dims, cells in found.items()}
+
+
+def estimate_levels(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement],
+                    wanted: list[tuple[Subset, int]]) -> Levels:
+    """:func:`estimate`, streamed: per level from the root down, (level, {dims: places × cells})
+    of the wanted tables there, the same values. What is held: the measurements (the caller's),
+    per residual its combined value at every level but the last and its final value at the level
+    before the one being yielded; at the last level (a census's blocks: nearly all the cells)
+    each residual is recomputed from that level's measurements, added into the tables that
+    need it and dropped, so that level costs its estimates and one residual besides the
+    measurements. A consumer that drops each level's estimates once used holds one level's."""
     parts: set[Subset] = set()
     for dims, _ in wanted:
         parts.update(subsets(dims))
-    final = {u: _tree_gls(tree, *_own(tree, sizes, measurements, u)) for u in sorted(parts, key=len)}
-    out: dict[tuple[Subset, int], np.ndarray] = {}
-    for dims, level in wanted:
-        if (dims, level) not in out:
-            cells = np.zeros((tree.units[level], *(sizes[i] for i in dims)))
-            for u in subsets(dims):
-                cells = cells + expand(final[u][level], u, dims, sizes)
-            out[(dims, level)] = cells.reshape(tree.units[level], -1)
-    return out
+    summing = [tree.summing(level) for level in range(len(tree.units) - 1)]
+    up = {u: _bottom_up(tree, sizes, measurements, u, summing) for u in sorted(parts, key=len)}
+    last = len(tree.units) - 1
+    previous: dict[Subset, np.ndarray] = {}
+    for level in range(len(tree.units)):
+        here = list(dict.fromkeys(dims for dims, lv in wanted if lv == level))
+        uses = {u: sum(u in subsets(dims) for dims in here) for u in up}
+        finals: dict[Subset, np.ndarray] = {}
+
+        def final(u: Subset) -> np.ndarray:
+            if u not in finals:
+                combined = up[u][0][level] if level < last else _own_at(tree, sizes, measurements, u, level)[0]
+                finals[u] = combined if level == 0 else _distribute(tree, level, combined, up[u][1][level],
+                                                                    previous[u], summing[level - 1])
+            return finals[u]
+
+        if level < last:  # every residual's final value here: the next level distributes from it
+            for u in up:
+                final(u)
+        found: dict[Subset, np.ndarray] = {}
+        for dims in here:
+            cells = None
+            for u in sorted(subsets(dims), key=lambda u: -len(u)):  # the table's own residual first
+                if cells is None and u == dims and level == last and uses[u] == 1:
+                    cells = final(u)  # its last use: the sum is made in it (no array of the table besides)
+                    del finals[u]
+                else:
+                    if cells is None:
+                        cells = np.zeros((tree.units[level], *(sizes[i] for i in dims)))
+                    cells += expand(final(u), u, dims, sizes)
+                    if level == last and uses[u] == 1:
+                        finals.pop(u, None)  # at the last level a residual lives while the tables that need it are built
+                uses[u] -= 1
+            found[dims] = cells.reshape(tree.units[level], -1)
+        previous = finals
+        for u in up:
+            up[u][0][level] = None  # each level's combined value is used once, by its finals
+        yield level, found
+        del found
 
 
 ZERO_TOLERANCE = 1e-9  # relative residual of the known-zero system (conjugate gradients) to stop at
@@ -140,7 +198,14 @@ ZERO_TOLERANCE = 1e-9  # relative residual of the known-zero system (conjugate g
 def estimate_with_zeros(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement],
                         zeros: dict[int, np.ndarray], wanted: list[tuple[Subset, int]] | None = None
                         ) -> dict[tuple[Subset, int], np.ndarray]:
-    """:func:`estimate` when some cells are known to be zero: ``zeros[i]``, the cells of
+    """:func:`estimate_levels_with_zeros`, every level at once."""
+    wanted = [(m.dims, m.level) for m in measurements] if wanted is None else wanted
+    return _collect(estimate_levels_with_zeros(tree, sizes, measurements, zeros, wanted))
+
+
+def estimate_levels_with_zeros(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement],
+                               zeros: dict[int, np.ndarray], wanted: list[tuple[Subset, int]]) -> Levels:
+    """:func:`estimate_levels` when some cells are known to be zero: ``zeros[i]``, the cells of
     ``measurements[i]`` (the same in every place) that are structural — exact zeros, no noise
     drawn. The estimate is the GLS one under the constraint that those cells' estimates are 0.
 
@@ -150,12 +215,13 @@ def estimate_with_zeros(tree: Tree, sizes: tuple[int, ...], measurements: list[M
     multipliers). The estimate at those cells is affine in z, H·z + g, with H·W⁻¹ symmetric and
     positive semi-definite (W the cells' weights): conjugate gradients (MINRES where they break
     down on a singular direction) solve (H·W⁻¹)·u = −g,
-    z = W⁻¹·u, each step one :func:`estimate` (linear in the published cells)."""
+    z = W⁻¹·u, each step one :func:`estimate` (linear in the published cells), then the levels
+    streamed from the measurements with those pseudo-values."""
     import scipy.sparse.linalg
 
     hit = [(i, np.asarray(mask, dtype=bool)) for i, mask in sorted(zeros.items()) if np.asarray(mask).any()]
     if not hit:
-        return estimate(tree, sizes, measurements, wanted)
+        return estimate_levels(tree, sizes, measurements, wanted)
     keys = [(measurements[i].dims, measurements[i].level) for i, _ in hit]
     counts = [measurements[i].values.shape[0] * int(mask.sum()) for i, mask in hit]
     weights = np.concatenate([np.full(n, 1 / measurements[i].variance) for (i, _), n in zip(hit, counts)])
@@ -176,7 +242,7 @@ def estimate_with_zeros(tree: Tree, sizes: tuple[int, ...], measurements: list[M
 
     g = at_zeros(np.zeros(weights.size))
     if np.abs(g).max() <= ZERO_TOLERANCE * max(1.0, float(np.abs(weights).max())):  # already zero there
-        return estimate(tree, sizes, replaced(np.zeros(weights.size)), wanted)
+        return estimate_levels(tree, sizes, replaced(np.zeros(weights.size)), wanted)
     operator = scipy.sparse.linalg.LinearOperator((weights.size, weights.size), dtype=np.float64,
                                                   matvec=lambda u: at_zeros(np.ravel(u) / weights) - g)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -185,71 +251,82 @@ def estimate_with_zeros(tree: Tree, sizes: tuple[int, ...], measurements: list[M
             u, _ = scipy.sparse.linalg.minres(operator, -g, rtol=ZERO_TOLERANCE, maxiter=10 * weights.size + 100)
     if not np.isfinite(u).all():
         raise InternalError("the estimate under known zeros did not converge")
-    return estimate(tree, sizes, replaced(u / weights), wanted)
+    return estimate_levels(tree, sizes, replaced(u / weights), wanted)
 
 
-def _own(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement], u: Subset
-         ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per level, each place's inverse-variance combination of its tables' measurements of
+def _own_at(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement], u: Subset, level: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """At ``level``, each place's inverse-variance combination of its tables' measurements of
     ``r_U``, and its variance (inf where no table measures ``U`` there; 0 where one is exact)."""
-    shape = tuple(sizes[i] for i in u)
-    own, variance = [], []
-    for level, places in enumerate(tree.units):
-        total = np.zeros((places, *shape))
-        precision = 0.0
-        exact = None
-        for m in measurements:
-            if m.level != level or not set(u) <= set(m.dims):
-                continue
-            spread = math.prod(sizes[i] for i in m.dims if i not in u)
-            part = residual(m.values.astype(np.float64), m.dims, u, sizes)
-            if m.variance == 0:
-                exact = part
-            else:
-                total += part / (m.variance * spread)
-                precision += 1 / (m.variance * spread)
-        if exact is not None:
-            own.append(exact)
-            variance.append(np.zeros(places))
-        elif precision > 0:
-            own.append(total / precision)
-            variance.append(np.full(places, 1 / precision))
+    places = tree.units[level]
+    total: np.ndarray | None = None
+    precision = 0.0
+    exact = None
+    for m in measurements:
+        if m.level != level or not set(u) <= set(m.dims):
+            continue
+        spread = math.prod(sizes[i] for i in m.dims if i not in u)
+        part = residual(m.values, m.dims, u, sizes)
+        if m.variance == 0:
+            exact = part
         else:
-            own.append(total)
-            variance.append(np.full(places, np.inf))
-    return own, variance
+            part /= m.variance * spread
+            if total is None:
+                total = part  # (0 + part: the same value)
+            else:
+                total += part
+            precision += 1 / (m.variance * spread)
+    if exact is not None:
+        return exact, np.zeros(places)
+    if total is None:
+        return np.zeros((places, *(sizes[i] for i in u))), np.full(places, np.inf)
+    total /= precision
+    return total, np.full(places, 1 / precision)
 
 
-def _tree_gls(tree: Tree, own: list[np.ndarray], variance: list[np.ndarray]) -> list[np.ndarray]:
-    """The GLS estimate over the hierarchy of one quantity measured at every place (scalar
-    variance per place: 0 exact, inf unmeasured): bottom-up, each place's measurement combined
-    by inverse variance with the sum of its children's combined estimates; top-down, each
-    parent's final value minus its children's combined sum spread over the children in
-    proportion to their combined variances (equally over the unmeasured ones, if any)."""
+def _bottom_up(tree: Tree, sizes: tuple[int, ...], measurements: list[Measurement], u: Subset,
+               summing: list[scipy.sparse.csr_matrix]) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
+    """The tree's first pass for one residual: per level, each place's own measurement combined by
+    inverse variance with the sum of its children's combined values, and its variance. The last
+    level's combined value is its own measurement: not kept (:func:`estimate_levels` recomputes
+    it), so the pass holds the levels above it only."""
     depth = len(tree.units)
-    combined, var = list(own), list(variance)
-    summing = [tree.summing(level) for level in range(depth - 1)]
+    combined: list[np.ndarray | None] = [None] * depth
+    below, below_var = _own_at(tree, sizes, measurements, u, depth - 1)
+    var = [np.empty(0)] * (depth - 1) + [below_var]
     for level in range(depth - 2, -1, -1):
-        flat = combined[level + 1].reshape(tree.units[level + 1], -1)
-        sums = (summing[level] @ flat).reshape(own[level].shape)
+        own, own_var = _own_at(tree, sizes, measurements, u, level)
+        sums = (summing[level] @ below.reshape(tree.units[level + 1], -1)).reshape(own.shape)
         sum_var = summing[level] @ var[level + 1]
-        combined[level], var[level] = _combine(own[level], variance[level], sums, sum_var)
-    final = [combined[0]]
-    for level in range(1, depth):
-        parent = tree.parents[level]
-        assert parent is not None
-        flat = combined[level].reshape(tree.units[level], -1)
-        gap = final[level - 1].reshape(tree.units[level - 1], -1) - summing[level - 1] @ flat
-        v = var[level]
-        unknown = np.isinf(v)
-        n_unknown = summing[level - 1] @ unknown.astype(np.float64)
-        finite_v = np.where(unknown, 0.0, v)
-        sum_v = summing[level - 1] @ finite_v
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(n_unknown[parent] > 0, unknown / np.maximum(n_unknown[parent], 1),
-                             np.where(sum_v[parent] > 0, finite_v / sum_v[parent], 0.0))
-        final.append((flat + gap[parent] * share[:, None]).reshape(combined[level].shape))
-    return final
+        combined[level], var[level] = _combine(own, own_var, sums, sum_var)
+        below = combined[level]
+    return combined, var
+
+
+STEP_PLACES = 1 << 16  # places at a time when distributing a level's gaps (bounds the temporaries)
+
+
+def _distribute(tree: Tree, level: int, combined: np.ndarray, v: np.ndarray, parent_final: np.ndarray,
+                summing: scipy.sparse.csr_matrix) -> np.ndarray:
+    """The tree's second pass at ``level`` for one residual, in place on ``combined`` (or on its
+    contiguous copy, where its axes were moved), a slice of places at a time: each
+    parent's final value minus its children's combined sum, spread over the children in
+    proportion to their combined variances (equally over the unmeasured ones, if any)."""
+    parent = tree.parents[level]
+    assert parent is not None
+    flat = combined.reshape(tree.units[level], -1)
+    gap = parent_final.reshape(tree.units[level - 1], -1) - summing @ flat
+    unknown = np.isinf(v)
+    n_unknown = summing @ unknown.astype(np.float64)
+    finite_v = np.where(unknown, 0.0, v)
+    sum_v = summing @ finite_v
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(n_unknown[parent] > 0, unknown / np.maximum(n_unknown[parent], 1),
+                         np.where(sum_v[parent] > 0, finite_v / sum_v[parent], 0.0))
+    for start in range(0, flat.shape[0], STEP_PLACES):
+        end = start + STEP_PLACES
+        flat[start:end] += gap[parent[start:end]] * share[start:end, None]
+    return flat.reshape(combined.shape)  # (flat is a copy where combined's axes were moved)
 
 
 def _combine(a: np.ndarray, va: np.ndarray, b: np.ndarray, vb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,8 +15,10 @@ sum to each child's separator value and whose columns to the parent's cells. Per
 2. :func:`.integral.round_two_way` — integers with the same sums, each cell its fit's floor or
    ceiling (a maximum flow over the blocks of one chunk only).
 
-Blocks are cut into chunks of about ``CHUNK_CELLS`` padded cells (sorted by their number of
-children, so padding is small); a level with more than ``PARALLEL_CELLS`` free cells (2^23,
+A block whose parent's cells are all zero is zero (its only non-negative point with zero
+sums) and is not fitted (a rehearsal on zeros fits nothing). The other blocks are cut into
+chunks of about ``CHUNK_CELLS`` padded cells (sorted by their number of children, so padding
+is small); a level with more than ``PARALLEL_CELLS`` free cells (2^23,
 about 33,000 places of a 252-cell table) sends its chunks to worker processes
 (:class:`Workers`, ``concurrent.futures``, one per CPU; starting them costs about a second),
 a smaller one is fitted here. The chunks, and so the integers, do not depend on where they
@@ -66,15 +68,27 @@ class FitStats:
                         self.unconverged + other.unconverged)
 
 
-class Workers:
-    """Worker processes for the fit, started on first use (forkserver: safe beside threads),
-    shut down by :meth:`close`; ``processes`` ≤ 1 fits everything in this process."""
+class FitFailed(RuntimeError):
+    """A chunk's fit raised (here, in a worker process or on a cluster's worker): the run stops
+    at once, the chunks still pending cancelled. Its message names the chunk and the error (a
+    fit sees noisy values only: nothing confidential to hide)."""
 
-    def __init__(self, processes: int | None = None) -> None:
+
+class Workers:
+    """Where the fit's chunks run: local worker processes, started on first use (forkserver: safe
+    beside threads) and shut down by :meth:`close` (``processes`` ≤ 1: everything in this
+    process); or a given ``executor`` (e.g. a Dask cluster's, ``distributed.Client.get_executor``),
+    used as it is and never shut down here; ``processes``: how many chunks run at once (twice
+    that are in flight; default: this machine's CPUs)."""
+
+    def __init__(self, processes: int | None = None, executor: Executor | None = None) -> None:
         self.processes = _cpus() if processes is None else processes
         self._pool: Executor | None = None
+        self._given = executor
 
     def pool(self) -> Executor | None:
+        if self._given is not None:
+            return self._given
         if self.processes <= 1:
             return None
         if self._pool is None:
@@ -82,6 +96,11 @@ class Workers:
             context.set_forkserver_preload([__name__])  # imported once by the server, not by each worker
             self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_one_blas_thread)
         return self._pool
+
+    def task(self) -> Callable[[Chunk], tuple[np.ndarray, FitStats]]:
+        """What a chunk is sent to: :func:`fit_chunk` (this machine's processes set BLAS to one
+        thread when they start), or on a given executor :func:`fit_chunk_one_blas_thread`."""
+        return fit_chunk if self._given is None else fit_chunk_one_blas_thread
 
     def close(self) -> None:
         if self._pool is not None:
@@ -129,8 +148,12 @@ def fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_v
     placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per chunk: its parents, children, cells
     for s in range(sep_values.shape[1]):
         in_s = free[to_sep[free] == s]
-        for group in (_chunks(n_children[by_size], in_s.size) if in_s.size else []):
-            ps = by_size[group]
+        if not in_s.size:
+            continue
+        occupied = by_size[parent_values[np.ix_(by_size, in_s)].any(axis=1)]  # a block whose parent's cells are
+        # all 0 has 0 as its only point (non-negative, zero sums): its cells stay 0, never sent
+        for group in _chunks(n_children[occupied], in_s.size):
+            ps = occupied[group]
             k = n_children[ps]
             placed.append((ps, order[np.repeat(start[ps] - (np.cumsum(k) - k), k) + np.arange(k.sum())], in_s))
 
@@ -164,11 +187,19 @@ def _fitted(count: int, task: Callable[[int], Chunk], pool: Executor | None, mos
     try:
         while sent < count or pending:
             while sent < count and len(pending) < most:
-                pending[pool.submit(fit_chunk, task(sent))] = sent
+                pending[pool.submit(workers.task() if workers is not None else fit_chunk, task(sent))] = sent
                 sent += 1
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
-                result = future.result()  # (a broken pool raises here: the chunk stays pending, fitted below)
+                try:
+                    result = future.result()  # (a broken pool raises here: the chunk stays pending, fitted below)
+                except BrokenProcessPool:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the run stops here, with what failed
+                    for other in pending:
+                        other.cancel()
+                    raise FitFailed(f"the fit of chunk {pending[future] + 1} of {count} failed on a worker: "
+                                    f"{type(exc).__name__}: {exc}") from exc
                 yield pending.pop(future), result
     except BrokenProcessPool:  # the workers could not start or died (e.g. a caller's unguarded __main__, re-run in them)
         warnings.warn("the fit's worker processes stopped (a program that calls dprelease without an `if __name__ == "
@@ -192,6 +223,13 @@ def _chunks(sizes: np.ndarray, m: int) -> list[np.ndarray]:
         groups.append(np.arange(first, last))
         first = last
     return groups
+
+
+def fit_chunk_one_blas_thread(task: Chunk) -> tuple[np.ndarray, FitStats]:
+    """:func:`fit_chunk` with BLAS on one thread (on a cluster's worker, whose threads and
+    processes are the parallelism; see :func:`_one_blas_thread`)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return fit_chunk(task)
 
 
 def fit_chunk(task: Chunk) -> tuple[np.ndarray, FitStats]:

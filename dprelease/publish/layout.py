@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -66,18 +66,27 @@ def table_file(table: Table, level: str | None, cells: int) -> str:
     return table_path(table, level, suffix="parquet" if cells > PARQUET_CELLS else "csv")
 
 
-def cell_columns(spec: Spec, dims: tuple[str, ...]) -> dict[str, pa.Array]:
-    """The columns of every cell, as published categories, in row-major order."""
+def cell_columns(spec: Spec, dims: tuple[str, ...], start: int = 0, stop: int | None = None) -> dict[str, pa.Array]:
+    """The columns of every cell (or of cells ``start`` to ``stop``), as published categories, in
+    row-major order."""
     sizes = [spec.column(c).size for c in dims]
     cells = int(np.prod(sizes)) if sizes else 1
+    stop = cells if stop is None else min(stop, cells)
     out: dict[str, pa.Array] = {}
     repeat = cells
+    position = np.arange(start, stop, dtype=np.int64) if (start, stop) != (0, cells) else None
     for name, size in zip(dims, sizes):
         repeat //= size
-        index = np.tile(np.repeat(np.arange(size, dtype=np.int32), repeat), cells // (size * repeat))
+        if position is None:
+            index = np.tile(np.repeat(np.arange(size, dtype=np.int32), repeat), cells // (size * repeat))
+        else:
+            index = (position // repeat % size).astype(np.int32)
         categories = pa.array(spec.column(name).categories, pa.string())
         out[name] = pa.DictionaryArray.from_arrays(pa.array(index), categories)
     return out
+
+
+PARQUET_SLICE = 1 << 20  # cells written at a time (a row group each): a large level's columns never built whole
 
 
 def value_column(table: Table) -> str:
@@ -168,8 +177,23 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
     left out."""
     cells = spec.dims_cells(dims)
     path = directory / table_file(table, level, cells)
-    text = path.suffix == ".csv"  # CSV: every category as its label; Parquet keeps them dictionary-encoded
-    columns = {k: v.dictionary_decode() if text else v for k, v in cell_columns(spec, dims).items()}
+    marked = structural is not None and bool(structural.any())
+    if path.suffix == ".csv":  # CSV: every category as its label
+        return _write_csv(_table_slice(spec, table, dims, values, structural if marked else None, margin, margin_names,
+                                       True, 0, cells), path)
+    # Parquet keeps the categories dictionary-encoded, written a slice of cells at a time
+    return _write_parquet((_table_slice(spec, table, dims, values, structural if marked else None, margin,
+                                        margin_names, False, at, at + PARQUET_SLICE)
+                           for at in range(0, cells, PARQUET_SLICE)), path)
+
+
+def _table_slice(spec: Spec, table: Table, dims: tuple[str, ...], values: np.ndarray, structural: np.ndarray | None,
+                 margin: Margin | None, margin_names: Mapping[str, str], text: bool, start: int, stop: int) -> pa.Table:
+    """Cells ``start`` to ``stop`` of a published table file, as :func:`write_table` states them
+    (``structural``: None unless the table has structural cells).""" 
+    columns = {k: v.dictionary_decode() if text else v for k, v in cell_columns(spec, dims, start, stop).items()}
+    values = values[..., start:stop]
+    structural = None if structural is None else structural[start:stop]
     if isinstance(table.measure, ModeMeasure):
         labels = spec.column(table.measure.column).categories
         codes = np.asarray(values, dtype=np.int64)
@@ -184,12 +208,12 @@ def write_table(spec: Spec, table: Table, dims: tuple[str, ...], level: str | No
     if margin is not None:
         columns[margin_names[margin.kind]] = margin_values(margin, values, structural)
     arrow = pa.table(columns)
-    if structural is not None and structural.any():
+    if structural is not None:
         if table.structural_zeros == "omit":
             arrow = arrow.filter(pa.array(~structural))
         else:
             arrow = arrow.append_column("structural", pa.array(structural, pa.bool_()))
-    return _write_csv(arrow, path) if text else _write_parquet(arrow, path)
+    return arrow
 
 
 def write_local_table(spec: Spec, plan: LocalPlan, counts: np.ndarray, estimates: tuple[Any, Any],
@@ -242,11 +266,21 @@ def _write_csv(arrow: pa.Table, path: Path) -> Path:
     return files.write_with(path, lambda f: csv.write_csv(arrow, f, csv.WriteOptions(quoting_style="needed")))
 
 
-def _write_parquet(arrow: pa.Table, path: Path) -> Path:
-    """A published Parquet table, owner-only (:mod:`dprelease.host.files`)."""
+def _write_parquet(slices: Iterable[pa.Table], path: Path) -> Path:
+    """A published Parquet table from its slices of rows (a row group each, so a large level's
+    columns are never built whole), owner-only (:mod:`dprelease.host.files`)."""
     import pyarrow.parquet as pq
 
-    return files.write_with(path, lambda f: pq.write_table(arrow, f))
+    def write(f: Any) -> None:
+        writer = None
+        for part in slices:
+            if writer is None:
+                writer = pq.ParquetWriter(f, part.schema)
+            writer.write_table(part)
+        if writer is not None:
+            writer.close()
+
+    return files.write_with(path, write)
 
 
 def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: TablePlan, noisy: np.ndarray,
@@ -254,18 +288,7 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
     """``measurements/...parquet``: the raw noisy counts, so post-processing can be re-run. A table
     with structural cells has a last column ``structural``: those cells were not measured (no
     noise) and hold their exact value, 0 (a mode's is null: no category)."""
-    import pyarrow.parquet as pq
-
-    columns = dict(cell_columns(spec, dims))
-    if isinstance(table.measure, MeanMeasure):  # the centred sum (value units) and the count
-        columns["noisy_sum"] = pa.array(noisy[0], pa.int64())
-        columns["noisy_count"] = pa.array(noisy[1], pa.int64())
-    elif isinstance(table.measure, ModeMeasure):
-        columns["noisy_" + value_column(table)] = pa.array(noisy, pa.int64(), mask=np.asarray(noisy) < 0)
-    else:
-        columns["noisy_" + value_column(table)] = pa.array(noisy, pa.int64())
-    if plan.structural:
-        columns["structural"] = pa.array(plan.structural_mask(), pa.bool_())
+    mask = plan.structural_mask() if plan.structural else None
     metadata = {"dprelease": json.dumps({"table": table.name, "level": plan.level,
                                          **({"centre": table.measure.centre,
                                              "note": "noisy_sum adds up value − centre"}
@@ -274,9 +297,24 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
                                          **({"delta": fraction_text(plan.delta)} if plan.delta is not None else {}),
                                          "mechanism": plan.mechanism, "sensitivity": plan.shown_sensitivity,
                                          "scale": fraction_text(plan.shown_scale)})}
-    arrow = pa.table(columns).replace_schema_metadata(metadata)
-    return files.write_with(directory / table_path(table, plan.level, "measurements", "parquet"),
-                            lambda f: pq.write_table(arrow, f))
+
+    def part(start: int, stop: int) -> pa.Table:
+        columns = dict(cell_columns(spec, dims, start, stop))
+        values = noisy[..., start:stop]
+        if isinstance(table.measure, MeanMeasure):  # the centred sum (value units) and the count
+            columns["noisy_sum"] = pa.array(values[0], pa.int64())
+            columns["noisy_count"] = pa.array(values[1], pa.int64())
+        elif isinstance(table.measure, ModeMeasure):
+            columns["noisy_" + value_column(table)] = pa.array(values, pa.int64(), mask=np.asarray(values) < 0)
+        else:
+            columns["noisy_" + value_column(table)] = pa.array(values, pa.int64())
+        if mask is not None:
+            columns["structural"] = pa.array(mask[start:stop], pa.bool_())
+        return pa.table(columns).replace_schema_metadata(metadata)
+
+    cells = spec.dims_cells(dims)
+    return _write_parquet((part(at, at + PARQUET_SLICE) for at in range(0, cells, PARQUET_SLICE)),
+                          directory / table_path(table, plan.level, "measurements", "parquet"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,76 @@
+"""The spec's Dask cluster for one run: the counting's and the top-down fit's (``engine: {kind: dask}``).
+
+One job: connect to the scheduler at the spec's address — or, without one, start local worker
+processes (:func:`local_cluster`) — on first use, hand out a client (the counting,
+:mod:`dprelease.data.count`) and a ``concurrent.futures`` executor on the same cluster (the
+post-processing's fit, :mod:`dprelease.postprocess.parents`, which sees noisy values only and
+never imports this), and close what it opened at the run's end (:meth:`Cluster.close`). A run
+that counts on the cluster fits there too: one cluster, started once.
+
+Sees no data itself. Imports dask and distributed (optional: the ``dask`` extra) when first used.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Executor
+from typing import Any, Callable
+
+
+class Cluster:
+    """The cluster at ``address`` (None: local worker processes started for this run), opened on
+    first use, closed by :meth:`close` (a cluster started here is shut down; one at an address
+    is only disconnected from)."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self._cluster: Any = None
+        self._client: Any = None
+
+    def client(self) -> Any:
+        """The ``distributed.Client`` of the cluster (connected, or the cluster started, now if not yet)."""
+        if self._client is None:
+            from distributed import Client, LocalCluster
+
+            if self.address is None:
+                self._cluster = local_cluster(LocalCluster)
+            self._client = Client(self.address or self._cluster, set_as_default=False)
+        return self._client
+
+    def executor(self) -> Executor:
+        """A ``concurrent.futures`` executor whose tasks run on the cluster's workers (never
+        cached by key: each submission runs)."""
+        executor: Executor = self.client().get_executor(pure=False)
+        return executor
+
+    def threads(self) -> int:
+        """The cluster's worker threads now (at least 1): how many tasks it runs at once."""
+        return max(1, sum(self.client().nthreads().values()))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+
+def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
+    """A Dask cluster of local worker processes (``make``: ``distributed.LocalCluster``) whose
+    workers keep glibc's adaptive allocator: Dask's nannies set ``MALLOC_TRIM_THRESHOLD_`` in
+    their workers' environment by default, which fixes glibc's mmap threshold, so every large
+    array is mapped afresh and its pages faulted in; two such workers counting a 4M-row piece each
+    took 5.3–5.7 s here, 1.6–1.8 s without it. A nanny sets it in this process's own environment
+    (which its workers inherit), so a cluster started here before would pass it on: it is left out
+    of the environment while the workers start. A cluster started elsewhere is the operator's
+    (docs/scaling.md says how to start its workers)."""
+    import dask
+
+    saved = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            return make(processes=True, dashboard_address=None, **options)
+    finally:
+        if saved is not None:
+            os.environ["MALLOC_TRIM_THRESHOLD_"] = saved
