@@ -69,6 +69,18 @@ RULES = (
          "dprelease.lifecycle",
          lambda module: module == "dprelease.publish.reading",
          lambda name: any(within(name, p) for p in ("dprelease.data", "dprelease.ledger", "dprelease.lifecycle"))),
+    Rule("the data layer counts in one direction, scan → encode → count: dprelease.data.scan imports no other module "
+         "of dprelease.data",
+         lambda module: module == "dprelease.data.scan",
+         lambda name: within(name, "dprelease.data") and not within(name, "dprelease.data.scan")),
+    Rule("dprelease.data.load (encode) imports of dprelease.data only the scan and the array helpers",
+         lambda module: module == "dprelease.data.load",
+         lambda name: within(name, "dprelease.data") and not any(
+             within(name, p) for p in ("dprelease.data.load", "dprelease.data.scan", "dprelease.data.arrays"))),
+    Rule("dprelease.data.histogram and dprelease.data.partials (keys and partials) never import the counting above "
+         "them (dprelease.data.count, dprelease.data.cluster)",
+         lambda module: module in ("dprelease.data.histogram", "dprelease.data.partials"),
+         lambda name: any(within(name, p) for p in ("dprelease.data.count", "dprelease.data.cluster"))),
     Rule("the warm runner's client (dprelease.cli.warm, its handoff and protocol: on the path of every `dprelease` "
          "command, docs/warm_runner.md) imports the standard library, dprelease.host, dprelease.serve.server, "
          "dprelease.serve.auth and the warm package only",
@@ -149,6 +161,9 @@ def test_the_checker_catches_each_rule():
         "dprelease.publish.reading": ("from dprelease.data import encode\n", False),
         "dprelease.host.files": ("from dprelease.errors import UserError\n", False),
         "dprelease.cli.warm.handoff": ("def f():\n    import typer\n", False),
+        "dprelease.data.scan": ("from dprelease.data.load import encode_batch\n", False),
+        "dprelease.data.load": ("def f():\n    from dprelease.data.histogram import table_partials\n", False),
+        "dprelease.data.histogram": ("from dprelease.data import count\n", False),
     }
     found = violations(broken)
     for module in broken:
@@ -166,6 +181,9 @@ def test_the_checker_catches_each_rule():
         "dprelease.accounting.relations": ("from dprelease.accounting.budgets import Kind\n", False),
         "dprelease.publish.reading": ("import pandas as pd\nfrom dprelease.publish.layout import table_path\n", False),
         "dprelease.cli.warm.protocol": ("import hashlib\nfrom dprelease.host.processes import alive\n", False),
+        "dprelease.data.load": ("from dprelease.data.scan import Source\nfrom dprelease.data.arrays import rank_within\n",
+                                False),
+        "dprelease.data.partials": ("from dprelease.errors import DataError\n", False),
     }
     assert violations(allowed) == []
 
