@@ -7,7 +7,7 @@ imported on first use, so that the CLI does not pay for importing pandas.
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # pyproject.toml's; 0.2 writes and reads manifest format 2 only
 __all__ = ["__version__", "read_release"]
 
 if TYPE_CHECKING:

@@ -412,7 +412,8 @@ def test_a_manifest_from_before_the_typed_records_is_refused(demo, tmp_path):
     for entry in data["tables"]:
         entry.pop("budget"), entry.pop("ledger_charge")
         entry["epsilon"] = "1/4"
-    data.update(format=1, total_epsilon="1", release_budget="1")
+    data.update(format=1, total_epsilon="1", release_budget="1", software={"name": "dprelease", "version": "0.1.0"})
+    assert dprelease.__version__ != "0.1.0"  # the refusal names a version that reads format 1
     (directory / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(NotARelease, match=r"manifest format 1; dprelease .* reads format 2: read it with the "
                                           rf"version that wrote it \(dprelease {data['software']['version']}\)"):

@@ -261,12 +261,15 @@ def test_a_format_1_manifest_is_refused_naming_the_version_that_wrote_it(manifes
     one reader, of format 2; format 1 is refused by every reader, saying which version reads it,
     and nothing is written."""
     old = format1(manifests[kind])
-    old["software"] = {"name": "dprelease", "version": "0.0.9"}
+    old["software"] = {"name": "dprelease", "version": "0.1.0"}  # the last version that wrote format 1
+    import dprelease
+
+    assert dprelease.__version__ != "0.1.0"  # so the refusal names a version that reads it
     release = tmp_path / "old-release"
     release.mkdir()
     (release / "manifest.json").write_text(json.dumps(old))
     with pytest.raises(NotARelease, match=r"manifest format 1; dprelease .* reads format 2: read it with the "
-                                          r"version that wrote it \(dprelease 0\.0\.9\)"):
+                                          r"version that wrote it \(dprelease 0\.1\.0\)"):
         read_manifest(release)
     from dprelease.publish.reading import read_release
 

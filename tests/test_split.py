@@ -85,6 +85,25 @@ def test_the_published_estimates_error_is_the_dense_gls_error(tmp_path):
     assert workload.Objective(parts, groups, d)(x) == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.parametrize("definition", ["zcdp", "pure"])
+def test_each_measurement_s_published_error_per_cell_is_the_dense_one(tmp_path, definition):
+    """What plan states beside each auto measurement: the mean squared error of one of its
+    published cells (the GLS estimate's, not its own noise), against the dense computation."""
+    spec = load_spec(tiny_spec(tmp_path, definition=definition))
+    parts, groups, _, d = workload.problem(spec)
+    x = np.array([0.05, 0.1, 0.2, 0.15, 0.3, 0.2])
+    w, a, _ = dense(spec, x)
+    rows = np.einsum("ij,jk,ik->i", w, np.linalg.pinv(a.T @ a), w)  # each published cell's variance × weight
+    expected, at = [], 0
+    for p in parts:
+        expected.append(rows[at:at + p.cells].mean() / p.weight)
+        at += p.cells
+    assert at == len(rows)
+    found = workload.Objective(parts, groups, d).per_cell(x, parts)
+    assert found == pytest.approx(np.array(expected), rel=1e-9)
+    assert not np.allclose(found, [p.k / v ** d for p, v in zip(parts, x)])  # not the measurements' own noise
+
+
 def test_the_published_estimates_error_under_pure_is_the_dense_one(tmp_path):
     spec = load_spec(tiny_spec(tmp_path, definition="pure"))
     parts, groups, _, d = workload.problem(spec)

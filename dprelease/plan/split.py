@@ -57,7 +57,7 @@ from dprelease.spec import Spec
 
 
 DIGITS = 4  # significant digits of a committed share (rounded down)
-TOLERANCE = 1e-7  # relative duality gap the search must reach
+TOLERANCE = 1e-10  # relative duality gap the search must reach (well below the 4-digit rounding: shares stable)
 MAX_STEPS = 5000
 FLOOR = 1000  # every part keeps at least budget/(FLOOR·parts)
 
@@ -78,6 +78,7 @@ class Split:
     steps: int
     method: str
     bound: float | None = None  # the SVD lower bound at ``budget`` (zcdp, one group), for comparison
+    rmse: tuple[float, ...] = ()  # per part, the root mean squared error of one of its published cells
 
     @property
     def unspent(self) -> Fraction:
@@ -87,8 +88,9 @@ class Split:
         """The split as plan --json, the manifest and the report state it (shares exact)."""
         return {
             "method": self.method, "shared": fraction_text(self.budget), "unit": "rho" if self.symbol == "ρ" else "epsilon",
-            "shares": [{"measurement": k, "share": fraction_text(s), "weight": fraction_text(w)}
-                       for k, s, w in zip(self.keys, self.shares, self.weights)],
+            "shares": [{"measurement": k, "share": fraction_text(s), "weight": fraction_text(w),
+                        "published_rmse_per_cell": e}
+                       for k, s, w, e in zip(self.keys, self.shares, self.weights, self.rmse)],
             "unspent": fraction_text(self.unspent),
             "objective": "weighted expected squared error of the published (post-processed) estimates",
             "error": self.error, "equal_split_error": self.equal_error, "measurements_closed_form_error": self.separate_error,
@@ -113,16 +115,19 @@ def split_lines(record: dict[str, object]) -> list[str]:
            f"{decimal_text(Fraction(str(record['shared'])), 8)} shared so as to minimise the weighted expected "
            "squared error of the published (post-processed) estimates"]
     out += [f"  {s['measurement']}: {symbol} = {decimal_text(Fraction(s['share']), 8)}"
-            + ("" if s["weight"] == "1" else f" (weight {s['weight']})") for s in shares]
+            + ("" if s["weight"] == "1" else f" (weight {s['weight']})")
+            + (f"; its published cells ±{s['published_rmse_per_cell']:,.3g} (root mean squared error per cell)"
+               if isinstance(s.get("published_rmse_per_cell"), float) else "") for s in shares]
     out.append(f"  expected error: {error:,.6g}; an equal split: {equal / error:.4f}×; the measurements' own "
                f"closed form (plan --allocate): {separate / error:.4f}×"
                + (f"; {error / bound:.4f}× the SVD lower bound" if isinstance(bound, float) else ""))
     floor = Fraction(str(record.get("floor", "0")))
-    starved = [str(s["measurement"]) for s in shares if Fraction(s["share"]) <= floor]
+    starved = [str(s["measurement"]) for s in shares if Fraction(s["share"]) <= floor * Fraction(1001, 1000)]
     if starved:
         out.append(f"  at the floor ({symbol} = {decimal_text(floor, 8)}, the least any measurement gets): "
                    f"{', '.join(starved)}; where the tables are post-processed consistently, their published estimates "
-                   "come mostly from the finer levels' sums, so their own noise (the margins above) matters little")
+                   "draw on the other measurements of the group, so their own noise (the plan's margin for them) is "
+                   "not what their readers get: the published error per cell is the one stated beside each")
     unspent = Fraction(str(record["unspent"]))
     if unspent:
         out.append(f"  unspent by rounding down: {symbol} = {decimal_text(unspent, 8)}")
@@ -179,10 +184,10 @@ def choose(spec: Spec) -> Split:
     if sum(shares, Fraction(0)) > budget:
         raise InternalError("the auto split sums over its budget after rounding down")
     committed = np.array([float(s) for s in shares])
+    rmse = tuple(float(e) for e in np.sqrt(objective.per_cell(committed, parts)))
     return Split(spec.symbol, budget, keys, shares, weights, objective(committed),
                  objective(np.full(len(parts), float(budget) / len(parts))), objective(separate), gap, steps,
-                 "closed form" if all(not g.consistent for g in groups) else "convex search, certified",
-                 svd_bound(spec))
+                 "closed form" if exact is not None else "convex search, certified", svd_bound(spec), rmse)
 
 
 def _weights(spec: Spec) -> dict[str, Fraction]:

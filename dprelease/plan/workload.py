@@ -256,6 +256,26 @@ class Objective:
     def __call__(self, x: Floats) -> float:
         return float(self.batch(x[None, :])[0])
 
+    def per_cell(self, x: Floats, parts: Sequence[Part]) -> Floats:
+        """Per part, the mean squared error of one of its published cells (the GLS estimate's
+        variance averaged over the part's cells, unweighted): what a reader of that table at that
+        level can expect, where a part's own noise (its margin) says little once the estimates
+        draw on the other measurements."""
+        v = self.k / x ** self.d
+        out = v.copy()  # without consistency, the measurement is the estimate
+        for g, members, lam, _ in self.consistent:
+            precision = 1.0 / v[members]  # M × L
+            a = (lam[:, :, None] * precision[None, :, :]).sum(axis=1)  # U × L
+            spaces = subsets(g.scopes)
+            dims = np.array([math.prod(g.sizes[b] - 1 for b in u) for u in spaces], dtype=np.float64)
+            final = tree_variances(g.units, g.parents, a)
+            sums = np.stack([f.sum(axis=1) for f in final], axis=1)  # U × L: Σ over the level's places
+            total = ((dims[:, None, None] * lam[:, :, None]) * sums[:, None, :]).sum(axis=0)  # M × L
+            for m, member in enumerate(g.members):
+                for lv, i in enumerate(member):
+                    out[i] = total[m, lv] / parts[i].cells
+        return out
+
     def gradient(self, x: Floats) -> Floats:
         """−∂f/∂xᵢ, exactly: the tree's two passes differentiated in reverse (:func:`tree_adjoint`),
         then the chain rule through a_{U,l} = Σ_m λ_{U,m} xᵈ/k."""

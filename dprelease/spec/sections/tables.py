@@ -205,6 +205,15 @@ def auto_budgets(r: Reader, tables: list[Table], budget: Fraction, d: Definition
                    f"({', '.join(written)}): the planner splits a group's budget jointly; write {d.cost}: auto for "
                    "every table of the group, or a budget for each")
             return tables
+    units = {_error_unit(t) for t in auto}
+    unweighted = [t for t in auto if not r.written(("tables", at.get(t.name, 0), "weight"))]
+    if len(units) > 1 and unweighted:
+        r.fail(("tables", at.get(unweighted[0].name, 0), d.cost),
+               f"{d.cost}: auto would add squared errors of different units ({', '.join(sorted(units))}): a sum's "
+               "squared units outweigh squared persons, and the split would follow the units, not what matters more. "
+               "Give every auto table a weight: (what one squared unit of its error is worth against the others'), "
+               f"split the tables into releases of one unit, or write their {d.cost}")
+        return tables
     explicit = sum((t.budget.amount for t in tables if t.auto is None), Fraction(0))
     left = budget - explicit
     if left <= 0:
@@ -435,3 +444,9 @@ def _where(r: Reader, at: Path_, x: TableInputs) -> list[Condition] | None:
             else:
                 out.append(condition)
     return out if ok else None
+
+
+def _error_unit(table: Table) -> str:
+    """The unit of a table's error, as the planner sums it: persons (rows, under the unit's
+    contribution bound) for counts, the summed column's units for a sum."""
+    return f"{table.measure.column}'s units" if isinstance(table.measure, SumMeasure) else "persons"
