@@ -107,10 +107,11 @@ def split_lines(record: dict[str, object]) -> list[str]:
     """A split's record (:meth:`Split.record`, as plan --json and the manifest hold it) in words."""
     symbol = "ρ" if record["unit"] == "rho" else "ε"
     shares = record["shares"]
-    assert isinstance(shares, list)
     error, equal, separate, bound = (record[k] for k in ("error", "equal_split_error",
                                                           "measurements_closed_form_error", "svd_lower_bound"))
-    assert isinstance(error, float) and isinstance(equal, float) and isinstance(separate, float)
+    if not (isinstance(shares, list) and isinstance(error, float) and isinstance(equal, float)
+            and isinstance(separate, float)):  # a manifest's record, altered: said, never an assertion
+        raise UserError("the auto_split record does not state its shares and errors: the manifest was altered")
     out = [f"{symbol} chosen by the planner ({symbol}: auto; {record['method']}): "
            f"{decimal_text(Fraction(str(record['shared'])), 8)} shared so as to minimise the weighted expected "
            "squared error of the published (post-processed) estimates"]
@@ -121,7 +122,7 @@ def split_lines(record: dict[str, object]) -> list[str]:
     out.append(f"  expected error: {error:,.6g}; an equal split: {equal / error:.4f}×; the measurements' own "
                f"closed form (plan --allocate): {separate / error:.4f}×"
                + (f"; {error / bound:.4f}× the SVD lower bound" if isinstance(bound, float) else ""))
-    floor = Fraction(str(record.get("floor", "0")))
+    floor = Fraction(str(record["floor"]))
     starved = [str(s["measurement"]) for s in shares if Fraction(s["share"]) <= floor * Fraction(1001, 1000)]
     if starved:
         out.append(f"  at the floor ({symbol} = {decimal_text(floor, 8)}, the least any measurement gets): "

@@ -8,6 +8,11 @@ every budget as a record that names its unit (:func:`dprelease.publish.manifest.
 read back exactly (never through a float) into the typed budgets of
 :mod:`dprelease.accounting`.
 
+Two places read ``manifest.json`` without this reader, on purpose: the check that an output
+directory holds no other dataset's release (:mod:`dprelease.publish.layout`) and the recovery of
+an interrupted publication (:mod:`dprelease.lifecycle.recover`) must see a release of any format,
+and read only its identifiers.
+
 Format. :data:`MANIFEST_FORMAT` (2) has the typed records only. Format 1, written by dprelease
 before typed records replaced them, named every figure ``epsilon`` whatever its unit; nothing
 outside this project reads it, and this version refuses it with the version that wrote it (read

@@ -81,8 +81,8 @@ class TableFacts:
     mean: a mean's error depends on its cell's count, and its parts' margins (``parts``: the
     noisy sum of value − centre and the noisy count) are not in the mean's unit. ``margin`` is
     the measurement's margin in its measure's own units (:class:`dprelease.plan.margins.Margin`:
-    a mean's by its cells' count, a mode's count gap, a quantile's rank error; None in manifests
-    from before it was stated); :meth:`Release.margins` gives it per published cell."""
+    a mean's by its cells' count, a mode's count gap, a quantile's rank error); :meth:`Release.margins` gives it
+    per published cell."""
 
     name: str
     level: str | None
@@ -488,7 +488,7 @@ def _facts(entry: dict[str, Any]) -> TableFacts:
         budget=entry_budget(entry), ledger_charge=read_budget(entry["ledger_charge"]),
         mechanism=entry["mechanism"], sensitivity=entry["sensitivity"], scale=Fraction(entry["scale"]),
         margin_of_error=None if category else entry["moe"],
-        margin_of_error_95=None if category else entry.get("moe95", entry["moe"]),
+        margin_of_error_95=None if category else entry["moe95"],
         cells=entry["cells"], structural_cells=entry.get("structural_cells", 0),
         group_by=tuple(entry.get("group_by", ())), post_process=entry["post_process"], file=entry["file"],
         measurements_file=entry["measurements"], parts=parts, entry=MappingProxyType(entry),

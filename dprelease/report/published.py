@@ -188,7 +188,7 @@ def _stated_moe(manifest: dict[str, Any], entry: dict[str, Any], confidence: Fra
     """The margin the manifest states for ``entry`` at ``confidence``: its ``moe`` at the release's
     confidence, its ``moe95`` at 95%; at any other, None (nothing stated to check against)."""
     if confidence == CONFIDENCE_95:
-        return int(entry.get("moe95", entry["moe"]))
+        return int(entry["moe95"])
     if confidence == Fraction(manifest["confidence"]):
         return int(entry["moe"])
     return None
