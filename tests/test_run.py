@@ -232,6 +232,7 @@ def test_sigkill_during_noise_publishes_nothing_and_leaves_the_reservation_count
     assert rerun.returncode == 4 and "dprelease ledger" in rerun.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("orchestrator", ["auto", "prefect"])
 def test_the_readme_command_runs_in_ephemeral_mode(tmp_path, orchestrator):
     """No server, a fresh PREFECT_HOME, as on a new machine: the default runs inline; forced to
