@@ -265,7 +265,11 @@ def _killed_at(stage: str, spec: Path, out: Path, run_env, tmp_path: Path, sig=s
         os.killpg(victim.pid, sig)
     else:
         os.kill(victim.pid, sig)  # only the run itself: it must settle and exit
-    victim.wait(timeout=300)
+    try:
+        victim.wait(timeout=300)
+    except subprocess.TimeoutExpired:  # it did not: fail, leaving no process behind
+        os.killpg(victim.pid, signal.SIGKILL)
+        raise
 
 
 def test_a_crash_between_commit_and_rename_is_completed_by_the_next_run(tmp_path, run_env):
