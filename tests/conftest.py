@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,12 @@ def pytest_configure(config):
     global _session_home
     if _session_home is not None:
         return
+    # A suite started in the background of a non-interactive shell (`... &`, as scripts and some
+    # CI runners do) inherits SIGINT ignored, and so would every child it starts: the tests that
+    # interrupt a run or `schedule` with SIGINT (a user's Ctrl-C) would wait for ever. Children
+    # start with SIGINT at its default (Python's KeyboardInterrupt), as from a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     _session_home = tempfile.mkdtemp(prefix="dprelease-tests-")
     home = Path(_session_home)
     for name in ("HOME", *USER_STATE_VARIABLES):
