@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,8 @@ pytest_plugins = ["tests.postgres", "tests.prefect_server"]
 # the user's Prefect server): unset for the session. Tests that need one set it themselves.
 USER_STATE_VARIABLES = ("PREFECT_API_URL", "PREFECT_API_KEY", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH",
                         "PREFECT_HOME", "DPRELEASE_LEDGER", "DPRELEASE_LEDGER_KEY", "XDG_DATA_HOME",
-                        "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "MPLCONFIGDIR")
+                        "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "MPLCONFIGDIR",
+                        "HYPOTHESIS_STORAGE_DIRECTORY")
 _saved_environment: dict[str, str | None] = {}
 _session_home: str | None = None
 
@@ -37,6 +39,12 @@ def pytest_configure(config):
     global _session_home
     if _session_home is not None:
         return
+    # A suite started in the background of a non-interactive shell (`... &`, as scripts and some
+    # CI runners do) inherits SIGINT ignored, and so would every child it starts: the tests that
+    # interrupt a run or `schedule` with SIGINT (a user's Ctrl-C) would wait for ever. Children
+    # start with SIGINT at its default (Python's KeyboardInterrupt), as from a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     _session_home = tempfile.mkdtemp(prefix="dprelease-tests-")
     home = Path(_session_home)
     for name in ("HOME", *USER_STATE_VARIABLES):
@@ -50,6 +58,23 @@ def pytest_configure(config):
         (path.parent if name in ("PREFECT_PROFILES_PATH", "DPRELEASE_LEDGER") else path).mkdir(parents=True,
                                                                                                 exist_ok=True)
         os.environ[name] = str(path)
+    # Hypothesis keeps its example database and caches in the session's directory, not the
+    # project's .hypothesis/ (read when first needed, so still in time here); a failure prints
+    # its falsifying example and the @reproduce_failure line.
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(home / "hypothesis")
+
+
+# A test that needs one of these fixtures (directly or through another: run_env, warm_env, ...)
+# runs whole releases against a Prefect server: it is end-to-end, so marked slow here rather
+# than by hand (a new end-to-end test cannot be forgotten). Other slow tests (statistical tests
+# of the samplers, Dask clusters, races) carry @pytest.mark.slow themselves. tests/README.md.
+SLOW_FIXTURES = frozenset({"prefect_server"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_unconfigure(config):

@@ -56,6 +56,7 @@ def worker_modules(cluster, prefixes: tuple[str, ...]) -> dict[str, bool]:
 SAMPLERS = ("dprelease.mechanisms", "dprelease.lifecycle.measure")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["parquet row groups", "csv files"])
 def test_the_cluster_counts_exactly_what_the_local_engine_counts(tmp_path, monkeypatch, cluster, local_counts,
                                                                   layout):
@@ -78,6 +79,7 @@ def test_the_cluster_counts_exactly_what_the_local_engine_counts(tmp_path, monke
     assert not any(worker_modules(cluster, SAMPLERS).values())  # and none ever loaded a sampler
 
 
+@pytest.mark.slow
 def test_the_histogram_checkpoint_reaches_a_hook_in_the_run_process(tmp_path, cluster):
     """A fault hook lives in the run's process, never on a worker: on Dask the ``histogram``
     checkpoint fires on the driver as each counted piece arrives, so a crash test can stop a Dask
@@ -126,6 +128,7 @@ def _state(spec):
         return ledger.state(load_spec(spec).dataset.name)
 
 
+@pytest.mark.slow
 def test_a_data_error_on_a_worker_reaches_the_operator(tmp_path, cluster):
     spec = on_dask(national_spec(tmp_path, national_with(tmp_path, 101, "RAC1P", "12"), "csv"), cluster)
     with pytest.raises(DataError, match=r"column RAC1P: 1 value\(s\) outside the declared domain, e\.g\. '12' at "
@@ -136,6 +139,7 @@ def test_a_data_error_on_a_worker_reaches_the_operator(tmp_path, cluster):
     assert logs and not any("outside the declared domain" in line for lines in logs.values() for _, line in lines)
 
 
+@pytest.mark.slow
 def test_a_contribution_bound_is_refused_on_dask(tmp_path, cluster):
     spec = national_spec(tmp_path, NATIONAL, "csv")
     spec = dataclasses.replace(on_dask(spec, cluster), unit="person", unit_id="SERIALNO", max_rows=2)
@@ -192,6 +196,7 @@ def test_a_worker_failure_comes_back_by_type_only(monkeypatch, tmp_path):
     assert "12345" not in str(raised.value)
 
 
+@pytest.mark.slow
 def test_the_cluster_a_run_starts_keeps_the_adaptive_allocator():
     """Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers by default (every large array
     then mapped and faulted in afresh: two workers counted 3x slower); the cluster a run starts for

@@ -52,6 +52,7 @@ def breaks_the_rule(mode: int) -> bool:
     return not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)) or stat.S_IMODE(mode) != wanted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
 def test_every_writer_creates_files_0600_and_directories_0700(tmp_path, umask):
     project, inputs = tmp_path / "project", tmp_path / "inputs"

@@ -333,6 +333,7 @@ def _mutations(draw_doc: dict) -> str:  # type: ignore[type-arg]
     return json.dumps(draw_doc, default=str)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(doc=st.dictionaries(KEYS, VALUES, max_size=8), base_edit=st.sampled_from(sorted(SPECS)))
@@ -378,6 +379,7 @@ BASE_TREE = __import__("yaml").safe_load(BASE)
 BASE_PATHS = list(_leaves(BASE_TREE))
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(where=st.sampled_from(BASE_PATHS), value=VALUES)

@@ -140,6 +140,7 @@ def _race(url: str, release: str, barrier) -> str:
         ledger.close()
 
 
+@pytest.mark.slow
 def test_racing_runs_for_the_last_of_a_budget_exactly_one_wins(url):
     ledger = open_ledger(url)
     reserve(ledger, release="first", charges=[("t", PureDP(Fraction(1, 2)))])
@@ -266,6 +267,7 @@ def _open_fresh(url: str, barrier) -> str:
     return "ok"
 
 
+@pytest.mark.slow
 def test_processes_creating_one_new_ledger_at_once_all_succeed(url):
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:

@@ -210,6 +210,7 @@ def test_randomized_response_privacy_loss_is_tight():
     assert broken > 1.0 + 6 * se
 
 
+@pytest.mark.slow
 def test_both_estimators_recover_a_known_distribution_within_their_standard_errors():
     """10^5 simulated respondents, 10 categories, ε_local = 1, 10 replicates: most categories
     within 2 SE for both estimators, and IBU's L1 error no worse than matrix inversion's (the

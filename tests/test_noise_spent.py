@@ -61,7 +61,7 @@ def test_void_is_refused_while_the_paused_run_lives(tmp_path, run_env):
         assert ledger_state(DATASET).runs[0].state == "reserved"
     finally:
         os.killpg(victim.pid, signal.SIGKILL)
-        victim.wait(timeout=60)
+        victim.wait(timeout=300)
     settled = resolve(record.run_id, "void", run_env)  # its process is gone: the lease lapsed at once
     assert settled.returncode == 0, settled.stderr
     assert ledger_state(DATASET).spent == PureDP(0)

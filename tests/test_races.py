@@ -48,6 +48,7 @@ def _racer(url: str, racer: int, barrier) -> list[str]:  # noqa: F811 - url is a
     return outcomes
 
 
+@pytest.mark.slow
 def test_eight_processes_race_fifty_times_and_never_overspend(url):  # noqa: F811
     ledger = open_ledger(url)
     for trial in range(TRIALS):

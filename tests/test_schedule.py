@@ -144,7 +144,7 @@ def test_a_scheduled_deployment_runs_through_the_server(tmp_path, run_env, cli, 
         for proc in servers:
             try:
                 os.killpg(proc.pid, signal.SIGINT)
-                said.append(proc.communicate(timeout=30)[0])
+                said.append(proc.communicate(timeout=300)[0])
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 os.killpg(proc.pid, signal.SIGKILL)
                 said.append(proc.communicate()[0])

@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dprelease.accounting import Neighbouring
 from dprelease.plan.sensitivities import sum_l1
@@ -83,6 +84,7 @@ def test_sums_are_the_clamped_discretised_values(tmp_path):
                           raw.PWGTP.clip(0, 1000).groupby(raw.SEX).sum().to_numpy())
 
 
+@pytest.mark.slow
 def test_noise_is_drawn_in_units_of_the_granularity(tmp_path):
     """(published − exact)/g follows the discrete Laplace of scale (Δ/g)/ε: a fit, with the
     control that noise of scale Δ/ε drawn in units (g forgotten: 100× too wide) fails it; and the

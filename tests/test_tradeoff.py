@@ -239,10 +239,10 @@ def test_the_closed_form_is_the_minimum(specs):
     """The closed form is the minimum of Σ wᵢcᵢ·2Δᵢ²/εᵢ² (pure; Σ cᵢkᵢ/ρᵢ under zCDP) subject to
     Σ εᵢ = E, shown twice: exactly, by its optimality conditions (the objective is strictly convex
     on the positive orthant and the constraint linear, so a positive feasible point where every
-    ∂f/∂xᵢ is the same multiplier is the unique minimum), and by an independent optimiser
-    (scipy's SLSQP on the problem scaled to O(1), which must report success); and no exchange of
-    budget between two tables lowers the objective."""
-    from scipy.optimize import minimize
+    ∂f/∂xᵢ is the same multiplier is the unique minimum), and by an independent optimiser that
+    reads the objective's values only (:func:`_minimum_by_bisection`: bracketing methods whose
+    convergence is guaranteed, not an iterative solver's luck: SLSQP, used here before, stopped
+    early under scipy 1.17); and no exchange of budget between two tables lowers the objective."""
 
     for name, exponent in (("census", Fraction(1, 3)), ("zcdp", Fraction(1, 2)), ("demo", Fraction(1, 3))):
         plan = plan_release(specs[name], None)
@@ -264,20 +264,18 @@ def test_the_closed_form_is_the_minimum(specs):
         equal = [power * coefficients[k] / (budget / len(keys)) ** (power + 1) for k in keys]
         assert max(equal) - min(equal) > min(equal) * Fraction(1, 100), name
 
-        # Independently: SLSQP on y = x/E with the objective divided by its value at the equal split
-        # (unscaled, the objective is ~1e5 and SLSQP stops early under newer scipy).
+        # Independently, from the objective's values only (no derivative, no closed form)
         a = np.array([float(coefficients[k]) for k in keys])
-        scale = float((a / (left / len(keys)) ** power).sum())
 
         def objective(x):
             return float((a / x ** power).sum())
 
-        found = minimize(lambda y: objective(y * left) / scale, np.full(len(keys), 1 / len(keys)), method="SLSQP",
-                         constraints=[{"type": "eq", "fun": lambda y: y.sum() - 1}],
-                         bounds=[(1e-9, 1)] * len(keys), options={"ftol": 1e-15, "maxiter": 1000})
-        assert found.success, (name, found.message)
+        found = _minimum_by_bisection([lambda x, ai=ai: ai / x ** power for ai in a], left)
+        assert abs(found.sum() - left) <= 1e-6 * left and (found > 0).all(), (name, found)
         best = np.array([float(exact[k]) for k in keys])
-        assert np.allclose(found.x * left, best, rtol=1e-4), (name, found.x * left, best)
+        assert np.allclose(found, best, rtol=1e-4), (name, found, best)
+        feasible = found * (left / found.sum())
+        assert objective(best) <= objective(feasible) * (1 + 1e-12), name  # nothing found is lower
         for i in range(len(keys)):
             for j in range(len(keys)):
                 if i != j:
@@ -285,6 +283,42 @@ def test_the_closed_form_is_the_minimum(specs):
                     moved[i] += 1e-4 * left
                     moved[j] -= 1e-4 * left
                     assert objective(moved) > objective(best)
+
+
+def _minimum_by_bisection(terms, total: float, tolerance: float = 1e-12) -> np.ndarray:
+    """argmin Σᵢ fᵢ(xᵢ) subject to Σ xᵢ = ``total``, x > 0, for strictly convex, decreasing fᵢ, by
+    methods that cannot fail to converge: for a price λ each xᵢ(λ) = argmin fᵢ(x) + λx is found by
+    golden-section search on (0, total] (a convex function of one variable: the bracket shrinks by
+    0.618 a step, whatever the function), and Σ xᵢ(λ), decreasing in λ, is brought to ``total`` by
+    bisection on log λ. Only fᵢ's values are read. Each xᵢ to ``tolerance`` × ``total``."""
+    def argmin(f, price: float) -> float:
+        lo, hi = total * 1e-15, total
+        golden = (math.sqrt(5) - 1) / 2
+        while hi - lo > tolerance * total:
+            left, right = hi - golden * (hi - lo), lo + golden * (hi - lo)
+            if f(left) + price * left <= f(right) + price * right:
+                hi = right
+            else:
+                lo = left
+        return (lo + hi) / 2
+
+    def spent(log_price: float) -> float:
+        return sum(argmin(f, math.exp(log_price)) for f in terms)
+
+    low, high = -1.0, 1.0  # a bracket: Σ xᵢ too large at low (cheap budget), too small at high
+    while spent(low) < total:
+        low *= 2
+    while spent(high) > total:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if spent(middle) > total:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-13:
+            break
+    return np.array([argmin(f, math.exp((low + high) / 2)) for f in terms])
 
 
 def _coefficients(plan):

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.test_spec_validate import SHIPPED, shipped_specs
 
@@ -59,6 +61,7 @@ def _make_read_only(root: Path, read_only: bool) -> None:
         path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) if read_only else mode | stat.S_IWUSR)
 
 
+@pytest.mark.slow
 def test_the_suite_never_reads_or_writes_the_users_home(tmp_path):
     home = tmp_path / "user-home"
     poisoned_home(home)
@@ -70,7 +73,9 @@ def test_the_suite_never_reads_or_writes_the_users_home(tmp_path):
     _make_read_only(home, True)  # read-only for a user who is not root; the snapshot catches root's writes
     try:
         before = snapshot(home), [snapshot(p) for p in project if p.exists()]
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        # -n 0: in one process, whose own session set-up is then the only guard (under xdist the
+        # workers would inherit the temporary HOME their controller had already put in place)
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                                f"--basetemp={tmp_path / 'inner'}", *REPRESENTATIVE],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
         after = snapshot(home), [snapshot(p) for p in project if p.exists()]
