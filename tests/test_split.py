@@ -366,3 +366,37 @@ tables:
     saved = json.loads((release / "spec.json").read_text())
     assert all(t["auto"]["chosen"] for t in saved["tables"])
     assert cli("postprocess", release).code == 0
+
+
+def test_evaluate_simulates_the_split_the_release_spends(tmp_path, monkeypatch):
+    """`evaluate` leaves modes and means out of its count errors; the split is chosen before,
+    with every table, so what it simulates is what a run of the spec would spend (a mode's
+    written budget is part of what the auto tables share)."""
+    from dprelease.evaluate import accuracy
+    from dprelease.plan.planner import measurement_plans
+
+    path = tiny_spec(tmp_path, tables="""  - name: by_a
+    group_by: [geography, A]
+    consistency: g
+    rho: auto
+  - name: by_b
+    group_by: [geography, B]
+    consistency: g
+    rho: auto
+  - name: modal_a
+    group_by: [B]
+    measure: {mode: A}
+    rho: 0.25
+""")
+    spec = load_spec(path)
+    released = {(p.name, p.level): p.budget for p in measurement_plans(spec) if p.name != "modal_a"}
+    seen = {}
+
+    def counted(s):  # type: ignore[no-untyped-def]
+        seen.update({(p.name, p.level): p.budget for p in measurement_plans(s)})
+        raise StopIteration  # the plans are what is checked: no data is read
+
+    monkeypatch.setattr(accuracy, "count_exact", counted)
+    with pytest.raises(StopIteration):
+        accuracy.evaluate(spec, 1)
+    assert seen == released and sum(b.amount for b in released.values()) <= Fraction(3, 4)

@@ -22,6 +22,7 @@ from dprelease.data.count import count_encoded
 from dprelease.errors import UserError
 from dprelease.lifecycle.measure import measure_counts
 from dprelease.plan.planner import measurement_plans
+from dprelease.plan.split import resolve
 from dprelease.postprocess import Invariants, clamp_or_none, postprocess_release
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec
 
@@ -59,6 +60,7 @@ def plan_variances(spec: Spec) -> dict[tuple[str, str | None], float]:
 def evaluate(spec: Spec, trials: int, on_trial: Callable[[int], None] | None = None) -> list[Row]:
     """Mean absolute and 95th-percentile cell errors, and total errors, per table, level and method.
     ``on_trial(k)`` (if given) is called after the k-th of ``trials`` simulated releases (progress)."""
+    spec = resolve(spec)  # epsilon: auto: the release's split, chosen once and with every table (before any is left out)
     # modes are categories and means ratios, not counts: errors in persons do not apply (left out here)
     spec = dataclasses.replace(spec, tables=tuple(t for t in spec.tables
                                                   if not isinstance(t.measure, (ModeMeasure, MeanMeasure))))

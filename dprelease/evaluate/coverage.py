@@ -33,6 +33,7 @@ from dprelease.lifecycle.measure import measure_counts, measure_mean, measure_mo
 from dprelease.plan.margins import Margin, margin_of, table_units
 from dprelease.plan.measurements import TablePlan
 from dprelease.plan.planner import measurement_plans
+from dprelease.plan.split import resolve
 from dprelease.postprocess import mean_values
 from dprelease.spec import MeanMeasure, ModeMeasure, Spec, Table
 
@@ -59,6 +60,7 @@ def margin_coverage(spec: Spec, trials: int, counts: ExactCounts | None = None,
     """Every measurement's margin at the spec's confidence and its simulated coverage (module
     docstring). ``counts``: the exact histograms (default: the spec's data, counted);
     ``rng``: the samplers' test-only seam (the OS CSPRNG otherwise)."""
+    spec = resolve(spec)  # epsilon: auto: the planner's split, chosen once for every measurement below
     counts = count_exact(spec) if counts is None else counts
     units = table_units(spec)
     tables = {t.name: t for t in spec.tables}

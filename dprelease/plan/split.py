@@ -187,6 +187,7 @@ def choose(spec: Spec) -> Split:
     committed = np.array([float(s) for s in shares])
     rmse = tuple(float(e) for e in np.sqrt(objective.per_cell(committed, parts)))
     return Split(spec.symbol, budget, keys, shares, weights, objective(committed),
+                 # the errors of the other splits, for comparison only (floats: never a budget that is spent)
                  objective(np.full(len(parts), float(budget) / len(parts))), objective(separate), gap, steps,
                  "closed form" if exact is not None else "convex search, certified", svd_bound(spec), rmse)
 
@@ -205,6 +206,8 @@ def _separate(parts: Sequence[Part], budget: Fraction, d: int) -> Floats:
     """The measurements' own closed form (``plan --allocate``'s): xᵢ = B·(ωᵢcᵢkᵢ)^(1/(d+1)) / Σⱼ …,
     which minimises the raw measurements' error Σ ωᵢcᵢkᵢ/xᵢᵈ (cᵢ the part's cells)."""
     roots = np.array([(p.weight * p.cells * p.k) ** (1.0 / (d + 1)) for p in parts])
+    # a point for the search and a split to compare with, in floats: what is committed is
+    # :func:`choose`'s shares, exact Fractions rounded down and summed exactly
     return roots * (float(budget) / math.fsum(roots.tolist()))
 
 
