@@ -433,3 +433,40 @@ def test_a_dictionary_kept_from_one_batch_is_reused_only_while_equal():
         plain = hashes_of(column_hashes(pa.array(chunk, pa.string()), "X", Missing()), len(chunk))
         assert np.array_equal(via_kept, plain), chunk
     assert kept["X"][0].to_pylist() == ["a", "b"]
+
+
+def test_a_later_release_of_data_the_ledger_has_read_takes_its_stored_identity(tmp_path, monkeypatch):
+    """The same bytes are the same records: a second release of the data the first one read
+    takes the identity the ledger stored (sealed) instead of sketching every row again; it is
+    the same identity (the run records carry the same keyed digest), and it still tells a
+    re-export under a new name apart. Other bytes (the dataset's data changed) are sketched."""
+    import json
+
+    from dprelease.data import identity
+
+    make_ledger(tmp_path / "ledger.sqlite")
+    out = tmp_path / "out"
+    sketched: list[int] = []
+    real = identity.Sketcher._add
+    monkeypatch.setattr(identity.Sketcher, "_add", lambda self, batch: (sketched.append(batch.num_rows),
+                                                                        real(self, batch))[1])
+
+    def run(release: str, data: Path, dataset: str = FIRST) -> Result:
+        return dp("run", sex_spec(tmp_path, data, dataset, release), "--output-dir", out, "--orchestrator", "inline")
+
+    assert run("first", NIST / "national2019.csv").code == 0
+    assert sum(sketched) > 0  # the first run sketched every row
+    sketched.clear()
+    second = run("second", NIST / "national2019.csv")
+    assert second.code == 0, second.stderr
+    assert sketched == []  # the stored identity, not a second pass over the records
+    records = [json.loads((out / "_internal" / r / "run.json").read_text()) for r in ("first", "second")]
+    assert records[0]["data_records"] == records[1]["data_records"]
+    assert records[1]["timings"]["identity"] < records[0]["timings"]["identity"]
+
+    variants = write_reexports(NIST / "national2019.csv", NIST / "national2018.csv", tmp_path / "variants")
+    renamed = run("renamed", variants["reordered"], "renamed")
+    assert renamed.code == 2 and f"already released as dataset '{FIRST}'" in renamed.stderr
+    sketched.clear()
+    assert run("third", variants["10% rows dropped"]).code == 0  # the dataset's data changed: other bytes
+    assert sum(sketched) > 0
