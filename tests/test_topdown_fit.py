@@ -8,7 +8,6 @@ iteration cap reached is reported."""
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from types import SimpleNamespace
 
 import numpy as np
@@ -22,6 +21,7 @@ from dprelease.postprocess.transport import fit_blocks, kkt_violation
 from dprelease.publish.layout import Layout
 from dprelease.lifecycle.release import ReleaseRun
 from dprelease.spec import load_spec
+from tests.projection import exact_projection
 
 LEVELS = ("STATE", "COUNTY", "TRACT", "BG", "BLOCK")
 PREFIX = {"STATE": 2, "COUNTY": 5, "TRACT": 11, "BG": 12, "BLOCK": 15}
@@ -147,85 +147,6 @@ def test_worker_processes_publish_what_this_process_does(tmp_path, monkeypatch):
     assert all(np.array_equal(alone[k], spread[k]) for k in alone)
 
 
-def _exact_projection(v: np.ndarray, r: np.ndarray, c: np.ndarray, support: np.ndarray) -> np.ndarray:
-    """The nearest point of {x ≥ 0, row sums r, column sums c} to ``v``, exactly, given which cells
-    are positive at it (``support``, here the fit's): no iterative solver, nothing that can fail
-    to converge. In Fractions (every float is a rational): the projection onto the sums' affine
-    set with the cells off the support held at 0 is x = v + α_i + β_j on the support, (α, β)
-    solving a linear system (finite Gauss–Jordan elimination; unique up to a shift of each
-    connected component of the support's row–column graph, which leaves x unchanged). It is THE
-    nearest point (the problem is strictly convex) when the KKT conditions hold, checked exactly:
-    x ≥ 0 on the support, and duals pricing every cell off it at v + α_i + β_j ≤ 0 — the
-    components' shifts found by Bellman–Ford on difference constraints (finite: a negative cycle
-    means no such duals). A wrong support fails an assertion; the answer returned is exact."""
-    k, m = v.shape
-    value = {(i, j): Fraction(float(v[i, j])) for i in range(k) for j in range(m) if np.isfinite(v[i, j])}
-    on = [(i, j) for (i, j) in value if support[i, j]]
-    rows = [[Fraction(0)] * (k + m + 1) for _ in range(k + m)]  # unknowns α_0..α_k-1, β_0..β_m-1; then the right side
-    for i, j in on:
-        for eq in (i, k + j):
-            rows[eq][i] += 1
-            rows[eq][k + j] += 1
-            rows[eq][-1] -= value[i, j]
-    for i in range(k):
-        rows[i][-1] += Fraction(int(r[i]))
-    for j in range(m):
-        rows[k + j][-1] += Fraction(int(c[j]))
-    pivots, at = [], 0
-    for col in range(k + m):  # Gauss–Jordan, exactly; a free unknown stays 0
-        found = next((q for q in range(at, k + m) if rows[q][col] != 0), None)
-        if found is None:
-            continue
-        rows[at], rows[found] = rows[found], rows[at]
-        lead = rows[at][col]
-        rows[at] = [a / lead for a in rows[at]]
-        for q in range(k + m):
-            if q != at and rows[q][col] != 0:
-                f = rows[q][col]
-                rows[q] = [a - f * b for a, b in zip(rows[q], rows[at])]
-        pivots.append(col)
-        at += 1
-    assert all(row[-1] == 0 for row in rows[at:]), "the sums cannot be met on this support"
-    dual = [Fraction(0)] * (k + m)
-    for q, col in enumerate(pivots):
-        dual[col] = rows[q][-1]
-    x = {(i, j): value[i, j] + dual[i] + dual[k + j] for i, j in on}
-    assert all(x_ij >= 0 for x_ij in x.values()), "a cell of the support is negative at the projection"
-    parent = list(range(k + m))  # the support's components (rows 0..k-1, columns k..k+m-1)
-
-    def root(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    for i, j in on:
-        parent[root(i)] = root(k + j)
-    # a shift t of a component adds t to its rows' α and takes it from its columns' β; an off
-    # cell (i, j) needs v + α_i + β_j + t_A − t_B ≤ 0 (A: i's component, B: j's): t_A ≤ t_B − w
-    edges = []
-    for (i, j), w in ((cell, value[cell] + dual[cell[0]] + dual[k + cell[1]]) for cell in value if cell not in x):
-        a, b = root(i), root(k + j)
-        if a == b:
-            assert w <= 0, f"cell {(i, j)} off the support is priced above 0 within its component"
-        else:
-            edges.append((b, a, -w))
-    t = {root(a): Fraction(0) for a in range(k + m)}
-    for _ in range(len(t)):  # Bellman–Ford from every component at 0
-        changed = False
-        for b, a, w in edges:
-            if t[b] + w < t[a]:
-                t[a], changed = t[b] + w, True
-        if not changed:
-            break
-    else:  # still relaxing after as many rounds as components: a negative cycle
-        raise AssertionError("no shifts of the components price every cell off the support at or below 0")
-    out = np.zeros((k, m))
-    for (i, j), x_ij in x.items():
-        out[i, j] = float(x_ij)
-    return out
-
-
 def test_each_block_of_the_six_levels_is_fitted_to_its_exact_nearest_point(tmp_path, monkeypatch):
     """Every block the fit solved (recorded at the solver's door), checked two ways: the KKT
     conditions with the solver's duals, and the exact nearest point on the fit's support
@@ -247,7 +168,7 @@ def test_each_block_of_the_six_levels_is_fitted_to_its_exact_nearest_point(tmp_p
             vb, x = v[b][np.ix_(rows, cols)], fit.x[b][np.ix_(rows, cols)]
             rb, cb = r[b][rows], c[b][cols]
             assert kkt_violation(vb, x, rb, cb, fit.alpha[b][rows], fit.beta[b][cols]) < 1e-8
-            exact = _exact_projection(vb, rb, cb, x > 0)
+            exact = exact_projection(vb, rb, cb, x > 0)
             assert 0.5 * ((x - vb) ** 2).sum() <= 0.5 * ((exact - vb) ** 2).sum() + 1e-6
             assert np.abs(x - exact).max() < 1e-5
             blocks += 1
