@@ -109,6 +109,7 @@ def test_ledger_json_names_each_figure_by_its_unit(tmp_path, cli, definition):
     assert [(t["name"], t[unit], t["charge"]) for t in release["tables"]][:2] == [
         ("by_sex", "1/4", {unit: "1/4"}), ("mean_income", "1/4", {unit: "1/4"})]
     assert [(c[unit], c["cap"]) for c in dataset["budget_changes"]] == [("4", {unit: "4"})]
+    assert dataset["ledger_unit"] == unit and dataset["budget"] == "4"
     assert not {k for k in budget_keys(dataset) if other in k} - TRULY_EPSILON, budget_keys(dataset)
 
 

@@ -336,6 +336,7 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                 "name": s.name,
                 "definition": s.terms.text,
                 "terms": {"guarantee": s.terms.kind, "change_one_record": s.terms.change, "unit_id": s.terms.unit_id},
+                "ledger_unit": unit_key(s.budget),  # of "budget", "spent" and "remaining", as plan --json names it
                 "budget": amount_text(s.budget),
                 "spent": amount_text(s.spent),
                 "remaining": amount_text(s.remaining),
