@@ -163,7 +163,8 @@ def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path
         done = cli("ledger", "set-budget", args[0], *args[1:], "--reason", "x", "--ledger", url)
         assert done.code == 0, done
     data = json.loads(cli("ledger", "--ledger", url, "--json").stdout)
-    changes = {d["name"]: [(c["epsilon"], c["cap"]) for c in d["budget_changes"]] for d in data["datasets"]}
+    changes = {d["name"]: [(c["rho" if d["name"] == "z" else "epsilon"], c["cap"]) for c in d["budget_changes"]]
+               for d in data["datasets"]}
     assert changes == {
         "z": [("2", {"rho": "2"}), ("5/2", {"rho": "5/2"})],
         "a": [("1", {"epsilon": "1", "delta": "1/1000000"}), ("3/2", {"epsilon": "3/2", "delta": "1/1000000"})],
@@ -173,7 +174,7 @@ def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path
                        lifetime_from_spec=None, terms=ledger.state("z").terms)
     data = json.loads(cli("ledger", "--ledger", url, "--json").stdout)
     [z] = [d for d in data["datasets"] if d["name"] == "z"]
-    assert [(t["epsilon"], t["charge"]) for r in z["releases"] for t in r["tables"]] == [("1/8", {"rho": "1/8"})]
+    assert [(t["rho"], t["charge"]) for r in z["releases"] for t in r["tables"]] == [("1/8", {"rho": "1/8"})]
     with Ledger.open(resolve_location(url)) as ledger:
         assert [c.budget for c in ledger.state("z").caps] == [ZCDP(2), ZCDP(Fraction(5, 2))]
         assert ledger.state("a").budget == ApproxDP(Fraction(3, 2), Fraction(1, 10**6))

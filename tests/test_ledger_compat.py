@@ -23,13 +23,14 @@ def copy_of_the_old_ledger(tmp_path: Path) -> Path:
 def figures(printed: dict) -> dict:
     """The budget figures of `dprelease ledger --json`, in the form figures.json keeps them."""
     def dataset(x: dict) -> dict:
+        unit = "rho" if x["terms"]["guarantee"] == "zcdp" else "epsilon"  # each figure's key names its unit
         keep = ("name", "definition", "budget", "spent", "remaining", "delta_budget", "delta_spent",
                 "data_versions", "local_epsilon_per_respondent")
         return {k: x[k] for k in keep} | {
             "local_collections": x["local_collections"],
-            "budget_changes": [c["epsilon"] for c in x["budget_changes"]],
-            "releases": [{k: r[k] for k in ("release", "epsilon", "delta", "state", "run_id", "spec_fingerprint")}
-                         | {"tables": [{k: t[k] for k in ("name", "epsilon")} for t in r["tables"]]}  # their keys
+            "budget_changes": [c[unit] for c in x["budget_changes"]],
+            "releases": [{k: r[k] for k in ("release", unit, "delta", "state", "run_id", "spec_fingerprint")}
+                         | {"tables": [{k: t[k] for k in ("name", unit)} for t in r["tables"]]}  # their keys
                          for r in x["releases"]]}
     return {"ledger_id": printed["ledger"]["id"], "datasets": [dataset(x) for x in printed["datasets"]],
             "answer_sets": [{k: a[k] for k in ("dataset", "collection", "question", "protocol", "epsilon", "memo_of",
@@ -47,7 +48,8 @@ def test_a_ledger_of_e617fc4_prints_the_same_figures(tmp_path, cli):
                  for d in json.loads(shown.stdout)["datasets"]}
         assert typed["nist-acs-ma-2019"] == ({"cap": {"rho": "2"}, "spent": {"rho": "1/2"}}, [{"rho": "1/2"}])
         assert typed["synthetic-persons"] == ({"cap": {"epsilon": "3"}, "spent": {"epsilon": "1"}}, [{"epsilon": "1"}])
-        tables = {d["name"]: [(t["epsilon"], t["charge"]) for r in d["releases"] for t in r["tables"]]
+        tables = {d["name"]: [(t["rho" if d["terms"]["guarantee"] == "zcdp" else "epsilon"], t["charge"])
+                           for r in d["releases"] for t in r["tables"]]
                   for d in json.loads(shown.stdout)["datasets"]}  # each table's charge names its unit too
         assert all(set(c) == {"rho"} for _, c in tables["nist-acs-ma-2019"]) and tables["nist-acs-ma-2019"]
         assert all(c == {"epsilon": e} for e, c in tables["nist-acs-national-2019"]) and tables["nist-acs-national-2019"]

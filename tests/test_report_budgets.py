@@ -188,7 +188,7 @@ def test_a_zcdp_report_shows_rho_from_the_typed_records(manifests):
     changed["budget"]["lifetime"]["cap"] = {"rho": "3"}
     md2 = budget_report_md(changed)
     assert "| by_sex_age | 1/7 (≈0.1429) |" in md2 and "\n| 3 | 0 |" in md2
-    assert reporting.report_json(changed, None)["tables"][0]["epsilon"] == "1/7"
+    assert reporting.report_json(changed, None)["tables"][0]["rho"] == "1/7"
     assert reporting.report_json(changed, None)["lifetime"]["budget"] == "3"
 
 

@@ -261,7 +261,7 @@ def test_plan_shows_the_split_and_plan_json_states_it(tmp_path, cli):
     chosen = record["auto_split"]
     shares = {s["measurement"]: Fraction(s["share"]) for s in chosen["shares"]}
     assert sum(shares.values()) + Fraction(chosen["unspent"]) == Fraction(chosen["shared"]) == 1
-    assert {f"{t['name']}/{t['level']}": Fraction(t["epsilon"]) for t in record["tables"]} == shares
+    assert {f"{t['name']}/{t['level']}": Fraction(t["rho"]) for t in record["tables"]} == shares
     assert record["fingerprint"] == plan_release(load_spec(path), None).fingerprint
 
 
@@ -362,7 +362,7 @@ tables:
     manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["spec_fingerprint"] == planned["fingerprint"]
     assert manifest["auto_split"]["shares"] == planned["auto_split"]["shares"]
-    assert [t["budget"]["rho"] for t in manifest["tables"]] == [t["epsilon"] for t in planned["tables"]]
+    assert [t["budget"]["rho"] for t in manifest["tables"]] == [t["rho"] for t in planned["tables"]]
     saved = json.loads((release / "spec.json").read_text())
     assert all(t["auto"]["chosen"] for t in saved["tables"])
     assert cli("postprocess", release).code == 0

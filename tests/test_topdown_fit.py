@@ -1,7 +1,9 @@
 """Issue 28 item 4: the per-parent top-down fit keeps every guarantee of the published tables on a
 small six-level census (nation > STATE > COUNTY > TRACT > BG > BLOCK, three tables in one
 consistency group of the census's shape), each block's fit is the exact nearest non-negative
-point (KKT, and a dense QP on every block), and an iteration cap reached is reported."""
+point (KKT with the solver's duals, and the nearest point computed exactly in Fractions and
+certified by its own KKT conditions: no reference solver whose convergence could fail), and an
+iteration cap reached is reported."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import scipy.optimize
 
 from dprelease.evaluate.accuracy import plan_variances
 from dprelease.plan import plan_release
@@ -20,6 +21,7 @@ from dprelease.postprocess.transport import fit_blocks, kkt_violation
 from dprelease.publish.layout import Layout
 from dprelease.lifecycle.release import ReleaseRun
 from dprelease.spec import load_spec
+from tests.projection import exact_projection
 
 LEVELS = ("STATE", "COUNTY", "TRACT", "BG", "BLOCK")
 PREFIX = {"STATE": 2, "COUNTY": 5, "TRACT": 11, "BG": 12, "BLOCK": 15}
@@ -145,26 +147,10 @@ def test_worker_processes_publish_what_this_process_does(tmp_path, monkeypatch):
     assert all(np.array_equal(alone[k], spread[k]) for k in alone)
 
 
-def _dense_projection(v: np.ndarray, r: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The nearest point of {x ≥ 0, row sums r, column sums c} by a general bounded least-squares
-    solver (scipy's BVLS, an active-set method), the sums as a penalty of weight 10^12 (each
-    sum then off by about its multiplier × 10^-12)."""
-    k, m = v.shape
-    a = np.zeros((k + m, k * m))
-    for i in range(k):
-        a[i, i * m:(i + 1) * m] = 1
-    for j in range(m):
-        a[k + j, j::m] = 1
-    weight = 1e6
-    result = scipy.optimize.lsq_linear(np.vstack([np.eye(k * m), weight * a]), np.r_[v.ravel(), weight * np.r_[r, c]],
-                                       bounds=(0, np.inf), method="bvls", tol=1e-14)
-    assert result.success, result.message
-    return result.x.reshape(k, m)
-
-
 def test_each_block_of_the_six_levels_is_fitted_to_its_exact_nearest_point(tmp_path, monkeypatch):
     """Every block the fit solved (recorded at the solver's door), checked two ways: the KKT
-    conditions with the solver's duals, and the point a general QP solver finds."""
+    conditions with the solver's duals, and the exact nearest point on the fit's support
+    (certified by its own KKT conditions in Fractions, no solver's convergence involved)."""
     seen = []
 
     def recording(v, r, c, max_iterations=None):  # type: ignore[no-untyped-def]
@@ -182,9 +168,9 @@ def test_each_block_of_the_six_levels_is_fitted_to_its_exact_nearest_point(tmp_p
             vb, x = v[b][np.ix_(rows, cols)], fit.x[b][np.ix_(rows, cols)]
             rb, cb = r[b][rows], c[b][cols]
             assert kkt_violation(vb, x, rb, cb, fit.alpha[b][rows], fit.beta[b][cols]) < 1e-8
-            dense = _dense_projection(vb, rb, cb)
-            assert 0.5 * ((x - vb) ** 2).sum() <= 0.5 * ((dense - vb) ** 2).sum() + 1e-6
-            assert np.abs(x - dense).max() < 1e-5
+            exact = exact_projection(vb, rb, cb, x > 0)
+            assert 0.5 * ((x - vb) ** 2).sum() <= 0.5 * ((exact - vb) ** 2).sum() + 1e-6
+            assert np.abs(x - exact).max() < 1e-5
             blocks += 1
     assert blocks > 100  # every level below the root, every table and separator cell
 

@@ -224,6 +224,14 @@ def amount_text(budget: Budget, *, decimal: bool = False) -> str:
     return exact_and_decimal(budget.amount) if decimal else fraction_text(budget.amount)
 
 
+def unit_key(budget: Budget) -> str:
+    """The JSON key of a budget's one figure (:func:`amount_text`), named by its unit: ``"rho"``
+    for ρ-zCDP, ``"epsilon"`` for pure ε and (ε, δ) (whose δ has a key of its own). Every JSON
+    output names an untyped figure so, as :func:`budget_from_record`'s records do: a ρ is never
+    written under ``"epsilon"``."""
+    return "rho" if isinstance(budget, ZCDP) else "epsilon"
+
+
 def budget_from_record(record: Mapping[str, object]) -> Budget:
     """A budget from the record that names its own unit, as manifests, ``plan --json`` and
     ``ledger --json`` state it: ``{"epsilon": "1/4"}`` (pure), ``{"rho": "3/10"}`` (zCDP) or

@@ -34,10 +34,9 @@ def validate(specs: list[Path]) -> None:
         total = compose((t.budget for t in spec.tables), spec.definition)  # of the spec's kind (ρ under zcdp)
         over = subtract(total, spec.budget)
         local = f" and {len(spec.local_tables)} local" if spec.local_tables else ""
-        auto = [t.name for t in spec.tables if t.auto is not None]
-        chosen = f" ({', '.join(auto)}: {spec.symbol}: auto, split by `dprelease plan`)" if auto else ""
-        out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables{local}, total {spec.symbol} = "
-                  f"{amount_text(total)} of {amount_text(spec.budget)}{chosen}", markup=False)
+        out.print(f"ok {path}: release {spec.release}, {len(spec.tables)} tables{local}, "
+                  + (_auto_spend(spec) if any(t.auto is not None for t in spec.tables) else
+                     f"total {spec.symbol} = {amount_text(total)} of {amount_text(spec.budget)}"), markup=False)
         if spec.invariants:
             say(f"note: {path}: invariants — the number of persons per place at {', '.join(spec.invariant_levels)} "
                 "is published EXACTLY, not protected by differential privacy; every sensitivity is "
@@ -54,6 +53,21 @@ def validate(specs: list[Path]) -> None:
     if failed:
         say(f"{failed} of {len(specs)} spec(s) invalid")
         raise SystemExit(ExitCode.INVALID)
+
+
+def _auto_spend(spec: Any) -> str:
+    """What a spec with ``epsilon: auto`` (``rho: auto``) tables spends, before its split is
+    chosen: the written tables' budgets, and at most the release budget in all (the tables' budgets
+    in the spec are a provisional split, never spent: :class:`dprelease.spec.model.AutoSplit`)."""
+    symbol, key = spec.symbol, "rho" if spec.symbol == "ρ" else "epsilon"
+    auto = [t.name for t in spec.tables if t.auto is not None]
+    written = [t for t in spec.tables if t.auto is None]
+    left = subtract(spec.budget, compose((t.budget for t in written), spec.definition))
+    leaves = (f"what the written tables leave of the release budget ({symbol} = {amount_text(left)} of "
+              f"{amount_text(spec.budget)})" if written else f"the release budget ({symbol} = {amount_text(spec.budget)})")
+    return (f"{', '.join(auto)}: {key}: auto — `dprelease plan` splits {leaves} between them and their levels, each "
+            f"share rounded down, so the release spends at most {symbol} = {amount_text(spec.budget)} (the split is "
+            "shown by plan and covered by its approval)")
 
 
 def header_problems(spec: Any) -> None:

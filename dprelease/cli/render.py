@@ -20,6 +20,7 @@ from dprelease.accounting import (
     fraction_text,
     percent_text,
     subtract,
+    unit_key,
     zero,
 )
 from dprelease.ledger.records import LIVE_STATES
@@ -71,7 +72,8 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
                    "release": budget_record(plan.release_budget), "ledger_charge": budget_record(plan.charge),
                    "lifetime": {"cap": budget_record(plan.lifetime_budget), "spent": budget_record(plan.lifetime_spent),
                                 "spent_after": budget_record(plan.lifetime_spent_after)}},
-        "total_epsilon": amount_text(plan.total),  # in budget_unit (ρ for zcdp): the keys of before
+        # untyped figures: a key named by its unit ("total_rho" under zcdp), or a unit stated beside them
+        f"total_{unit_key(plan.total)}": amount_text(plan.total),
         "release_budget": amount_text(plan.release_budget),
         "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
         "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
@@ -91,8 +93,8 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
             "spent_after": amount_text(plan.lifetime_spent_after),
             "remaining_after": amount_text(plan.lifetime_remaining_after),
             "new_dataset": plan.lifetime_is_new,
-            # "cap" typed (names its unit); "epsilon" is the key of before, in the terms' unit
-            "changes": [{"epsilon": amount_text(c.budget), "cap": budget_record(c.budget), "reason": c.reason,
+            # "cap" typed; the figure beside it under its unit's name ("rho" under zCDP terms)
+            "changes": [{unit_key(c.budget): amount_text(c.budget), "cap": budget_record(c.budget), "reason": c.reason,
                          "by": c.set_by, "at": c.set_at} for c in plan.lifetime_caps],
         },
         "fingerprint": plan.fingerprint,
@@ -109,7 +111,7 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
                           "charged_per_respondent": amount_text(p.charge), "already_recorded": p.already_recorded}
                          for p in plan.local],
         "tables": [
-            {"name": t.name, "level": t.level, "epsilon": amount_text(t.budget), "mechanism": t.mechanism,
+            {"name": t.name, "level": t.level, unit_key(t.budget): amount_text(t.budget), "mechanism": t.mechanism,
              "sensitivity": t.shown_sensitivity, "scale": fraction_text(t.shown_scale), "cells": t.cells,
              "measured_cells": t.measured_cells, "structural_cells": len(t.structural),
              "structural": {"summary": list(t.structural_summary), "cells": [list(c) for c in t.structural_labels]}
@@ -119,7 +121,7 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
              "delta": None if t.delta is None else fraction_text(t.delta),
              "margin": margin_of(t, plan.confidence).record((units or {}).get(t.name, "")),
              "mechanism_epsilon": fraction_text(t.mechanism_epsilon) if t.pure_epsilon is not None else None,
-             **({"parts": [{"part": label, "epsilon": amount_text(p.budget), "sensitivity": p.shown_sensitivity,
+             **({"parts": [{"part": label, unit_key(p.budget): amount_text(p.budget), "sensitivity": p.shown_sensitivity,
                             "scale": fraction_text(p.shown_scale), "moe": p.moe, "moe95": p.moe95}
                            for label, p in zip(("sum", "count"), t.parts)]} if t.parts else {})}
             for t in plan.tables
@@ -334,10 +336,11 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                 "name": s.name,
                 "definition": s.terms.text,
                 "terms": {"guarantee": s.terms.kind, "change_one_record": s.terms.change, "unit_id": s.terms.unit_id},
+                "ledger_unit": unit_key(s.budget),  # of "budget", "spent" and "remaining", as plan --json names it
                 "budget": amount_text(s.budget),
                 "spent": amount_text(s.spent),
                 "remaining": amount_text(s.remaining),
-                # typed (each names its unit); the figures above keep the keys of before, in the terms' unit
+                # typed (each names its unit); the figures above are in the terms' unit ("terms")
                 "lifetime": {"cap": budget_record(s.budget), "spent": budget_record(s.spent)},
                 "delta_budget": _text(delta_of(s.budget)),
                 "delta_spent": _text(delta_of(s.spent)),
@@ -348,11 +351,11 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                                        "memoised": r.memoised, "run_id": r.run_id, "recorded_at": r.recorded_at,
                                        "recorded_by": r.recorded_by} for r in s.local],
                 **_records(s.policies, s.evaluations),
-                # "cap" typed (names its unit); "epsilon" is the key of before, in the terms' unit (ρ under zCDP)
-                "budget_changes": [{"epsilon": amount_text(c.budget), "cap": budget_record(c.budget),
+                # "cap" typed; the figure beside it under its unit's name ("rho" under zCDP terms)
+                "budget_changes": [{unit_key(c.budget): amount_text(c.budget), "cap": budget_record(c.budget),
                                     "reason": c.reason, "by": c.set_by, "at": c.set_at} for c in s.caps],
                 "releases": [
-                    {"release": r.release, "epsilon": amount_text(r.charge),
+                    {"release": r.release, unit_key(r.charge): amount_text(r.charge),
                      "charge": budget_record(r.charge),
                      "delta": _text(delta_of(r.charge)), "state": r.state,
                      "unfinished": r.unfinished, "state_at": r.state_at, "reason": r.reason,
@@ -362,7 +365,7 @@ def ledger_json(states: list[DatasetState], location: LedgerLocation, exists: bo
                      "approval": None if r.approved_by is None else {"approved_by": r.approved_by,
                                                                      "approved_at": r.approved_at,
                                                                      "plan_fingerprint": r.spec_fingerprint},
-                     "tables": [{"name": n, "epsilon": amount_text(b), "charge": budget_record(b)}
+                     "tables": [{"name": n, unit_key(b): amount_text(b), "charge": budget_record(b)}
                                 for n, b in r.charges]}
                     for r in s.runs
                 ],

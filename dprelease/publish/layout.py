@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from dprelease.host import files
-from dprelease.accounting import amount_text, fraction_text
+from dprelease.accounting import amount_text, fraction_text, unit_key
 from dprelease.plan import TablePlan
 from dprelease.plan.local import LocalPlan
 from dprelease.plan.margins import Margin
@@ -293,7 +293,7 @@ def write_measurement(spec: Spec, table: Table, dims: tuple[str, ...], plan: Tab
                                          **({"centre": table.measure.centre,
                                              "note": "noisy_sum adds up value − centre"}
                                             if isinstance(table.measure, MeanMeasure) else {}),
-                                         "epsilon": amount_text(plan.budget),
+                                         unit_key(plan.budget): amount_text(plan.budget),  # "rho" under zcdp
                                          **({"delta": fraction_text(plan.delta)} if plan.delta is not None else {}),
                                          "mechanism": plan.mechanism, "sensitivity": plan.shown_sensitivity,
                                          "scale": fraction_text(plan.shown_scale)})}

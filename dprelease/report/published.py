@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from dprelease.accounting import ZCDP, ApproxDP, Budget, fraction_text
+from dprelease.accounting import ApproxDP, fraction_text, unit_key
 from dprelease.ledger import DatasetState
 from dprelease.ledger.records import LIVE_STATES
 from dprelease.publish.manifest_reader import ReleaseBudgets, entry_budget, release_budgets
@@ -82,11 +82,6 @@ def warnings(manifest: dict[str, Any], state: DatasetState | None) -> list[str]:
     return [*manifest.get("context_warnings", ()), *review_warnings(manifest_facts(manifest), state)]
 
 
-def _unit(budget: Budget) -> str:
-    """The name of a budget's one figure, as the JSON report's ``budget_unit`` states it."""
-    return "rho" if isinstance(budget, ZCDP) else "epsilon"
-
-
 def _lifetime_json(budgets: ReleaseBudgets) -> dict[str, Any]:
     """The lifetime figures as the JSON report has always stated them (in the ledger terms' unit,
     and δ under (ε, δ) terms)."""
@@ -104,19 +99,20 @@ def report_json(manifest: dict[str, Any], state: DatasetState | None) -> dict[st
     return {
         **({"exact_publications": manifest["exact_publications"]} if "exact_publications" in manifest else {}),
         "release": manifest["release"], "dataset": manifest["dataset"], "run_id": manifest["run_id"],
-        "budget_unit": _unit(budgets.total), "total": fraction_text(budgets.total.amount),
+        "budget_unit": unit_key(budgets.total), "total": fraction_text(budgets.total.amount),
         "release_budget": fraction_text(budgets.release.amount),
         "confidence": manifest["confidence"],  # of every "moe" and "margin" (the spec's); "moe95" is at 95%
         # "moe": a count's or sum's cell noise margin, in persons or the summed unit (a mean, a mode and a
         # quantile have none: a number of their parts or ranks would read as their own); "margin": every
         # measure's, in its own units
         "tables": [{"name": t["name"], "level": t.get("level"),
-                    "epsilon": fraction_text(entry_budget(t).amount),  # in budget_unit, as ever
+                    unit_key(entry_budget(t)): fraction_text(entry_budget(t).amount),  # "rho" under zcdp
                     "mechanism": t["mechanism"],
                     **({"moe95": t.get("moe95"), "moe": t.get("moe")} if _cell_margin(t) else {}),
                     **({"margin": t["margin"]} if "margin" in t else {}),  # in the measure's own units
                     "structural_cells": t.get("structural_cells", 0)}
                    for t in manifest["tables"]],
+        "ledger_unit": unit_key(budgets.cap),  # of "lifetime", "burn_down" and "not_committed"
         "lifetime": _lifetime_json(budgets),
         "burn_down": [{"release": p.release, "state": p.state, "spent_after": fraction_text(p.spent_after),
                        "created_at": p.created_at} for p in burn_down(manifest, state)],

@@ -11,6 +11,7 @@ from typing import Any
 
 import jsonschema
 
+from dprelease.accounting import NotANumber, parse_budget
 from dprelease.errors import Problem
 from dprelease.spec.yamlsource import Document, Path_
 
@@ -66,13 +67,7 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
             return [doc.problem(path, f"{doc.text(path) or error.instance!r} is not a decimal, a fraction, or a "
                                 "mapping of level: weight; write e.g. 2, \"1/2\" or {root: 1, STATE: 1, PUMA: 4}")]
         case "anyOf" if any("level_epsilons" in str(x) for x in error.schema.get("anyOf", [])):
-            if isinstance(error.instance, dict) and "auto" in error.instance.values():
-                return [doc.problem(path, f"auto is for a whole table, its levels included: write {path[-1]}: auto "
-                                    "(the planner splits the table's levels too), or a number for every level")]
-            written = doc.text(path) or repr(error.instance)
-            near = " (did you mean auto?)" if isinstance(error.instance, str) and error.instance.strip().isalpha() else ""
-            return [doc.problem(path, f"{written} is not a decimal, a fraction, a mapping of level: ε, or auto{near}; "
-                                "write e.g. 0.1, \"1/10\", {root: 0.1, STATE: 0.2} or auto (the planner splits)")]
+            return [_budget_problem(doc, path, error.instance)]
         case "oneOf" if "exact_number" in str(error.schema_path) or _is_exact_number(error.schema):
             return [doc.problem(path, f"{doc.text(path) or error.instance!r} is not a decimal or a "
                                 "fraction; write e.g. 0.1 or \"1/10\"")]
@@ -108,6 +103,38 @@ def _explain(doc: Document, error: jsonschema.ValidationError) -> list[Problem]:
             shown = doc.text(path) if doc.text(path) is not None else _kind(error.instance)
             return [doc.problem(path, f"expected {_article(want)}, found {shown!r}")]
     return [doc.problem(path, error.message)]
+
+
+def _budget_problem(doc: Document, path: Path_, instance: Any) -> Problem:
+    """One problem for a table's budget that is neither a number, a budget per level nor auto, in
+    the unit of the key written (``rho: atuo`` speaks of ρ). A mapping is reported here once, as a
+    whole: the table checker leaves its levels' values alone (:func:`Reader.reported`)."""
+    key = str(path[-1])
+    symbol, a = ("ρ", "a") if key == "rho" else ("ε", "an")
+    if isinstance(instance, dict):
+        if "auto" in instance.values():
+            return doc.problem(path, f"auto is for a whole table, its levels included: write {key}: auto (the planner "
+                               f"splits the table's {symbol} between its levels too), or {a} {symbol} for every level")
+        bad = ", ".join(f"{level} {doc.text(path + (level,)) or _kind(value)!r}" for level, value in instance.items()
+                        if not _is_number_text(doc.text(path + (level,)), value))
+        return doc.problem(path, f"{a} {symbol} per level is a decimal or a fraction at every level, not {bad or 'this'}; "
+                           f"write e.g. {key}: {{root: 0.1, STATE: 0.2}}")
+    written = doc.text(path) or repr(instance)
+    auto = f"{key}: auto (the planner splits the release's {symbol})"
+    numbers = (f"a decimal or a fraction ({key}: 0.1 or {key}: \"1/10\"), or {a} {symbol} per level "
+               f"({key}: {{root: 0.1, STATE: 0.2}})")
+    if isinstance(instance, str) and difflib.get_close_matches(instance.strip().lower(), ["auto"], n=1):
+        return doc.problem(path, f"{written} is not {a} {symbol}; did you mean {auto}? Otherwise write {numbers}")
+    return doc.problem(path, f"{written} is not {a} {symbol}; write {auto}, or {numbers}")
+
+
+def _is_number_text(text: str | None, value: Any) -> bool:
+    """Whether a level's value reads as an exact number (as the table checker parses it)."""
+    try:
+        parse_budget(text, value, what="level")
+    except NotANumber:
+        return False
+    return True
 
 
 def _is_exact_number(schema_: dict[str, Any]) -> bool:

@@ -39,6 +39,10 @@ class Reader:
         if problem.field not in self.skip:
             self.problems.append(problem)
 
+    def reported(self, path: Path_) -> bool:
+        """Whether the schema pass has reported the field at ``path`` (as a whole)."""
+        return self.doc.problem(path, "").field in self.skip
+
     def get(self, path: Path_, kind: type | tuple[type, ...], default: Any = None) -> Any:
         """The node at ``path`` if it is a ``kind`` (a bool is not an int), else ``default``."""
         node: Any = self.doc.data

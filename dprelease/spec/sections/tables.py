@@ -265,6 +265,8 @@ def _level_budgets(r: Reader, d: Definition, at: Path_, levels: tuple[str, ...])
                + (f"; missing {', '.join(missing)}" if missing else "")
                + (f"; not a level: {', '.join(extra)}" if extra else ""))
         return None
+    if r.reported(at + (key,)):  # a value the schema pass refused, in one problem for the mapping: not again per level
+        return None
     out = [r.fraction(at + (key, lv), f"{symbol} at {lv}") for lv in levels]
     return None if None in out else out  # type: ignore[return-value]
 
