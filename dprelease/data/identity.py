@@ -54,9 +54,7 @@ row, so the identity adds only the columns the spec does not declare, and a run 
 batch on a thread of its own while the check reads the next, ``Sketcher(beside=True)``; a pass
 of its own, every column read dictionary-encoded, where the check reads headers only). Reading
 every column is the floor of what it costs: on a file of many columns the spec does not declare
-(24 of which 6 declared, CSV) that reading costs about as much as the run's own work. Once per
-data: a later run of the same bytes takes the identity its ledger stored
-(:func:`dprelease.lifecycle.refusals.known_identities`).
+(24 of which 6 declared, CSV) that reading costs about as much as the run's own work.
 
 Assumes: the batches are every row of the data, every column. Guarantees: the same multiset of
 records gives the same identity whatever the batches' order. Nothing here is keyed: an
