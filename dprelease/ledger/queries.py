@@ -88,22 +88,6 @@ def same_people(conn: Connection, identity: RecordIdentity, keyed: str, dataset:
     return None
 
 
-def sketch_of_data(conn: Connection, data_fingerprint: str) -> str | None:
-    """The sealed sketch of the records of this (keyed) data, as a run not voided that read it
-    stored it (any dataset's: the same bytes are the same records), or None."""
-    if not sa.inspect(conn).has_table(identities_t.name):
-        return None
-    read = sa.select(runs_t.c.run_id).where(runs_t.c.data_fingerprint == data_fingerprint, _not_voided())
-    for dataset, records in conn.execute(sa.select(identities_t.c.dataset, identities_t.c.records)
-                                         .where(identities_t.c.run_id.in_(read)).order_by(identities_t.c.run_id)):
-        sealed = conn.execute(sa.select(identities_t.c.sketch).where(
-            identities_t.c.dataset == dataset, identities_t.c.records == records,
-            identities_t.c.sketch.is_not(None)).order_by(identities_t.c.run_id)).scalar()
-        if sealed is not None:
-            return str(sealed)
-    return None
-
-
 def has_sketch(conn: Connection, dataset: str, records: str) -> bool:
     """Whether a sketch of these records of ``dataset`` is stored already."""
     return conn.execute(sa.select(identities_t.c.run_id).where(

@@ -231,14 +231,6 @@ class Ledger:
         with self.engine.connect() as conn:
             return queries.same_people(conn, identity, keyed, dataset, self.unseal)
 
-    def sketch_of_data(self, data_fingerprint: str) -> bytes | None:
-        """The identity (plain: :meth:`RecordIdentity.plain`) a run not voided stored of the data
-        of this keyed fingerprint, unsealed; None if no run stored one (or it cannot be unsealed).
-        A run of data this ledger has read takes it instead of sketching the records again."""
-        with self.engine.connect() as conn:
-            sealed = queries.sketch_of_data(conn, data_fingerprint)
-        return None if sealed is None else self.unseal(sealed)
-
     def output_dirs(self) -> list[str]:
         """Every output directory a run of this ledger published (or would publish) to."""
         with self.engine.connect() as conn:

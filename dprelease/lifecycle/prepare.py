@@ -25,7 +25,6 @@ from dprelease.lifecycle.recover import (
 from dprelease.lifecycle.refusals import (
     Checked,
     approval_of,
-    known_identities,
     refuse_bad_inputs,
     refuse_before_spending,
     refuse_foreign_outputs,
@@ -132,8 +131,7 @@ def prepare(request: Request, ledger: Ledger, *, inputs_checked: bool, require_a
     if final is not None:
         return Completed(plan, final)
     discard_stale_staging(spec, state, output_dir)
-    checked = refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked, ready=ready,
-                                     known=known_identities(ledger))
+    checked = refuse_before_spending(spec, plan, output_dir, inputs_checked=inputs_checked, ready=ready)
     approval = approval_of(spec, plan, ledger, require_approval, say)
     digest, fingerprint_seconds = checked.digest, checked.digest_seconds  # taken before the check read the data
     fingerprint = ledger.fingerprint(digest)

@@ -41,13 +41,11 @@ WHOLE_CHECK_BYTES = 256 << 20  # data up to this size is checked row by row befo
 
 
 def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_checked: bool = False,
-                           ready: Callable[[], None] | None = None,
-                           known: Callable[[str], RecordIdentity | None] | None = None) -> Checked:
+                           ready: Callable[[], None] | None = None) -> Checked:
     """Every refusal that needs no data, then the data's (:func:`refuse_bad_data`, whose
-    identity it returns, or ``known``'s for data a run read before): nothing is reserved,
-    nothing spent. ``ready`` readies the orchestrator (checks the Prefect server a run will use,
-    or starts a temporary one) once the spec and the plan passed, before the data's rules are
-    checked."""
+    identity it returns): nothing is reserved, nothing spent. ``ready`` readies the orchestrator
+    (checks the Prefect server a run will use, or starts a temporary one) once the spec and the
+    plan passed, before the data's rules are checked."""
     existing = plan.existing_run
     if existing is not None:
         where = (f"its outputs: {Path(existing.output_dir) / spec.release}"
@@ -75,7 +73,7 @@ def refuse_before_spending(spec: Spec, plan: Plan, output_dir: Path, *, inputs_c
         refuse_bad_inputs(spec)
     _check_writable(output_dir)
     _rehearse_postprocessing(spec, plan)
-    checked = refuse_bad_data(spec, known)  # before the orchestrator is readied: a refused run never waits for Prefect
+    checked = refuse_bad_data(spec)  # before the orchestrator is readied: a refused run never waits for Prefect
     if ready is not None:
         ready()
     return checked
@@ -94,26 +92,7 @@ class Checked:
     digest_seconds: float
 
 
-def known_identities(ledger: Ledger) -> Callable[[str], RecordIdentity | None]:
-    """The identity of data (by the plain SHA-256 of its bytes) that a run of ``ledger`` read
-    before and stored (sealed): the same bytes are the same records, so a later release of the
-    same data takes it instead of sketching every row again (the stored one was taken under that
-    run's ``na_values``: it may differ from a fresh one in the nulls only, and is the one this
-    ledger already compares with). None for data no run stored, or of another version of the
-    identity (then it is sketched anew)."""
-    from dprelease.data.identity import Identity
-
-    def known(digest: str) -> RecordIdentity | None:
-        plain = ledger.sketch_of_data(ledger.fingerprint(digest))
-        try:
-            return None if plain is None else Identity.from_plain(plain)
-        except ValueError:  # an identity of another version
-            return None
-
-    return known
-
-
-def refuse_bad_data(spec: Spec, known: Callable[[str], RecordIdentity | None] | None = None) -> Checked:
+def refuse_bad_data(spec: Spec) -> Checked:
     """The data against the spec, before anything is reserved: every row of data a run reads
     whole (the local engine, up to :data:`WHOLE_CHECK_BYTES`, or any size under a contribution
     bound), else (Dask, larger streamed data) each file's header or schema, with
@@ -124,9 +103,7 @@ def refuse_bad_data(spec: Spec, known: Callable[[str], RecordIdentity | None] | 
     identity (:mod:`dprelease.data.identity`), taken in the check's pass over every row, or
     in a pass of its own where the check reads headers only, and the SHA-256 of the data's bytes
     taken before the check reads them (the run compares it again once it has counted: the data
-    checked is the data counted, :meth:`dprelease.lifecycle.release.ReleaseRun.load`). Data
-    whose identity ``known`` (:func:`known_identities`) has, by that digest, is not sketched again:
-    the check alone reads it."""
+    checked is the data counted, :meth:`dprelease.lifecycle.release.ReleaseRun.load`)."""
     from dprelease.data.check import check_data, data_bytes
     from dprelease.data.identity import Sketcher, identity_of
     from dprelease.data.load import file_fingerprint, source
@@ -136,13 +113,9 @@ def refuse_bad_data(spec: Spec, known: Callable[[str], RecordIdentity | None] | 
     digest = file_fingerprint(spec.dataset.resolved_path)  # plain: in this process's memory only
     digested = time.perf_counter() - started
     started = time.perf_counter()
-    stored = None if known is None else known(digest)  # data read before: its identity, stored sealed
-    looked_up = time.perf_counter() - started
-    started = time.perf_counter()
     size = data_bytes(spec)
     full = spec.engine.kind != "dask" and (size <= WHOLE_CHECK_BYTES or spec.unit_id is not None)
-    sketch = full and stored is None
-    records = Sketcher(spec.dataset.na_values, beside=True) if sketch else None  # sketched while the next batch is read
+    records = Sketcher(spec.dataset.na_values, beside=True) if full else None  # sketched while the next batch is read
     try:
         with scan_progress(size if full else 0, f"checking {spec.dataset.resolved_path.name}") as read:
             found = check_data(spec, full=full, read=read, records=records)
@@ -158,8 +131,6 @@ def refuse_bad_data(spec: Spec, known: Callable[[str], RecordIdentity | None] | 
     checked = time.perf_counter() - started
     if records is not None:
         return Checked(records.identity(), checked - records.seconds, records.seconds, digest, digested)
-    if stored is not None:
-        return Checked(stored, checked, looked_up, digest, digested)
     with scan_progress(size, f"reading {spec.dataset.resolved_path.name} for its identity") as read:
         identity = identity_of(source(spec), read=read)
     return Checked(identity, checked, time.perf_counter() - started - checked, digest, digested)
