@@ -12,7 +12,9 @@ support held at 0, x = v + α_i + β_j on the support, (α, β) solving the sums
 row–column graph, which leaves x unchanged). Then checked exactly: x ≥ 0 on the support, and
 shifts of the components that price every cell off the support at v + α_i + β_j ≤ 0, found by
 Bellman–Ford on difference constraints (a negative cycle: no such duals). A support that is not
-the optimum's fails an assertion; an answer returned is exact. Cost: (k + m)³ Fraction
+the optimum's fails an assertion; an answer returned is exact. The row and column sums must agree
+exactly as given (binary floats): sums that differ in their last bits are refused as "cannot be
+met" (a false failure, never a false pass; the top-down blocks' parent sums are integers). Cost: (k + m)³ Fraction
 operations a block, for the small blocks of the tests."""
 
 from __future__ import annotations

@@ -162,3 +162,23 @@ def test_a_measurement_files_metadata_names_its_budgets_unit(tmp_path, definitio
     written = write_measurement(spec, table, dims, planned, np.zeros(planned.cells, dtype=np.int64), tmp_path)
     stated = json.loads(pq.read_schema(written).metadata[b"dprelease"])
     assert stated[unit] == "1/4" and other not in stated, stated
+
+
+@pytest.mark.parametrize("definition", ["pure", "zcdp"])
+def test_plan_target_moe_json_names_each_figure_by_its_unit(tmp_path, cli, definition):
+    """``plan --target-moe N --json``: counts are refused under zCDP, a release of means and
+    modes is not: its figures (the current ones, the total kept) are a ρ under ``rho``."""
+    unit, other = UNIT[definition], UNIT["zcdp" if definition == "pure" else "pure"]
+    path = spec_at(tmp_path, definition)
+    if definition == "zcdp":  # no count table: only means and modes
+        path.write_text(path.read_text().replace("  - {name: by_sex, group_by: [SEX], rho: 1/4}\n", ""))
+    url = str(tmp_path / "ledger.sqlite")
+    init_at(resolve_location(url)).close()
+    assert cli("ledger", "set-budget", "ds-units", f"--{unit}", "4", "--create", "--reason", "x",
+               "--ledger", url).code == 0
+    shown = cli("plan", path, "--target-moe", "10", "--json", "--ledger", url)
+    assert shown.code == 0, shown
+    plan = json.loads(shown.stdout)
+    assert f"total_{unit}" in plan and f"kept_{unit}" in plan
+    assert all(t[f"current_{unit}"] == "1/4" for t in plan["tables"])
+    assert not {k for k in budget_keys(plan) if other in k} - TRULY_EPSILON, budget_keys(plan)

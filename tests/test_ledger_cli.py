@@ -152,10 +152,10 @@ def test_ledger_env_variable_is_used(cli, tmp_path, monkeypatch):
     assert json.loads(result.stdout)["datasets"][0]["name"] == "acs"
 
 
-def test_budget_changes_name_their_unit_and_keep_the_key_of_before(cli, tmp_path):
+def test_budget_changes_name_their_unit_beside_the_figure_under_the_units_key(cli, tmp_path):
     """`dprelease ledger --json`: each budget change is a typed record naming its unit (ρ under
-    zCDP terms, ε and δ under (ε, δ) terms), beside the old "epsilon" key (the figure in the
-    terms' unit) that older readers take; an (ε, δ) cap changed without --delta keeps its δ."""
+    zCDP terms, ε and δ under (ε, δ) terms), beside the figure under its unit's key ("rho"
+    under zCDP terms, "epsilon" otherwise; up to 0.2.0 "epsilon" held a ρ too); an (ε, δ) cap changed without --delta keeps its δ."""
     url = str(make_ledger(tmp_path / "l.sqlite"))
     for args in (("z", "--rho", "2", "--create"), ("z", "--rho", "5/2"),
                  ("a", "--epsilon", "1", "--delta", "1e-6", "--create"), ("a", "--epsilon", "3/2"),

@@ -11,7 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dprelease.accounting import NotANumber, amount_text, compose, fraction_text, parse_budget, subtract
+from dprelease.accounting import NotANumber, amount_text, compose, fraction_text, parse_budget, subtract, unit_key
 from dprelease.cli.common import handled, out, say, spec_ledger, spec_location, usage_error
 from dprelease.errors import DataError, ExitCode, SpecError
 
@@ -258,10 +258,11 @@ def _print_target(spec, the_plan, target: int, as_json: bool) -> None:  # type: 
     total = sum((e for _, e in needs if e is not None), kept)  # the release's: tables without a target keep theirs
     units = table_units(spec)
     if as_json:
+        key = unit_key(spec.budget)  # "rho" under zCDP (a release of means and modes only: counts are refused)
         print(json.dumps({"target_moe": target, "confidence": fraction_text(spec.confidence),
-                          "total_epsilon": fraction_text(total), "kept_epsilon": fraction_text(kept),
-                          "tables": [{"name": n, "epsilon": None if e is None else fraction_text(e),
-                                      "current_epsilon": amount_text(t.budget), "current_moe": t.moe,
+                          f"total_{key}": fraction_text(total), f"kept_{key}": fraction_text(kept),
+                          "tables": [{"name": n, key: None if e is None else fraction_text(e),
+                                      f"current_{key}": amount_text(t.budget), "current_moe": t.moe,
                                       "margin": margin_of(t, spec.confidence).record(units.get(t.name, "")),
                                       **({"note": untargeted_note(t, spec.confidence, units.get(t.name, ""))}
                                          if e is None else {})}

@@ -4,7 +4,7 @@ A pure function of the manifest (and of the ledger's recorded cap decisions), so
 nothing data-dependent. Example of the layout::
 
     # Budget report — acs-demo-2019
-    Dataset nist-acs-national-2019 · run 3f2a… · 2026-11-22T03:00:00+00:00 · dprelease 0.2.0
+    Dataset nist-acs-national-2019 · run 3f2a… · 2026-11-22T03:00:00+00:00 · dprelease 0.3.0
     ## Warnings                      (only when there are any: plan/review.py)
     - table puma_by_sex spends ε = 3/2 (over 1): check it is intended
     ## Guarantee
