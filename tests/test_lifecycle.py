@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import dprelease.lifecycle.release as release  # bound here, before a test patches what it imports
 from dprelease import faults
 from dprelease.errors import ExitCode, InternalError
 from tests.test_run import _spec, ledger_state
@@ -52,3 +53,60 @@ def test_a_checkpoint_does_nothing_without_a_hook(monkeypatch):
         faults.install(None)
     faults.checkpoint("commit")
     assert reached == ["load", "noise"]
+
+
+@pytest.mark.parametrize("writer", ["write_table", "write_measurement"])
+def test_a_staging_write_that_fails_in_its_thread_stops_the_run_with_its_error(tmp_path, cli, monkeypatch, writer):
+    """Post-processing stages the tables and the noisy measurements in writer threads while it
+    computes: a write that fails there fails the run with its own error (never lost in the
+    thread), after the noise was drawn (so the run is failed, not voidable), and nothing is
+    published."""
+    real = getattr(release, writer)
+    calls = []
+
+    def failing(*args, **kwargs):  # the second file fails (the first written as usual)
+        calls.append(args[1].name)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device (a test)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(release, writer, failing)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    out = tmp_path / "out"
+    result = cli("run", _spec(tmp_path, "staged"), "--output-dir", out, "--orchestrator", "inline")
+    assert result.code != 0, result
+    assert "No space left on device (a test)" in result.stderr, result.stderr
+    assert len(calls) == 2  # nothing written after the failure was seen
+    assert not (out / "staged").exists()
+    [record] = ledger_state("nist-acs-national-2019").runs
+    assert record.state == "failed"  # the noise was drawn: recorded as failed, never voided
+
+
+def test_every_measurement_is_staged_once_while_post_processing_runs(tmp_path, cli, monkeypatch):
+    """The noisy measurements are staged during post-processing (overlapping its computing);
+    publish writes none of them again, and the release holds each."""
+    real, when = release.write_measurement, []
+
+    def recording(spec, table, dims, plan, noisy, directory):  # type: ignore[no-untyped-def]
+        when.append(((table.name, plan.level), run_stage()))
+        return real(spec, table, dims, plan, noisy, directory)
+
+    stages = []
+    real_postprocess = release.ReleaseRun.postprocess
+
+    def postprocess(self):  # type: ignore[no-untyped-def]
+        stages.append(self)
+        return real_postprocess(self)
+
+    def run_stage() -> str:
+        return stages[-1].stage
+
+    monkeypatch.setattr(release, "write_measurement", recording)
+    monkeypatch.setattr(release.ReleaseRun, "postprocess", postprocess)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    out = tmp_path / "out"
+    result = cli("run", _spec(tmp_path, "overlapped"), "--output-dir", out, "--orchestrator", "inline")
+    assert result.code == 0, result.stderr
+    keys = [k for k, _ in when]
+    assert len(keys) == len(set(keys)) and {s for _, s in when} == {"postprocess"}
+    assert len(list((out / "overlapped").rglob("measurements/*"))) == len(keys) > 0

@@ -212,7 +212,8 @@ def test_the_run_record_carries_the_fit_timings_and_a_cap_reached(tmp_path, monk
     plan = plan_release(spec, None)
     layout = Layout(tmp_path / "out", spec.release, "run")  # (post-processing stages each table as it is final)
     release = ReleaseRun(spec, plan, "run", SimpleNamespace(shown="ledger"), layout)  # type: ignore[arg-type]
-    release.noisy = {k: v for k, v in noisy.items()}
+    release.noisy = {k: np.rint(v).astype(np.int64) for k, v in noisy.items()}  # integers, as a release's are (its
+    # measurements are staged too while post-processing runs)
     release.invariants = invariants.as_dict()
     release.postprocess()
     assert sorted(p.relative_to(layout.staging).as_posix() for p in layout.staging.rglob("*.csv")) == sorted(
@@ -345,3 +346,51 @@ def test_a_block_whose_parent_cells_are_all_zero_is_zero_and_not_fitted():
     summed = np.zeros((4, 5), dtype=np.int64)
     np.add.at(summed, parent, out)
     assert np.array_equal(summed, parent_values) and np.array_equal(out.sum(axis=1), sep_values[:, 0])
+
+
+def test_running_workers_take_smaller_levels_costliest_chunk_first(tmp_path, monkeypatch):
+    """Workers already running (a cluster's executor; the local processes once started) are sent
+    every level over RUNNING_CELLS, where workers not yet started get only those over
+    PARALLEL_CELLS; each level's chunks go the costliest first (padded cells × the most children
+    of a block), and the integers are those of one process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dprelease.postprocess import topdown
+
+    sent: list[int | None] = []  # per chunk sent its cost; None where a table level begins
+    level = topdown.fit_level
+
+    def marked(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(None)
+        return level(*args, **kwargs)
+
+    monkeypatch.setattr(topdown, "fit_level", marked)
+
+    class Counting(ThreadPoolExecutor):
+        def submit(self, fn, chunk, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+            values, k, _, _ = chunk
+            sent.append(int(k.max()) * k.size * values.shape[1] * int(k.max()))
+            return super().submit(fn, chunk, *args, **kwargs)
+
+    monkeypatch.setattr(parents, "CHUNK_CELLS", 40)
+    alone, _, _ = _published(tmp_path, workers=1)
+    monkeypatch.setattr(parents, "PARALLEL_CELLS", 10**9)  # no level is that large
+    monkeypatch.setattr(parents, "RUNNING_CELLS", 0)
+    not_started = parents.Workers(2)
+    _published(tmp_path, workers=not_started)
+    assert not not_started.running()  # nothing was large enough to start them
+    sent.clear()
+    with Counting(2) as pool:
+        running = parents.Workers(2, pool)
+        assert running.running()
+        spread, _, _ = _published(tmp_path, workers=running)
+    assert all(np.array_equal(alone[k], spread[k]) for k in alone)
+    levels, costs = [], None
+    for cost in sent:
+        if cost is None:
+            levels.append(costs := [])
+        else:
+            costs.append(cost)
+    assert sum(len(c) > 1 for c in levels) >= 5  # table levels of several chunks, all sent
+    assert all(c == sorted(c, reverse=True) for c in levels)  # the costliest first
+    assert any(len(set(c)) > 1 for c in levels)

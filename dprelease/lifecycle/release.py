@@ -5,8 +5,10 @@ confidential data in memory and never hand it to an orchestrator.
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -94,6 +96,7 @@ class ReleaseRun:
     invariants: dict[str, np.ndarray] = field(default_factory=dict)  # exact place totals (NOT DP), per level
     published_values: dict[tuple[str, str | None], np.ndarray] = field(default_factory=dict)  # not yet written
     written: set[tuple[str, str | None]] = field(default_factory=set)  # tables staged as post-processing went
+    measurements_staged: set[tuple[str, str | None]] = field(default_factory=set)  # (written while post-processing ran)
     postprocess_warnings: list[str] = field(default_factory=list)  # e.g. a fit's iteration cap reached: run.json
     local_counts: dict[str, np.ndarray] = field(default_factory=dict)  # randomized answers per category
     local_estimates: dict[str, tuple[Estimate, Estimate]] = field(default_factory=dict)  # (IBU, MI)
@@ -187,23 +190,48 @@ class ReleaseRun:
         invariants (exact totals published outside DP; no other data, no budget). Each table
         level is staged as soon as it is final and dropped (a consistent group's level by level:
         memory holds about two of its levels, not every published value); the staging directory
-        exists from here on, and holds noise (a failure discards it, :mod:`.lifecycle.settle`)."""
+        exists from here on, and holds noise (a failure discards it, :mod:`.lifecycle.settle`).
+
+        Writing overlaps the computing: the noisy measurements (final since the noise step; publish
+        writes any not yet staged) are staged by one thread from the start, and each table level
+        by another while the next is fitted (one at a time: the next table hands its values over
+        once the previous is written, so memory holds one table level more at most). Every write
+        is done, and the first that failed raised, before this returns or raises."""
         self.stage = "postprocess"
         start = time.perf_counter()
         discard_staging(self.layout)
         files.make_dirs(self.layout.staging)
         self.written = set()
+        self.measurements_staged = set()
+        writing: list[Future[None]] = []
 
-        def stage(key: tuple[str, str | None], values: np.ndarray) -> None:
+        def write(key: tuple[str, str | None], values: np.ndarray) -> None:
             self._write_table(key, values)
             self.written.add(key)
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", FitWarning)
-            self.published_values = postprocess_release(self.spec, self.noisy, self.plan.noise_variances(),
-                                                        invariants=Invariants.from_totals(self.invariants),
-                                                        structural=structural_masks(self.plan), timings=self.timings,
-                                                        workers=self._fit_workers(), sink=stage)
+        with ThreadPoolExecutor(2, thread_name_prefix="dprelease-staging") as writer:
+            failed = threading.Event()  # post-processing raised: the measurements' writer stops at its next table
+            measurements = writer.submit(self._write_measurements, failed)
+
+            def stage(key: tuple[str, str | None], values: np.ndarray) -> None:
+                if writing:
+                    writing.pop().result()  # the previous table's write done (its error raised here)
+                writing.append(writer.submit(write, key, values))
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", FitWarning)
+                try:
+                    self.published_values = postprocess_release(self.spec, self.noisy, self.plan.noise_variances(),
+                                                                invariants=Invariants.from_totals(self.invariants),
+                                                                structural=structural_masks(self.plan),
+                                                                timings=self.timings, workers=self._fit_workers(),
+                                                                sink=stage)
+                    if writing:
+                        writing.pop().result()
+                except BaseException:
+                    failed.set()
+                    raise
+            measurements.result()
         for w in caught:  # the fit's reports go to the run record; any other warning on as it came
             if issubclass(w.category, FitWarning):
                 self.postprocess_warnings.append(str(w.message))
@@ -225,8 +253,9 @@ class ReleaseRun:
                 key = (table.name, level)
                 if key not in self.written:
                     self._write_table(key, self.published_values.pop(key))
-                checkpoint("staging")  # the tables staged, the measurements not yet
-                write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
+                checkpoint("staging")  # the tables staged (the measurements maybe too, by postprocess)
+                if key not in self.measurements_staged:
+                    write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
         for level, totals in self.invariants.items():
             write_invariant(self.spec, level, totals, staging)
         for p in self.plan.local:
@@ -263,6 +292,18 @@ class ReleaseRun:
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None
+
+    def _write_measurements(self, stop: threading.Event) -> None:
+        """Stage every noisy measurement (as :meth:`publish` would), noting each once written,
+        until ``stop`` is set."""
+        for table in self.spec.tables:
+            for level, dims, _ in table.measured():
+                if stop.is_set():
+                    return
+                table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
+                write_measurement(self.spec, table, dims, table_plan, self.noisy[(table.name, level)],
+                                  self.layout.staging)
+                self.measurements_staged.add((table.name, level))
 
     def _write_table(self, key: tuple[str, str | None], values: np.ndarray) -> None:
         """Stage one table level's published values (its file, as :func:`.publish.write_table` names it)."""

@@ -21,9 +21,13 @@ chunks of about ``CHUNK_CELLS`` padded cells (sorted by their number of children
 is small); a level with more than ``PARALLEL_CELLS`` free cells (2^23,
 about 33,000 places of a 252-cell table) sends its chunks to worker processes
 (:class:`Workers`, ``concurrent.futures``, one per CPU; starting them costs about a second),
-a smaller one is fitted here. The chunks, and so the integers, do not depend on where they
-run. Cost: linear in the level's cells times the Newton iterations, and min(children, cells)²
-per block and iteration; memory: a chunk per worker besides the level.
+a smaller one is fitted here — unless the workers are already running (a cluster's, or the
+local ones once started): then any level over ``RUNNING_CELLS`` (2^21) goes to them. Chunks
+are sent the costliest first (padded cells × the most children of a block: the Newton step's
+cost), so that the last ones to finish are small and the workers end a level together. The
+chunks, and so the integers, do not depend on where or in which order they run. Cost: linear
+in the level's cells times the Newton iterations, and min(children, cells)² per block and
+iteration; memory: a chunk per worker besides the level.
 
 Guarantees: non-negative integers, zero on the known zeros, the sums exact; a block whose
 Newton iteration reached its cap is counted in the returned :class:`FitStats` (the caller must
@@ -52,6 +56,7 @@ from dprelease.postprocess.transport import fit_blocks
 CHUNK_CELLS = 1 << 20  # padded cells per chunk (a few arrays of this many floats per worker)
 PARALLEL_CELLS = 1 << 23  # a level with more free cells than this is fitted in worker processes (starting
 # them costs about a second: the imports)
+RUNNING_CELLS = 1 << 21  # ... or than this, when the workers are running already (a cluster's, or started before)
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,11 @@ class Workers:
             context.set_forkserver_preload([__name__])  # imported once by the server, not by each worker
             self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_one_blas_thread)
         return self._pool
+
+    def running(self) -> bool:
+        """Whether sending chunks costs no start: a given executor, or this machine's processes
+        started already."""
+        return self._given is not None or self._pool is not None
 
     def task(self) -> Callable[[Chunk], tuple[np.ndarray, FitStats]]:
         """What a chunk is sent to: :func:`fit_chunk` (this machine's processes set BLAS to one
@@ -156,6 +166,8 @@ def fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_v
             ps = occupied[group]
             k = n_children[ps]
             placed.append((ps, order[np.repeat(start[ps] - (np.cumsum(k) - k), k) + np.arange(k.sum())], in_s))
+    placed.sort(key=lambda chunk: -int(n_children[chunk[0]].max()) ** 2 * chunk[0].size * chunk[2].size)  # costliest
+    # first (padded cells × the most children of a block); stable: ties keep their order
 
     def task(i: int) -> Chunk:  # built when sent: a chunk's copy of the estimate lives only while it is fitted
         ps, children, in_s = placed[i]
@@ -163,7 +175,9 @@ def fit_level(estimate: np.ndarray, zeros: np.ndarray, to_sep: np.ndarray, sep_v
         return (estimate[np.ix_(children, in_s)], n_children[ps], sep_values[children, s].astype(np.float64),
                 parent_values[np.ix_(ps, in_s)].astype(np.float64))
 
-    pool = workers.pool() if workers is not None and free.size * places > PARALLEL_CELLS else None
+    running = workers is not None and workers.running()
+    large = free.size * places > (min(RUNNING_CELLS, PARALLEL_CELLS) if running else PARALLEL_CELLS)
+    pool = workers.pool() if workers is not None and large else None
     stats = FitStats()
     with threadpool_limits(limits=1, user_api="blas"):  # here too (see _one_blas_thread)
         for i, (ints, chunk_stats) in _fitted(len(placed), task, pool, 2 * (workers.processes if workers else 1), workers):
