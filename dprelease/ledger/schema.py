@@ -394,7 +394,7 @@ def _orphaned_key_wait(location: LedgerLocation) -> bool:
     raise LedgerError(f"{key} exists but the ledger {path} does not: the ledger was deleted or moved, and a fresh one "
                       "here would restart every lifetime budget it held. Restore the ledger from a backup (or point "
                       "--ledger / ledger: to where it is now). Only if no release ever used it: remove the key file, "
-                      "and a new ledger starts. Nothing was spent.")
+                      "and a new ledger starts. Nothing was created or spent.")
 
 
 def _create_sqlite_ledger(location: LedgerLocation, birth: Birth) -> bool:

@@ -138,7 +138,9 @@ class ScheduleBinding:
         differ = [name for name in PARAMETERS if _json(parameters.get(name)) != _json(getattr(self, name))]
         if differ:
             given = ", ".join(f"{name}={_json(parameters.get(name))}" for name in differ)
-            bound = ", ".join(f"{name}={_json(getattr(self, name))}" for name in differ)
+            bound = ", ".join(f"{name}={_json(getattr(self, name))}"
+                              + (" (none given: the spec's own pin, or the per-user default)"
+                                 if name == "ledger" and getattr(self, name) is None else "") for name in differ)
             raise NotBound(f"deployment {self.deployment} takes no orders: this run carries {given}, but `dprelease "
                            f"schedule` bound {bound} when it started serving; trigger it without parameters, or "
                            "restart `dprelease schedule` with the values you want. " + NOTHING_SPENT)

@@ -234,7 +234,7 @@ def scan(path: Path, columns: list[StarterColumn], na_values: set[str]) -> list[
             bad = {v: n for v, n in seen.items() if v not in na_values and v != ""
                    and not (re.fullmatch(r"[+-]?[0-9]{1,18}(\.0*)?", v) and lo <= int(v.split(".")[0]) <= hi)}  # "15400.0"
                                                                                     # is whole, as the reader takes it
-            what = f"value(s) that are not whole numbers in the range [{lo}, {hi}]"
+            what = f"value(s) outside the declared range: not a whole number from {lo} to {hi}"
         if bad:
             examples = sorted(bad, key=lambda v: (-bad[v], v))[:EXAMPLES]
             findings.append(Finding(c.name, sum(bad.values()), examples, what))
