@@ -71,10 +71,28 @@ def pytest_configure(config):
 SLOW_FIXTURES = frozenset({"prefect_server"})
 
 
+# The longest modules first (wall seconds of a measured run of the whole suite, longest first;
+# the rest follow in collection order). With `--dist loadscope --no-loadscope-reorder` (addopts)
+# xdist hands modules out in this order, one to each worker as it runs short of work: the long
+# end-to-end modules start at once and the short ones fill in at the end, so both workers finish
+# together (longest processing time first). xdist's own reorder, by number of tests, sent the
+# 156 quick spec checks first and the long end-to-end modules last, leaving a core idle while the
+# other finished one. Order only: every module's tests, in their own order, whichever it is.
+LONGEST_FIRST = ("test_schedule.py", "test_run.py", "test_crash.py", "test_orchestrators.py", "test_hostile.py",
+                 "test_budget_identity.py", "test_races.py", "test_local.py", "test_file_modes.py",
+                 "test_fast_cli.py", "test_warm_runner.py", "test_mechanisms.py", "test_reading.py",
+                 "test_noise_spent.py", "test_dask.py", "test_local_provenance.py", "test_user_state.py",
+                 "test_invariants.py", "test_structural.py", "test_file_safety.py", "test_approx.py",
+                 "test_suite_layout.py", "test_ledger.py", "test_init.py", "test_zcdp.py", "test_report_html.py",
+                 "test_report.py", "test_consistent.py", "test_topdown_fit.py", "test_operations.py")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's own order kept
 
 
 def pytest_unconfigure(config):
