@@ -1,19 +1,25 @@
 """A real Prefect server on 127.0.0.1 for the tests that run whole releases in child processes.
 
 With a server, a run costs ~3 s instead of the ~10 s of an ephemeral one; one test still runs
-in ephemeral mode, as the README does. The server runs in its own process group and is
-killed with it.
+in ephemeral mode, as the README does. One server serves every worker of the session
+(:func:`prefect_server`); it runs in its own process group and is killed with it.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -29,37 +35,122 @@ def quiet_prefect_env(home) -> dict[str, str]:
             "PREFECT_LOGGING_LEVEL": "WARNING"}
 
 
-@pytest.fixture(scope="session")
-def prefect_server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("prefect-server")
+def _shared_root(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """The directory the session's workers share (xdist gives each worker ROOT/popen-gwN), or the
+    session's own without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    with open(root / "prefect-server.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+            return response.read().strip() == b"true"
+    except OSError:
+        return False
+
+
+def _start(home: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     env = {**os.environ, **quiet_prefect_env(home)}
     env.pop("PREFECT_API_URL", None)
-    log = open(home / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(home / "server.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + 90
+    while not _healthy(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc.pid, proc)
+            raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.3)
+    return proc, url
+
+
+def _stop(pid: int, proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM to the server's process group, SIGKILL after 20 s; reaped by the worker that
+    started it (``proc``), by init once that worker has gone."""
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                    if response.read().strip() == b"true":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield url
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return
+        stat = Path(f"/proc/{pid}/stat")
+        if proc is None and (not stat.exists() or stat.read_text().split(") ")[-1].startswith("Z")):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if proc is not None:
+        proc.wait()
+
+
+_started: dict[int, subprocess.Popen[bytes]] = {}  # the servers this process started, by PID
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """One server for the whole session, shared by its xdist workers: the first worker that needs
+    it starts it, each user is counted in ``prefect-server.json`` beside the workers' temporary
+    directories (under a lock), and the last user to finish stops it (a worker that needs one
+    after that starts another). Started once instead of once per worker: ~7 s of CPU and its
+    idle services' ~1 s a minute, each time. Every test's flows, deployments and artifacts are
+    its own (their names, releases and flow-run ids), so sharing changes nothing they read.
+    ``pytest_sessionfinish`` (below) stops a server a crashed worker left."""
+    root = _shared_root(tmp_path_factory)
+    record = root / "prefect-server.json"
+    with _locked(root):
+        shared = json.loads(record.read_text()) if record.exists() else None
+        if shared is None or not _healthy(shared["url"]):
+            if shared is not None:
+                _stop(shared["pid"], _started.pop(shared["pid"], None))
+            home = Path(tempfile.mkdtemp(prefix="prefect-server-", dir=root))
+            proc, url = _start(home)
+            _started[proc.pid] = proc
+            shared = {"pid": proc.pid, "url": url, "users": 0}
+        shared["users"] += 1
+        record.write_text(json.dumps(shared))
+    try:
+        yield shared["url"]
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        with _locked(root):
+            now = json.loads(record.read_text())
+            now["users"] -= 1
+            if now["users"] == 0:
+                _stop(now["pid"], _started.pop(now["pid"], None))
+                record.unlink()
+            else:
+                record.write_text(json.dumps(now))
+
+
+def pytest_sessionfinish(session) -> None:  # type: ignore[no-untyped-def]
+    """In the controller (or a session without xdist), after every worker has finished: a shared
+    server still recorded was left by a worker that crashed before its teardown: stop it."""
+    if hasattr(session.config, "workerinput"):
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None or factory._basetemp is None:
+        return
+    record = factory.getbasetemp() / "prefect-server.json"
+    if record.exists():
+        _stop(json.loads(record.read_text())["pid"], None)
+        record.unlink()
 
 
 @pytest.fixture
