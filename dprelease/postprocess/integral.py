@@ -19,9 +19,6 @@ Imports numpy and scipy; sees published noisy values only.
 from __future__ import annotations
 
 import numpy as np
-import scipy.optimize
-import scipy.sparse
-import scipy.sparse.csgraph
 
 from dprelease.errors import InternalError
 
@@ -92,6 +89,9 @@ def _choose(free: np.ndarray, frac: np.ndarray, rows: np.ndarray, cols: np.ndarr
     if total != int(need_cols.sum()):
         return None
     n_rows, n_cols = need_rows.size, need_cols.size
+    import scipy.sparse  # here: a run that never rounds two ways does not import it (CLI latency)
+    import scipy.sparse.csgraph
+
     source, sink = n_rows + n_cols, n_rows + n_cols + 1
     for threshold in THRESHOLDS:
         use = free[frac[free] >= threshold] if threshold > 0 else free
@@ -115,6 +115,9 @@ def _nearest(x: np.ndarray, rows: np.ndarray, row_targets: np.ndarray, cols: np.
     """Non-negative integers with the exact sums, nearest to ``x`` in Σ|·| when floors and
     ceilings alone cannot meet them: per value, a unit up at cost 1 − 2·frac, further units up at
     1, units down at 1 (a convex piecewise-linear cost: the flow problem's vertices stay whole)."""
+    import scipy.optimize  # here: seldom needed, and 0.3 s to import (every run's start)
+    import scipy.sparse
+
     low = np.floor(x + FRACTION_TOLERANCE)
     frac = np.clip(x - low, 0, 1)
     n = x.size
