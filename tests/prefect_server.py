@@ -31,8 +31,11 @@ def _free_port() -> int:
 
 
 def quiet_prefect_env(home) -> dict[str, str]:
+    """A child's Prefect settings: its own home, no analytics, warnings only; and a served
+    deployment (``dprelease schedule``) that asks the server for runs every second, not every
+    10 s (Prefect's default): a test waits for each run it starts to be picked up."""
     return {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_LOGGING_LEVEL": "WARNING"}
+            "PREFECT_LOGGING_LEVEL": "WARNING", "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
 
 
 def _shared_root(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
