@@ -110,3 +110,33 @@ def test_every_measurement_is_staged_once_while_post_processing_runs(tmp_path, c
     keys = [k for k, _ in when]
     assert len(keys) == len(set(keys)) and {s for _, s in when} == {"postprocess"}
     assert len(list((out / "overlapped").rglob("measurements/*"))) == len(keys) > 0
+
+
+def test_post_processing_that_stops_stops_the_measurement_writer_and_leaves_no_staging(tmp_path, cli, monkeypatch):
+    """Post-processing raises while the measurements' writer is slow: the writer stops before its
+    next file, every write has ended when the error comes out (no thread left writing into the
+    staging directory settling discards), and nothing of the staging is left."""
+    import threading
+    import time
+
+    real, written = release.write_measurement, []
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        written.append(args[1].name)
+        return real(*args, **kwargs)
+
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.1)  # the writer has started its first file
+        raise RuntimeError("post-processing failed (a test)")
+
+    monkeypatch.setattr(release, "write_measurement", slow)
+    monkeypatch.setattr(release, "postprocess_release", failing)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    out = tmp_path / "out"
+    result = cli("run", _spec(tmp_path, "stopped"), "--output-dir", out, "--orchestrator", "inline")
+    assert result.code != 0 and "post-processing failed (a test)" in result.stderr, result
+    assert not [t for t in threading.enumerate() if t.name.startswith("dprelease-staging")]
+    assert len(written) == 1  # the file under way when post-processing stopped, and no other
+    time.sleep(0.5)  # a writer left running would write its next file meanwhile
+    assert len(written) == 1 and not (out / ".staging").exists() and not (out / "stopped").exists()

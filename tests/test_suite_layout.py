@@ -41,3 +41,8 @@ def test_the_inner_loop_keeps_every_modules_unit_tests_but_the_wholly_end_to_end
     kept = Counter(test.split("::")[0].removeprefix("tests/") for test in fast)
     assert {m for m in modules if kept[m] == 0} == WHOLLY_SLOW, "update WHOLLY_SLOW and tests/README.md"
     assert set(fast) < set(every)
+    deselected = every[len(fast):]
+    assert deselected and not set(deselected) & set(fast)  # -m left some out, and only those
+    from tests.conftest import LONGEST_FIRST
+
+    assert set(LONGEST_FIRST) <= set(modules), "a module in conftest.LONGEST_FIRST is not collected: renamed?"

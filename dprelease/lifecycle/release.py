@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -196,7 +196,10 @@ class ReleaseRun:
         writes any not yet staged) are staged by one thread from the start, and each table level
         by another while the next is fitted (one at a time: the next table hands its values over
         once the previous is written, so memory holds one table level more at most). Every write
-        is done, and the first that failed raised, before this returns or raises."""
+        started has ended before this returns or raises, through a Ctrl-C too (settling then
+        discards the staging with nothing left writing into it); post-processing that stops stops
+        the measurements' writer before its next file. A write that failed fails the run with its
+        own error: a table's when the next is staged, a measurement's then or at the end."""
         self.stage = "postprocess"
         start = time.perf_counter()
         discard_staging(self.layout)
@@ -209,29 +212,36 @@ class ReleaseRun:
             self._write_table(key, values)
             self.written.add(key)
 
-        with ThreadPoolExecutor(2, thread_name_prefix="dprelease-staging") as writer:
-            failed = threading.Event()  # post-processing raised: the measurements' writer stops at its next table
-            measurements = writer.submit(self._write_measurements, failed)
+        writer = ThreadPoolExecutor(2, thread_name_prefix="dprelease-staging")
+        failed = threading.Event()  # post-processing stopped: the measurements' writer stops before its next file
+        measurements = writer.submit(self._write_measurements, failed)
+        started: list[Future[None]] = [measurements]
 
-            def stage(key: tuple[str, str | None], values: np.ndarray) -> None:
-                if writing:
-                    writing.pop().result()  # the previous table's write done (its error raised here)
-                writing.append(writer.submit(write, key, values))
+        def stage(key: tuple[str, str | None], values: np.ndarray) -> None:
+            if writing:
+                writing.pop().result()  # the previous table's write done (its error raised here)
+            if measurements.done():
+                measurements.result()  # a measurement's write failed: fail now, not after the fit
+            writing.append(writer.submit(write, key, values))
+            started.append(writing[-1])
 
+        try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", FitWarning)
-                try:
-                    self.published_values = postprocess_release(self.spec, self.noisy, self.plan.noise_variances(),
-                                                                invariants=Invariants.from_totals(self.invariants),
-                                                                structural=structural_masks(self.plan),
-                                                                timings=self.timings, workers=self._fit_workers(),
-                                                                sink=stage)
-                    if writing:
-                        writing.pop().result()
-                except BaseException:
-                    failed.set()
-                    raise
+                self.published_values = postprocess_release(self.spec, self.noisy, self.plan.noise_variances(),
+                                                            invariants=Invariants.from_totals(self.invariants),
+                                                            structural=structural_masks(self.plan),
+                                                            timings=self.timings, workers=self._fit_workers(),
+                                                            sink=stage)
+                if writing:
+                    writing.pop().result()
             measurements.result()
+        except BaseException:
+            failed.set()
+            raise
+        finally:
+            _finish_writes(started)  # no write goes on once this returns or raises (settle discards the staging)
+            writer.shutdown(wait=True)
         for w in caught:  # the fit's reports go to the run record; any other warning on as it came
             if issubclass(w.category, FitWarning):
                 self.postprocess_warnings.append(str(w.message))
@@ -358,3 +368,19 @@ def _error_record(error: BaseException | None) -> str | None:
     if isinstance(error, DataError):
         return f"{type(error).__name__} (the message, which may quote data values, went to the terminal only)"
     return f"{type(error).__name__}: {error}"
+
+
+def _finish_writes(futures: list[Future[None]]) -> None:
+    """Wait until every staging write started has ended, through any Ctrl-C meanwhile (re-raised
+    once they have): a write still going after post-processing stopped would put noise back into a
+    staging directory that settling has discarded. Waits on the futures, not the threads (a join
+    interrupted by Ctrl-C can leave a running thread marked stopped)."""
+    interrupted: KeyboardInterrupt | None = None
+    while True:
+        try:
+            wait(futures)
+            break
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted

@@ -89,8 +89,8 @@ def _choose(free: np.ndarray, frac: np.ndarray, rows: np.ndarray, cols: np.ndarr
     if total != int(need_cols.sum()):
         return None
     n_rows, n_cols = need_rows.size, need_cols.size
-    import scipy.sparse  # here: a run that never rounds two ways does not import it (CLI latency)
-    import scipy.sparse.csgraph
+    import scipy.sparse  # (imported at start by gls anyway)
+    import scipy.sparse.csgraph  # here: a run that never rounds two ways does not import it (CLI latency)
 
     source, sink = n_rows + n_cols, n_rows + n_cols + 1
     for threshold in THRESHOLDS:
