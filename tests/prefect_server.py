@@ -111,8 +111,7 @@ def _stop(pid: int, proc: subprocess.Popen[bytes] | None) -> None:
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             return
-        stat = Path(f"/proc/{pid}/stat")
-        if proc is None and (not stat.exists() or stat.read_text().split(") ")[-1].startswith("Z")):
+        if proc is None and not _alive(pid):
             return
         time.sleep(0.1)
     try:

@@ -22,6 +22,7 @@ from dprelease.accounting.budgets import (
     compose,
     delta_of,
     subtract,
+    symbol_key,
     unit_key,
     within,
     zero,
@@ -49,6 +50,6 @@ __all__ = [
     "KINDS", "ApproxDP", "Budget", "Kind", "NotANumber", "Neighbouring", "PrivacyUnit", "PureDP", "Terms", "ZCDP",
     "add", "amount_text", "approx_to_zcdp", "budget_from_record", "budget_of",
     "delta_of", "compose", "compose_sequential", "decimal_text", "exact_and_decimal",
-    "fraction_text", "ln_upper_bound", "parse_budget", "parse_exact", "percent_text", "pure_to_zcdp", "subtract", "unit_key",
+    "fraction_text", "ln_upper_bound", "parse_budget", "parse_exact", "percent_text", "pure_to_zcdp", "subtract", "symbol_key", "unit_key",
     "within", "zero", "zcdp_epsilon", "zcdp_to_pure",
 ]

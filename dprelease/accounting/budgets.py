@@ -229,7 +229,13 @@ def unit_key(budget: Budget) -> str:
     for ρ-zCDP, ``"epsilon"`` for pure ε and (ε, δ) (whose δ has a key of its own). Every JSON
     output names an untyped figure so, as :func:`budget_from_record`'s records do: a ρ is never
     written under ``"epsilon"``."""
-    return "rho" if isinstance(budget, ZCDP) else "epsilon"
+    return symbol_key(budget.symbol)
+
+
+def symbol_key(symbol: str) -> str:
+    """:func:`unit_key` for a unit known by its symbol (``Terms.symbol``, ``Plan.symbol``): ``"rho"``
+    for ρ, ``"epsilon"`` for ε."""
+    return "rho" if symbol == "ρ" else "epsilon"
 
 
 def budget_from_record(record: Mapping[str, object]) -> Budget:

@@ -11,7 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dprelease.accounting import NotANumber, amount_text, compose, fraction_text, parse_budget, subtract, unit_key
+from dprelease.accounting import NotANumber, amount_text, compose, fraction_text, parse_budget, subtract, symbol_key, unit_key
 from dprelease.cli.common import handled, out, say, spec_ledger, spec_location, usage_error
 from dprelease.errors import DataError, ExitCode, SpecError
 
@@ -59,7 +59,7 @@ def _auto_spend(spec: Any) -> str:
     """What a spec with ``epsilon: auto`` (``rho: auto``) tables spends, before its split is
     chosen: the written tables' budgets, and at most the release budget in all (the tables' budgets
     in the spec are a provisional split, never spent: :class:`dprelease.spec.model.AutoSplit`)."""
-    symbol, key = spec.symbol, "rho" if spec.symbol == "ρ" else "epsilon"
+    symbol, key = spec.symbol, symbol_key(spec.symbol)
     auto = [t.name for t in spec.tables if t.auto is not None]
     written = [t for t in spec.tables if t.auto is None]
     left = subtract(spec.budget, compose((t.budget for t in written), spec.definition))

@@ -20,6 +20,7 @@ from dprelease.accounting import (
     fraction_text,
     percent_text,
     subtract,
+    symbol_key,
     unit_key,
     zero,
 )
@@ -75,8 +76,8 @@ def plan_json(plan: Plan, location: LedgerLocation, ledger_exists: bool, ledger_
         # untyped figures: a key named by its unit ("total_rho" under zcdp), or a unit stated beside them
         f"total_{unit_key(plan.total)}": amount_text(plan.total),
         "release_budget": amount_text(plan.release_budget),
-        "budget_unit": "rho" if plan.symbol == "ρ" else "epsilon",
-        "ledger_unit": "rho" if plan.ledger_symbol == "ρ" else "epsilon",
+        "budget_unit": symbol_key(plan.symbol),
+        "ledger_unit": symbol_key(plan.ledger_symbol),
         "ledger_charge": amount_text(plan.charge),  # in ledger_unit
         "confidence": fraction_text(plan.confidence),
         "delta": _text(plan.guarantee_delta if plan.guarantee_delta is not None else delta_of(plan.release_budget)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from dprelease.accounting import Budget, decimal_text, fraction_text, percent_text
+from dprelease.accounting import Budget, decimal_text, fraction_text, percent_text, symbol_key
 from dprelease.publish.manifest import budget_record
 from dprelease.plan import Plan
 from dprelease.plan.allocation import Allocation, Share
@@ -100,7 +100,7 @@ def allocation_yaml(plan: Plan, allocation: Allocation) -> str:
     """The proposal as a spec fragment (``tables:`` entries with their budgets), everything else
     as YAML comments: the whole text is valid YAML."""
     a, symbol = allocation, plan.symbol
-    key = "rho" if symbol == "ρ" else "epsilon"
+    key = symbol_key(symbol)
     conf = percent_text(a.confidence)
     release = _yaml_amount(plan.release_budget.amount)
     formula = ("εᵢ ∝ (wᵢ·cᵢ·Δᵢ²)^(1/3)" if symbol == "ε" else

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from dprelease.host import files
-from dprelease.accounting import ApproxDP, amount_text, fraction_text, subtract
+from dprelease.accounting import ApproxDP, amount_text, fraction_text, subtract, symbol_key
 from dprelease.data.rules import check_rules
 from dprelease.errors import (
     AlreadyReleasedError,
@@ -248,7 +248,7 @@ def _ledger_option(spec: Spec) -> str:
 def _over_budget_fixes(spec: Spec, plan: Plan) -> list[str]:
     """What would make the release fit: the tables' budgets lowered (the planner proposes a split),
     the release budget raised within the lifetime's, or a recorded decision to raise the cap."""
-    symbol, unit = plan.symbol, "rho" if plan.symbol == "ρ" else "epsilon"
+    symbol, unit = plan.symbol, symbol_key(plan.symbol)
     fixes = []
     if plan.total.amount > plan.release_budget.amount:
         fixes.append(f"Fix: lower the tables' {symbol} in {spec.source.name} to sum to at most the release budget "

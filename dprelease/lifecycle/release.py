@@ -42,7 +42,7 @@ from dprelease.publish.layout import (
     write_table,
 )
 from dprelease.report.markdown import budget_report_md
-from dprelease.spec import ModeMeasure, Spec, canonical
+from dprelease.spec import ModeMeasure, Spec, Table, canonical
 
 STAGE_TIMINGS = ("check", "identity", "fingerprint", "load", "histogram", "noise", "postprocess", "publish",
                  "postprocess_estimate", "postprocess_fit")  # the last two: parts of postprocess (consistent groups)
@@ -259,13 +259,12 @@ class ReleaseRun:
         files.make_dirs(staging)  # (made by postprocess, which staged the tables)
         for table in self.spec.tables:
             for level, dims, _ in table.measured():
-                table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
                 key = (table.name, level)
                 if key not in self.written:
                     self._write_table(key, self.published_values.pop(key))
                 checkpoint("staging")  # the tables staged (the measurements maybe too, by postprocess)
                 if key not in self.measurements_staged:
-                    write_measurement(self.spec, table, dims, table_plan, self.noisy[key], staging)
+                    self._stage_measurement(table, level, dims)
         for level, totals in self.invariants.items():
             write_invariant(self.spec, level, totals, staging)
         for p in self.plan.local:
@@ -310,10 +309,14 @@ class ReleaseRun:
             for level, dims, _ in table.measured():
                 if stop.is_set():
                     return
-                table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
-                write_measurement(self.spec, table, dims, table_plan, self.noisy[(table.name, level)],
-                                  self.layout.staging)
-                self.measurements_staged.add((table.name, level))
+                self._stage_measurement(table, level, dims)
+
+    def _stage_measurement(self, table: Table, level: str | None, dims: tuple[str, ...]) -> None:
+        """Stage one table level's noisy measurement (its file, as :func:`.publish.write_measurement`
+        names it), noting it staged: by post-processing's writer, or by publish for one it did not reach."""
+        table_plan = next(p for p in self.plan.tables if p.name == table.name and p.level == level)
+        write_measurement(self.spec, table, dims, table_plan, self.noisy[(table.name, level)], self.layout.staging)
+        self.measurements_staged.add((table.name, level))
 
     def _write_table(self, key: tuple[str, str | None], values: np.ndarray) -> None:
         """Stage one table level's published values (its file, as :func:`.publish.write_table` names it)."""

@@ -49,7 +49,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dprelease.accounting import budget_of, fraction_text
+from dprelease.accounting import budget_of, fraction_text, symbol_key
 from dprelease.accounting.exact import decimal_text, round_significant
 from dprelease.errors import InternalError, UserError
 from dprelease.plan.workload import Floats, Objective, Part, auto_tables, problem, svd_bound
@@ -87,7 +87,7 @@ class Split:
     def record(self) -> dict[str, object]:
         """The split as plan --json, the manifest and the report state it (shares exact)."""
         return {
-            "method": self.method, "shared": fraction_text(self.budget), "unit": "rho" if self.symbol == "ρ" else "epsilon",
+            "method": self.method, "shared": fraction_text(self.budget), "unit": symbol_key(self.symbol),
             "shares": [{"measurement": k, "share": fraction_text(s), "weight": fraction_text(w),
                         "published_rmse_per_cell": e}
                        for k, s, w, e in zip(self.keys, self.shares, self.weights, self.rmse)],
