@@ -247,12 +247,12 @@ def test_gaussian_and_delta_need_an_approx_or_zcdp_release(tmp_path, cli, old, n
 # ---------------------------------------------------------------- end to end, and the ledger's δ
 
 
-def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
+def test_an_approx_release_end_to_end(tmp_path, release_env, cli):
     """Published with the manifest's (ε, δ); the ledger charged ε and δ; a second release that
     fits the lifetime ε but not the lifetime δ is refused before the data is read (exit 3)."""
     path = write(tmp_path, lifetime="5")
     ledger = tmp_path / "ledger.sqlite"
-    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "acs-approx-2019"
     manifest = json.loads((release / "manifest.json").read_text())
@@ -276,7 +276,7 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     # the lifetime ε (5) has room for a second and third release; the lifetime δ (2e-6) for one more only
     second = write(tmp_path, lifetime="5", name="second.yaml")
     second.write_text(second.read_text().replace("acs-approx-2019", "acs-approx-2019-b"))
-    assert run(second, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
+    assert run(second, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env).returncode == 0
     third = write(tmp_path, lifetime="5", name="third.yaml")
     third.write_text(third.read_text().replace("acs-approx-2019", "acs-approx-2019-c"))
     planned = cli("plan", third, "--ledger", ledger)
@@ -284,7 +284,7 @@ def test_an_approx_release_end_to_end(tmp_path, run_env, cli):
     epsilon_line = next(line for line in planned.stdout.splitlines() if line.startswith("Lifetime budget"))
     assert epsilon_line.endswith("fits"), epsilon_line  # only δ is over, and the refusal says so
     assert "plan exceeds the lifetime δ budget of nist-acs-approx" in planned.stderr, planned.stderr
-    refused = run(third, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    refused = run(third, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert refused.returncode == 3 and "lifetime δ budget" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "acs-approx-2019-c").exists()
     opened = Ledger.open(resolve_location(str(ledger)))

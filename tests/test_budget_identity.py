@@ -58,18 +58,18 @@ def ledger_runs(path: Path) -> list[tuple[str, str, str]]:
         opened.close()
 
 
-def home_env(run_env: dict, home: Path) -> dict:
+def home_env(release_env: dict, home: Path) -> dict:
     """Another user: another HOME, and nothing else that would point at a ledger."""
-    return {**run_env, "HOME": str(home), "XDG_DATA_HOME": None, "XDG_CONFIG_HOME": None, "DPRELEASE_LEDGER": None}
+    return {**release_env, "HOME": str(home), "XDG_DATA_HOME": None, "XDG_CONFIG_HOME": None, "DPRELEASE_LEDGER": None}
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory, run_env_module):
+def published(tmp_path_factory, release_env_module):
     """The demo, pinned to a project ledger, approved by a named reviewer and published once."""
     root = tmp_path_factory.mktemp("project")
     spec = demo_copy(root)
     out = root / "outputs"
-    env = home_env(run_env_module, root / "home-1")
+    env = home_env(release_env_module, root / "home-1")
     born = run_cli(["ledger", "init", "--spec", spec, "--reason", "the project's budget"], env)
     assert born.returncode == 0, born.stderr
     approve = run_cli(["plan", spec, "--approve", "--by", "Ada Reviewer"], env)
@@ -77,7 +77,7 @@ def published(tmp_path_factory, run_env_module):
     proc = run(spec, "--output-dir", out, env=env)
     assert proc.returncode == 0, proc.stderr
     return {"root": root, "spec": spec, "out": out, "ledger": root / "ledgers" / "ledger.sqlite", "env": env,
-            "run_env": run_env_module, "stderr": proc.stderr}
+            "release_env": release_env_module, "stderr": proc.stderr}
 
 
 def run_cli(args: list, env: dict, cwd: Path = ROOT):
@@ -108,7 +108,7 @@ def test_the_run_says_where_the_budget_lives(published):
 
 def test_a_second_home_is_refused_and_reserves_nothing(published):
     """The same spec run by another user (another HOME) into the same output directory."""
-    env = home_env(published["run_env"], published["root"] / "home-2")
+    env = home_env(published["release_env"], published["root"] / "home-2")
     again = run(published["spec"], "--output-dir", published["out"], env=env)
     assert again.returncode == 4, again.stderr  # the same pinned ledger: already released
     # the spec without its ledger: pin: the per-user default is never where a budget starts
@@ -169,10 +169,10 @@ def test_the_approval_is_on_the_record_in_every_format(published):
                                    "plan_fingerprint": manifest["spec_fingerprint"]}
 
 
-def test_approval_required_by_the_spec_or_the_ledger(tmp_path, run_env):
+def test_approval_required_by_the_spec_or_the_ledger(tmp_path, release_env):
     spec = demo_copy(tmp_path, extra="approval: required\n")
     make_ledger(tmp_path / "ledgers" / "ledger.sqlite")
-    env = home_env(run_env, tmp_path / "home")
+    env = home_env(release_env, tmp_path / "home")
     refused = run(spec, "--output-dir", tmp_path / "out", env=env)
     assert refused.returncode == 5 and "approval: required" in refused.stderr, refused.stderr
     ledger = tmp_path / "ledgers" / "ledger.sqlite"
@@ -256,7 +256,7 @@ def record_adversary(known: bytes, outputs: list[bytes], directory: Path) -> lis
     return found
 
 
-def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, monkeypatch):
+def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, release_env, monkeypatch):
     """All rows but one known (200 of 201): the ledger's listing, its database file, the manifest,
     the reports and the internal run record do not identify the last row among its 200
     candidates; the same search finds it at once where a plain hash is shown (the control)."""
@@ -266,9 +266,9 @@ def test_the_strong_adversary_learns_nothing_from_the_ledger(tmp_path, run_env, 
     spec = tiny_release(tmp_path, known_rows + [secret])
     known = (tmp_path / "tiny.csv").read_bytes()[: -len(b"2,42\n")]
     out = tmp_path / "out"
-    proc = run(spec, "--output-dir", out, env=run_env)
+    proc = run(spec, "--output-dir", out, env=release_env)
     assert proc.returncode == 0, proc.stderr
-    env = {**run_env}
+    env = {**release_env}
     outputs = [run_cli(["ledger", "--ledger", tmp_path / "ledger.sqlite"], env).stdout.encode(),
                run_cli(["ledger", "--ledger", tmp_path / "ledger.sqlite", "--json"], env).stdout.encode(),
                run_cli(["plan", spec, "--json"], env).stdout.encode(),
@@ -387,25 +387,25 @@ def test_a_symlinked_spec_finds_the_spec_s_ledger(tmp_path, cli, monkeypatch):
     assert json.loads(result.stdout)["ledger"]["url"] == f"sqlite:///{tmp_path / 'ledger.sqlite'}"
 
 
-def test_evaluations_are_recorded_and_reported(tmp_path, run_env, monkeypatch):
+def test_evaluations_are_recorded_and_reported(tmp_path, release_env, monkeypatch):
     monkeypatch.delenv("DPRELEASE_LEDGER")
     spec = tiny_release(tmp_path, [(1 + i % 2, i % 100) for i in range(300)])
     report = tmp_path / "eval.md"
-    evaluated = run_cli(["evaluate", spec, "--trials", "2", "--output", report], run_env)
+    evaluated = run_cli(["evaluate", spec, "--trials", "2", "--output", report], release_env)
     assert evaluated.returncode == 0, evaluated.stderr
     assert stat.S_IMODE(report.stat().st_mode) == 0o600
-    plan = run_cli(["plan", spec], run_env)
+    plan = run_cli(["plan", spec], release_env)
     assert "was evaluated in the open" in plan.stdout, plan.stdout
-    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    proc = run(spec, "--output-dir", tmp_path / "out", env=release_env)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "out" / "tiny-1" / "manifest.json").read_text())
     assert [e["trials"] for e in manifest["evaluated_in_the_open"]] == [2]
     assert "this data was evaluated in the open" in (tmp_path / "out" / "tiny-1" / "budget_report.md").read_text()
-    again = run_cli(["evaluate", spec, "--trials", "1"], run_env)
+    again = run_cli(["evaluate", spec, "--trials", "1"], release_env)
     assert again.returncode == 2 and "not evaluated in the open" in again.stderr
 
 
-def test_a_zcdp_quantile_that_plans_also_runs(tmp_path, run_env, monkeypatch):
+def test_a_zcdp_quantile_that_plans_also_runs(tmp_path, release_env, monkeypatch):
     """ρ = 1/3: the pure ε the permute-and-flip runs at is rounded down (fewer digits) until the
     exact sampler takes its temperature, at plan time; the run then publishes."""
     monkeypatch.delenv("DPRELEASE_LEDGER")
@@ -413,12 +413,12 @@ def test_a_zcdp_quantile_that_plans_also_runs(tmp_path, run_env, monkeypatch):
     spec.write_text(spec.read_text().replace("definition: pure, unit: row", "definition: zcdp, unit: row, delta: 1e-6")
                     .replace("epsilon: 3", "rho: 3").replace("budget: {epsilon: 1}", "budget: {rho: 1/3}")
                     .replace("    epsilon: 1\n", "    measure: {quantile: AGEP, q: 0.5}\n    rho: 1/3\n"))
-    plan = run_cli(["plan", spec, "--json"], run_env)
+    plan = run_cli(["plan", spec, "--json"], release_env)
     assert plan.returncode == 0, plan.stderr
     table = json.loads(plan.stdout)["tables"][0]
     pure = Fraction(table["mechanism_epsilon"])
     assert pure * pure / 2 <= Fraction(1, 3) and pure > Fraction(816, 1000)
-    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    proc = run(spec, "--output-dir", tmp_path / "out", env=release_env)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -430,11 +430,11 @@ def test_keys_are_created_whole_and_owner_only(tmp_path):
     assert not [p for p in path.parent.iterdir() if p.name != "a.key"]
 
 
-def test_an_existing_default_ledger_never_starts_a_budget(tmp_path, run_env):
+def test_an_existing_default_ledger_never_starts_a_budget(tmp_path, release_env):
     """Another HOME that already has a per-user default ledger (an older version, another
     dataset's cap): a spec that pins nothing still cannot start its dataset's budget there."""
     home = tmp_path / "home"
-    env = home_env(run_env, home)
+    env = home_env(release_env, home)
     default = home / ".local" / "share" / "dprelease" / "ledger.sqlite"
     born = run_cli(["ledger", "init", default, "--reason", "an older version's default"], env)
     assert born.returncode == 0, born.stderr

@@ -153,9 +153,9 @@ def test_rounding_one_place_keeps_its_total_and_marginals():
     assert np.array_equal(rounded.sum(axis=1), a.astype(np.int64)) and np.array_equal(rounded.sum(axis=0), b.astype(np.int64))
 
 
-def test_census_release_end_to_end_publishes_consistent_tables(tmp_path, run_env):
+def test_census_release_end_to_end_publishes_consistent_tables(tmp_path, release_env):
     out = tmp_path / "out"
-    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, env=run_env)
+    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "acs-census-2019"
     spec = load_spec(CENSUS)
@@ -210,9 +210,9 @@ def test_three_levels_from_a_mapping_file(tmp_path):
         assert np.array_equal(a, b), level
 
 
-def test_postprocess_command_reruns_from_the_measurements_only(tmp_path, run_env, cli):
+def test_postprocess_command_reruns_from_the_measurements_only(tmp_path, release_env, cli):
     out = tmp_path / "out"
-    assert run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, env=run_env).returncode == 0
+    assert run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, env=release_env).returncode == 0
     release = out / "acs-census-2019"
     before = sorted((p.relative_to(release), p.read_bytes()) for p in release.rglob("*") if p.is_file())
     ledger_file = tmp_path / "xdg"  # the isolated default ledger of this test process

@@ -131,9 +131,9 @@ def test_privacy_loss_of_one_person_with_k_rows(tmp_path):
         assert abs(estimate - expected) < 6 * se, (scale, estimate, expected, se)
 
 
-def test_a_bounded_release_end_to_end(synthetic, run_env):
+def test_a_bounded_release_end_to_end(synthetic, release_env):
     path, _ = synthetic
-    proc = run(path / "spec.yaml", "--output-dir", path / "out", "--ledger", path / "ledger.sqlite", env=run_env)
+    proc = run(path / "spec.yaml", "--output-dir", path / "out", "--ledger", path / "ledger.sqlite", env=release_env)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((path / "out" / "bounded-test" / "manifest.json").read_text())
     assert manifest["privacy"]["contribution_bound"] == {"id": "PID", "max_rows": 3}

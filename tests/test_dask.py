@@ -98,7 +98,7 @@ def test_the_histogram_checkpoint_reaches_a_hook_in_the_run_process(tmp_path, cl
     assert reached == ["histogram"] * pieces and pieces >= 1
 
 
-def test_a_dask_run_killed_while_counting_fails_closed(tmp_path, cluster, run_env):
+def test_a_dask_run_killed_while_counting_fails_closed(tmp_path, cluster, release_env):
     """SIGKILLed at the driver's ``histogram`` checkpoint: the reservation stays counted, the
     next run is refused until it is voided (no noise was drawn), then runs cleanly."""
     from tests.test_crash import resolve
@@ -107,16 +107,16 @@ def test_a_dask_run_killed_while_counting_fails_closed(tmp_path, cluster, run_en
     spec = national_spec(tmp_path, NATIONAL, "csv").source
     spec.write_text(spec.read_text() + f"engine: {{kind: dask, address: \"{cluster.scheduler_address}\"}}\n")
     approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", str(spec), "--approve", "--by", "t"],
-                             env=child_env(run_env), capture_output=True, text=True, timeout=120)
+                             env=child_env(release_env), capture_output=True, text=True, timeout=120)
     assert approve.returncode == 0, approve.stderr
     out = tmp_path / "out"
-    _killed_at("histogram", spec, out, run_env, tmp_path)
+    _killed_at("histogram", spec, out, release_env, tmp_path)
     [record] = _state(spec).runs
     assert record.state == "reserved" and not (out / "stream-test").exists()
-    assert run(spec, "--output-dir", out, env=run_env).returncode == 4  # refused while the reservation is open
-    settled = resolve(record.run_id, "void", run_env)
+    assert run(spec, "--output-dir", out, env=release_env).returncode == 4  # refused while the reservation is open
+    settled = resolve(record.run_id, "void", release_env)
     assert settled.returncode == 0, settled.stderr
-    clean = run(spec, "--output-dir", out, env=run_env)
+    clean = run(spec, "--output-dir", out, env=release_env)
     assert clean.returncode == 0, clean.stderr
     assert (out / "stream-test" / "manifest.json").exists()
 
@@ -147,21 +147,21 @@ def test_a_contribution_bound_is_refused_on_dask(tmp_path, cluster):
         count_exact(spec)
 
 
-def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, run_env, isolated_ledger):
+def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, release_env, isolated_ledger):
     spec = national_spec(tmp_path, NATIONAL, "csv").source
-    proc = run(spec, "--dask-address", "tcp://127.0.0.1:9", "--output-dir", tmp_path / "out", env=run_env)
+    proc = run(spec, "--dask-address", "tcp://127.0.0.1:9", "--output-dir", tmp_path / "out", env=release_env)
     assert proc.returncode == 2, proc.stderr
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in proc.stderr and "Nothing was spent" in proc.stderr
     assert untouched(isolated_ledger)  # nothing was even written to the ledger
     assert not (tmp_path / "out" / "stream-test").exists()
 
 
-def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, run_env):
+def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, release_env):
     spec = national_spec(tmp_path, NATIONAL, "csv").source
     approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", str(spec), "--approve", "--by", "t"],
-                             env=child_env(run_env), capture_output=True, text=True, timeout=120)
+                             env=child_env(release_env), capture_output=True, text=True, timeout=120)
     assert approve.returncode == 0, approve.stderr  # its invariants are exact publications: approved first
-    proc = run(spec, "--dask-address", cluster.scheduler_address, "--output-dir", tmp_path / "out", env=run_env)
+    proc = run(spec, "--dask-address", cluster.scheduler_address, "--output-dir", tmp_path / "out", env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "stream-test"
     assert json.loads((release / "manifest.json").read_text())["release"] == "stream-test"
@@ -172,9 +172,9 @@ def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, run_env):
     spec.write_text(text + f"engine: {{kind: dask, address: \"{cluster.scheduler_address}\"}}\n")
     assert load_spec(spec).engine == Engine(kind="dask", address=cluster.scheduler_address)
     approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", str(spec), "--approve", "--by", "t"],
-                             env=child_env(run_env), capture_output=True, text=True, timeout=120)
+                             env=child_env(release_env), capture_output=True, text=True, timeout=120)
     assert approve.returncode == 0, approve.stderr
-    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
+    proc = run(spec, "--output-dir", tmp_path / "out", env=release_env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "stream-test-2" / "manifest.json").exists()
 

@@ -97,13 +97,13 @@ def _read_counts(path):
     return rows, [int(r["count"]) for r in rows]
 
 
-def test_release_with_invariants_publishes_them_flagged_and_reruns(tmp_path, run_env, cli):
+def test_release_with_invariants_publishes_them_flagged_and_reruns(tmp_path, release_env, cli):
     out = tmp_path / "out"
-    refused = run(shipped(tmp_path, "acs_census_invariants.yaml"), "--output-dir", out, env=run_env)  # exact publications need an approved plan
+    refused = run(shipped(tmp_path, "acs_census_invariants.yaml"), "--output-dir", out, env=release_env)  # exact publications need an approved plan
     assert refused.returncode == 5 and "exact publication of the invariants" in refused.stderr, refused.stderr
     approved = cli("plan", shipped(tmp_path, "acs_census_invariants.yaml"), "--approve", "--by", "reviewer")
     assert approved.code == 0, approved
-    proc = run(shipped(tmp_path, "acs_census_invariants.yaml"), "--output-dir", out, env=run_env)
+    proc = run(shipped(tmp_path, "acs_census_invariants.yaml"), "--output-dir", out, env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "acs-census-2019-invariants"
     # the invariants are the true totals, counted here independently of dprelease
@@ -171,7 +171,7 @@ def test_inconsistent_invariants_are_refused():
             check_invariants(spec, broken)
 
 
-def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, run_env, cli):
+def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, release_env, cli):
     """Once invariants of a dataset are public, every later release of it is planned (and
     charged) under change one record; a dataset with add/remove releases refuses invariants."""
     from dprelease.errors import LedgerError
@@ -201,14 +201,14 @@ def test_a_dataset_keeps_one_neighbouring_relation_for_its_lifetime(tmp_path, ru
     ledger.close()
     # end to end: the plain census release on the bounded dataset is published with sensitivity 2
     out = tmp_path / "out"
-    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, "--ledger", bounded, env=run_env)
+    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", out, "--ledger", bounded, env=release_env)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((out / "acs-census-2019" / "manifest.json").read_text())
     assert {t["sensitivity"] for t in manifest["tables"]} == {2}
     assert manifest["privacy"]["ledger_terms"] == "pure-bounded"
     # the other way round: add/remove releases first, then invariants are refused (nothing spent)
     plain_ledger = tmp_path / "plain.sqlite"
-    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", tmp_path / "out2", "--ledger", plain_ledger, env=run_env)
+    proc = run(shipped(tmp_path, "acs_census.yaml"), "--output-dir", tmp_path / "out2", "--ledger", plain_ledger, env=release_env)
     assert proc.returncode == 0, proc.stderr
     refused = cli("run", shipped(tmp_path, "acs_census_invariants.yaml"), "--ledger", plain_ledger, "--output-dir", tmp_path / "out3")
     assert refused.code != 0 and "add/remove" in refused.stderr and "Traceback" not in refused.stderr, refused

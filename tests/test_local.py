@@ -147,7 +147,7 @@ def test_bad_local_tables_are_refused_with_the_field(tmp_path, cli, old, new, fi
 # ---------------------------------------------------------------- randomize, estimate, record
 
 
-def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
+def test_randomize_estimate_and_record_a_survey(tmp_path, release_env, cli):
     """10^5 respondents: `dprelease randomize` on their side, a release estimates from the
     collected answers (both estimators within 2 SE of the truth for most categories), and the
     ledger records each respondent's ε: 1 + ln 3 (rounded up) for the first wave."""
@@ -166,7 +166,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     assert abs(kept - math.e / (math.e + 9)) < 0.005  # k-RR keeps the truth with e^ε/(e^ε + k − 1)
     assert all(t["ID"] == a["ID"] for t, a in zip(truth_rows, answers))
 
-    proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "survey-wave-1"
     favourite = read_csv(release / "tables" / "favourite.csv")
@@ -209,7 +209,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     assert [(r["FAVOURITE"], r["SMOKES"]) for r in wave1] == [(r["FAVOURITE"], r["SMOKES"]) for r in wave2]
     planned = cli("plan", spec2, "--ledger", ledger)
     assert planned.code == 0 and "0 (memoised)" in planned.stdout, planned
-    assert run(spec2, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
+    assert run(spec2, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env).returncode == 0
     opened = Ledger.open(resolve_location(str(ledger)))
     state = opened.state("survey-panel")
     opened.close()
@@ -225,7 +225,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
 
     # estimating wave 1 again (a new release from the same answers) records nothing new ...
     spec3 = write_spec(tmp_path, release="survey-wave-1-revised", name="spec3.yaml")
-    assert run(spec3, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
+    assert run(spec3, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env).returncode == 0
     opened = Ledger.open(resolve_location(str(ledger)))
     assert opened.state("survey-panel").local_epsilon == PureDP(1 + ln3)
     opened.close()
@@ -234,7 +234,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
     (tmp_path / "answers.csv").write_text(before.replace('"r0"', '"r0x"', 1))
     assert (tmp_path / "answers.csv").read_text() != before
     spec4 = write_spec(tmp_path, release="survey-wave-1-again", name="spec4.yaml")
-    refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert refused.returncode == 2 and "match no registered answers" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "survey-wave-1-again").exists()
     # ... and they cannot be registered for wave 1 either, with a statement or not: wave 1 was
@@ -243,7 +243,7 @@ def test_randomize_estimate_and_record_a_survey(tmp_path, run_env, cli):
         registered = cli("ledger", "register-answers", spec4, table, "--answers", tmp_path / "answers.csv",
                          "--statement", "edited by hand", "--ledger", ledger)
         assert registered.code == 2 and "was already estimated from other answers" in registered.stderr, registered
-    refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    refused = run(spec4, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert refused.returncode == 2 and "match no registered answers" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "survey-wave-1-again").exists()
 
@@ -359,14 +359,14 @@ def test_randomize_refuses_bad_input(tmp_path, cli):
     assert result.code == 2 and "--memo" in result.stderr and not (tmp_path / "s.csv").exists(), result
 
 
-def test_a_huge_local_epsilon_is_estimated_not_crashed(tmp_path, run_env, cli):
+def test_a_huge_local_epsilon_is_estimated_not_crashed(tmp_path, release_env, cli):
     """ε_local = 1000: the truth is kept with probability 1 − 9e^−1000 (no overflow), the run
     publishes, and the estimate is the answers' shares."""
     true_answers(tmp_path / "true.csv", n=2000)
     spec = write_spec(tmp_path)
     spec.write_text(spec.read_text().replace("epsilon_local: 1", "epsilon_local: 1000"))
     randomized_answers(cli, spec, tmp_path / "l.sqlite", tmp_path / "true.csv", tmp_path / "answers.csv")
-    proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "l.sqlite", env=run_env)
+    proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "l.sqlite", env=release_env)
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(tmp_path / "out" / "survey-wave-1" / "tables" / "favourite.csv")
     answers = np.array([int(r["answers"]) for r in rows])

@@ -68,13 +68,13 @@ def run_ids(ledger):
 
 
 def test_a_local_table_over_a_raw_confidential_column_is_refused_and_a_randomize_collection_accepted(
-        tmp_path, run_env, cli):
+        tmp_path, release_env, cli):
     """kind: local on RAC1P of the confidential ACS file would publish its exact counts (a
     2-person cell included) with central ε = 0: refused, exit 2, nothing reserved. The same column
     randomized by `dprelease randomize` is registered answers: accepted and published."""
     ledger, out = tmp_path / "ledger.sqlite", tmp_path / "out"
     raw = race_spec(tmp_path, DATA, name="raw.yaml")
-    refused = run(raw, "--output-dir", out, "--ledger", ledger, env=run_env)
+    refused = run(raw, "--output-dir", out, "--ledger", ledger, env=release_env)
     assert refused.returncode == 2, refused.stderr
     assert "table race ('RAC1P') in this data file match no registered answers of collection 'race-2019'" \
         in refused.stderr, refused.stderr
@@ -89,7 +89,7 @@ def test_a_local_table_over_a_raw_confidential_column_is_refused_and_a_randomize
     truth = [r["RAC1P"] for r in csv.DictReader(DATA.open())]
     reported = [r["RAC1P"] for r in read_csv(answers)]
     assert len(reported) == len(truth) and np.mean(np.array(truth) == np.array(reported)) < 0.9  # randomized
-    proc = run(randomized, "--output-dir", out, "--ledger", ledger, env=run_env)
+    proc = run(randomized, "--output-dir", out, "--ledger", ledger, env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "acs-race-local"
     rows = read_csv(release / "tables" / "race.csv")
@@ -141,7 +141,7 @@ def test_a_column_of_a_dataset_with_central_releases_is_never_local_answers(tmp_
     ledger.close()
 
 
-def test_fresh_answers_claimed_as_memoised_are_charged_as_a_fresh_collection(tmp_path, run_env, cli):
+def test_fresh_answers_claimed_as_memoised_are_charged_as_a_fresh_collection(tmp_path, release_env, cli):
     """Wave 2 says memoised: true, memo_of: wave-1, but its answers were randomized afresh and
     independently: each respondent's loss is wave 1's ε plus wave 2's. The ledger charges wave 2
     its full ε (never 0) and the manifest says so."""
@@ -149,12 +149,12 @@ def test_fresh_answers_claimed_as_memoised_are_charged_as_a_fresh_collection(tmp
     true_answers(tmp_path / "true.csv", n=300)
     wave1 = write_spec(tmp_path)
     randomized_answers(cli, wave1, ledger, tmp_path / "true.csv", tmp_path / "answers.csv", memo=tmp_path / "memo")
-    assert run(wave1, "--output-dir", out, "--ledger", ledger, env=run_env).returncode == 0
+    assert run(wave1, "--output-dir", out, "--ledger", ledger, env=release_env).returncode == 0
     fresh = write_spec(tmp_path, release="survey-wave-2", collection="wave-2", data="answers2.csv", name="fresh.yaml")
     randomized_answers(cli, fresh, ledger, tmp_path / "true.csv", tmp_path / "answers2.csv")  # no memo
     claimed = write_spec(tmp_path, release="survey-wave-2", collection="wave-2", memoised="true",
                          data="answers2.csv", name="claimed.yaml")
-    proc = run(claimed, "--output-dir", out, "--ledger", ledger, env=run_env)
+    proc = run(claimed, "--output-dir", out, "--ledger", ledger, env=release_env)
     assert proc.returncode == 0, proc.stderr
     assert "says memoised: true, but its registered answers were not produced from the memo" in proc.stderr
     state = opened(ledger).state("survey-panel")
@@ -171,7 +171,7 @@ def test_fresh_answers_claimed_as_memoised_are_charged_as_a_fresh_collection(tmp
     assert "charged as a fresh collection" in (out / "survey-wave-2" / "budget_report.md").read_text()
 
 
-def test_answers_registered_with_a_statement_are_accepted_shown_and_refused_once_changed(tmp_path, run_env, cli):
+def test_answers_registered_with_a_statement_are_accepted_shown_and_refused_once_changed(tmp_path, release_env, cli):
     """Answers randomized on the respondents' devices are registered with a statement of who
     randomized them and how: the run accepts them, and the statement is in `dprelease ledger`
     (text and --json), the manifest and the budget report. The file changed after registration
@@ -207,7 +207,7 @@ def test_answers_registered_with_a_statement_are_accepted_shown_and_refused_once
         ("FAVOURITE", "registered", statement, "Field team"), ("SMOKES", "registered", statement, "Field team")]
     assert all("hmac" not in json.dumps(a) and "sha256" not in json.dumps(a) for a in listed)  # no fingerprints
 
-    proc = run(spec, "--output-dir", out, "--ledger", ledger, env=run_env)
+    proc = run(spec, "--output-dir", out, "--ledger", ledger, env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "survey-wave-1"
     manifest = json.loads((release / "manifest.json").read_text())
@@ -219,7 +219,7 @@ def test_answers_registered_with_a_statement_are_accepted_shown_and_refused_once
     before = run_ids(ledger)
     answers.write_text(answers.read_text() + "d400,a,no\n")  # changed after its registration
     changed = write_spec(tmp_path, release="survey-wave-1-b", name="changed.yaml")
-    refused = run(changed, "--output-dir", out, "--ledger", ledger, env=run_env)
+    refused = run(changed, "--output-dir", out, "--ledger", ledger, env=release_env)
     assert refused.returncode == 2 and "match no registered answers" in refused.stderr, refused.stderr
     assert run_ids(ledger) == before and not (out / "survey-wave-1-b").exists()
 

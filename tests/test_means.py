@@ -192,11 +192,11 @@ def _tight_event(small, large, plan, draws):
     return event(small), event(large)
 
 
-def test_a_mean_release_end_to_end(tmp_path, run_env, cli):
+def test_a_mean_release_end_to_end(tmp_path, release_env, cli):
     path = write(tmp_path)
     planned = cli("plan", path, "--ledger", tmp_path / "ledger.sqlite")
     assert planned.code == 0 and "mean: sum" in planned.stdout and "mean: count" in planned.stdout, planned
-    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "ledger.sqlite", env=run_env)
+    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "ledger.sqlite", env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "acs-means-2019"
     with (release / "tables" / "mean_income_by_sex_age.csv").open() as f:
@@ -233,10 +233,10 @@ def test_bad_means_are_refused(tmp_path, cli, old, new, field, words):
     assert_edit_refused(cli, write(tmp_path), old, new, field, words)
 
 
-def test_missing_values_need_a_rule(tmp_path, run_env):
+def test_missing_values_need_a_rule(tmp_path, release_env):
     path = write(tmp_path)
     path.write_text(path.read_text().replace(", missing: skip", ""))
-    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "l.sqlite", env=run_env)
+    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "l.sqlite", env=release_env)
     assert proc.returncode == 2 and "missing: skip" in proc.stderr, proc.stderr
 
 

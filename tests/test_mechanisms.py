@@ -272,7 +272,7 @@ tables:
 """
 
 
-def test_a_truncated_geometric_table_is_measured_with_its_mechanism(tmp_path, run_env):
+def test_a_truncated_geometric_table_is_measured_with_its_mechanism(tmp_path, release_env):
     from dprelease.data import encode, histogram
     from dprelease.lifecycle.measure import measure_counts
     from dprelease.plan import plan_release
@@ -296,7 +296,7 @@ def test_a_truncated_geometric_table_is_measured_with_its_mechanism(tmp_path, ru
     assert abs(upper_mass - expected) < 6 * math.sqrt(expected * (1 - expected) / 5_000)
     # and end to end
     out = tmp_path / "out"
-    proc = run(path, "--output-dir", out, env=run_env)
+    proc = run(path, "--output-dir", out, env=release_env)
     assert proc.returncode == 0, proc.stderr
     import csv as _csv
     import json as _json

@@ -92,9 +92,9 @@ def test_change_one_record_audit_through_the_plan(tmp_path):
             assert estimate > float(plan.budget.epsilon) + 6 * se, (estimate, se)
 
 
-def test_a_release_with_a_mode_end_to_end(tmp_path, run_env, cli):
+def test_a_release_with_a_mode_end_to_end(tmp_path, release_env, cli):
     out = tmp_path / "out"
-    proc = run(write(tmp_path), "--output-dir", out, "--ledger", tmp_path / "ledger.sqlite", env=run_env)
+    proc = run(write(tmp_path), "--output-dir", out, "--ledger", tmp_path / "ledger.sqlite", env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "acs-modes-2019"
     rows = list(csv.DictReader((release / "tables" / "most_common_race_by_puma.csv").open()))

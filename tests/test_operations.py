@@ -31,10 +31,10 @@ def state_of(ledger_path, dataset="nist-acs-national-2019"):
             opened.close()
 
 
-def test_an_unapproved_plan_is_refused_and_an_approved_one_runs(tmp_path, run_env, cli):
+def test_an_unapproved_plan_is_refused_and_an_approved_one_runs(tmp_path, release_env, cli):
     spec = demo_spec(tmp_path)
     ledger = tmp_path / "ledger.sqlite"
-    refused = run(spec, "--require-approval", "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    refused = run(spec, "--require-approval", "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert refused.returncode == 5 and "not approved" in refused.stderr, refused.stderr
     assert not (tmp_path / "out" / "acs-demo-2019").exists()
     state = state_of(ledger)
@@ -46,10 +46,10 @@ def test_an_unapproved_plan_is_refused_and_an_approved_one_runs(tmp_path, run_en
     # an edited spec is another plan: its approval does not carry over
     edited = tmp_path / "edited.yaml"
     edited.write_text(spec.read_text().replace("release: acs-demo-2019", "release: acs-demo-2019-edited"))
-    again = run(edited, "--require-approval", "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    again = run(edited, "--require-approval", "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert again.returncode == 5, again.stderr
 
-    done = run(spec, "--require-approval", "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    done = run(spec, "--require-approval", "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert done.returncode == 0 and "plan approved by Ada Statistician" in done.stderr, done.stderr
     assert (tmp_path / "out" / "acs-demo-2019" / "manifest.json").is_file()
     assert state_of(ledger).spent == PureDP(1)

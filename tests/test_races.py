@@ -81,11 +81,11 @@ def _cli_run(spec: str, out: str, env: dict) -> int:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("round_", range(3))
-def test_racing_cli_runs_for_the_last_of_a_budget(tmp_path, run_env, round_):
+def test_racing_cli_runs_for_the_last_of_a_budget(tmp_path, release_env, round_):
     """Three `dprelease run`s of different releases at once; the budget (2) holds one of them
     (5/4 each): one publishes, the others are refused before reading the data (exit 3)."""
     specs = [_spec(tmp_path, f"cli-race-{round_}-{i}", lifetime="2") for i in range(3)]
-    env = child_env(run_env)
+    env = child_env(release_env)
     procs = [subprocess.Popen([sys.executable, "-m", "dprelease", "run", str(s), "--output-dir",
                                str(tmp_path / "out")], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for s in specs]

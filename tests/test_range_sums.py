@@ -210,11 +210,11 @@ def test_bad_sums_of_range_columns_are_refused(tmp_path, cli, old, new, field, w
 # ---------------------------------------------------------------- end to end
 
 
-def test_a_release_summing_declared_range_columns(tmp_path, run_env, cli):
+def test_a_release_summing_declared_range_columns(tmp_path, release_env, cli):
     path = ages(tmp_path)
     planned = cli("plan", path, "--ledger", tmp_path / "ledger.sqlite")
     assert planned.code == 0 and "total_age_by_sex" in planned.stdout, planned
-    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "ledger.sqlite", env=run_env)
+    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", tmp_path / "ledger.sqlite", env=release_env)
     assert proc.returncode == 0, proc.stderr
     directory = tmp_path / "out" / "acs-ages-2019"
     manifest = {t["name"]: t for t in json.loads((directory / "manifest.json").read_text())["tables"]}

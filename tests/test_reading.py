@@ -90,24 +90,24 @@ def _publish(tmp, env, spec_path, release):
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, run_env_module):
+def demo(tmp_path_factory, release_env_module):
     """The demo, with adults_by_puma_age_group leaving out its structural cells (AGE_GROUP 0-17)."""
     tmp = tmp_path_factory.mktemp("demo")
     spec = tmp / "demo.yaml"
     spec.write_text(_absolute(DEMO).replace(OMIT, OMIT + "    structural_zeros: omit\n"))
-    return _publish(tmp, run_env_module, spec, "acs-demo-2019")
+    return _publish(tmp, release_env_module, spec, "acs-demo-2019")
 
 
 @pytest.fixture(scope="module")
-def measures(tmp_path_factory, run_env_module):
+def measures(tmp_path_factory, release_env_module):
     tmp = tmp_path_factory.mktemp("measures")
     spec = tmp / "measures.yaml"
     spec.write_text(MEASURES.format(data=ROOT / "data" / "nist_acs" / "national2019.csv"))
-    return _publish(tmp, run_env_module, spec, "acs-measures-2019")
+    return _publish(tmp, release_env_module, spec, "acs-measures-2019")
 
 
 @pytest.fixture(scope="module")
-def census(tmp_path_factory, run_env_module):
+def census(tmp_path_factory, release_env_module):
     tmp = tmp_path_factory.mktemp("census")
     spec = tmp / "census.yaml"
     spec.write_text(_absolute(unpinned((ROOT / "configs" / "acs_census_invariants.yaml").read_text())))
@@ -115,7 +115,7 @@ def census(tmp_path_factory, run_env_module):
     approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", spec, "--approve", "--by", "reviewer",
                               "--ledger", tmp / "ledger.sqlite"], capture_output=True, text=True, cwd=ROOT)
     assert approve.returncode == 0, approve.stderr  # exact publications need an approved plan
-    return _publish(tmp, run_env_module, spec, "acs-census-2019-invariants")
+    return _publish(tmp, release_env_module, spec, "acs-census-2019-invariants")
 
 
 def published_rows(path):
@@ -329,14 +329,14 @@ def test_invariants_are_read_as_published(census):
 # ---------------------------------------------------------------- local tables
 
 
-def test_local_tables(tmp_path, run_env, cli):
+def test_local_tables(tmp_path, release_env, cli):
     from tests.test_local import randomized_answers, true_answers, write_spec
 
     true_answers(tmp_path / "true.csv", n=2000)
     spec = write_spec(tmp_path)
     ledger = tmp_path / "ledger.sqlite"
     randomized_answers(cli, spec, ledger, tmp_path / "true.csv", tmp_path / "answers.csv")
-    assert run(spec, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env).returncode == 0
+    assert run(spec, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env).returncode == 0
     directory = tmp_path / "out" / "survey-wave-1"
     release = read_release(directory)
     assert release.table_names == ("favourite", "smokers") and release.measurements == ()

@@ -62,7 +62,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 
 @pytest.fixture(scope="module")
-def two_releases(tmp_path_factory, run_env_module):
+def two_releases(tmp_path_factory, release_env_module):
     """The demo release, then a second one of the same dataset (the burn-down has two steps)."""
     tmp = tmp_path_factory.mktemp("report")
     spec = demo_spec(tmp)
@@ -70,7 +70,7 @@ def two_releases(tmp_path_factory, run_env_module):
     second.write_text(spec.read_text().replace("release: acs-demo-2019", "release: acs-demo-2019-b"))
     ledger = tmp / "ledger.sqlite"
     for path in (spec, second):
-        proc = run(path, "--output-dir", tmp / "out", "--ledger", ledger, env=run_env_module)
+        proc = run(path, "--output-dir", tmp / "out", "--ledger", ledger, env=release_env_module)
         assert proc.returncode == 0, proc.stderr
     return tmp / "out" / "acs-demo-2019-b", ledger
 

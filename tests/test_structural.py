@@ -263,13 +263,13 @@ def test_the_msp_rule_holds_in_the_shipped_data():
     check_rules(load_spec(DEMO))  # AGEP < 15 ⇔ MSP missing, in every one of the 27,253 rows
 
 
-def test_a_run_whose_data_breaks_a_rule_is_refused_and_spends_nothing(tmp_path, run_env):
+def test_a_run_whose_data_breaks_a_rule_is_refused_and_spends_nothing(tmp_path, release_env):
     text = unpinned(DEMO.read_text()).replace("if: {AGEP: {lt: 15}}", "if: {AGEP: {lt: 16}}")
     text = text.replace("domains/puma.txt", str(ROOT / "configs" / "domains" / "puma.txt"))
     text = text.replace("../data/nist_acs/national2019.csv", str(DATA))
     spec = write_spec(tmp_path, text)
     ledger = tmp_path / "ledger.sqlite"
-    proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    proc = run(spec, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert proc.returncode == 2, proc.stderr
     assert "msp-not-applicable-under-15" in proc.stderr and "Nothing was reserved" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -283,7 +283,7 @@ def test_a_run_whose_data_breaks_a_rule_is_refused_and_spends_nothing(tmp_path, 
 
 
 @pytest.fixture(scope="module")
-def demo_releases(tmp_path_factory, run_env_module):
+def demo_releases(tmp_path_factory, release_env_module):
     """Three runs of the demo (three release names, one ledger)."""
     base = tmp_path_factory.mktemp("structural")
     out, ledger = base / "out", base / "ledger.sqlite"
@@ -293,7 +293,7 @@ def demo_releases(tmp_path_factory, run_env_module):
                 .replace("domains/puma.txt", str(ROOT / "configs" / "domains" / "puma.txt"))
                 .replace("../data/nist_acs/national2019.csv", str(DATA)))
         spec = write_spec(base, text, f"spec-{i}.yaml")
-        proc = run(spec, "--output-dir", out, "--ledger", ledger, env=run_env_module)
+        proc = run(spec, "--output-dir", out, "--ledger", ledger, env=release_env_module)
         assert proc.returncode == 0, proc.stderr
         releases.append(out / f"structural-{i}")
     return releases

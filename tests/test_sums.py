@@ -129,10 +129,10 @@ def test_missing_or_non_numeric_values_are_refused(tmp_path, cli, monkeypatch):
     assert records and all("lots" not in r.read_text() for r in records)  # data values reach the terminal only
 
 
-def test_a_release_of_sums_end_to_end(tmp_path, run_env, cli):
+def test_a_release_of_sums_end_to_end(tmp_path, release_env, cli):
     path = write(tmp_path)
     out = tmp_path / "out"
-    proc = run(path, "--output-dir", out, "--ledger", tmp_path / "ledger.sqlite", env=run_env)
+    proc = run(path, "--output-dir", out, "--ledger", tmp_path / "ledger.sqlite", env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = out / "acs-income-2019"
     rows = list(csv.DictReader((release / "tables" / "income_by_sex.csv").open()))

@@ -93,10 +93,10 @@ def test_one_release_cannot_mix_definitions(tmp_path, cli, text, field):
         assert result.code == 2 and field in result.stderr and "mix" in result.stderr, result
 
 
-def test_a_zcdp_release_end_to_end(tmp_path, run_env, cli):
+def test_a_zcdp_release_end_to_end(tmp_path, release_env, cli):
     path = write(tmp_path)
     ledger = tmp_path / "ledger.sqlite"
-    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", ledger, env=run_env)
+    proc = run(path, "--output-dir", tmp_path / "out", "--ledger", ledger, env=release_env)
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "acs-zcdp-2019"
     manifest = json.loads((release / "manifest.json").read_text())
@@ -207,7 +207,7 @@ def test_sums_modes_and_pure_mechanisms_under_zcdp(tmp_path):
     assert plan.charge <= plan.total and plan.fits
 
 
-def test_a_pure_release_runs_on_zcdp_and_approx_ledgers(tmp_path, run_env):
+def test_a_pure_release_runs_on_zcdp_and_approx_ledgers(tmp_path, release_env):
     """A pure spec (lifetime ε = 4) planned on a dataset whose ledger terms are zCDP (cap ρ = 2)
     or (ε, δ) runs as planned: the reservation compares the spec's lifetime figure only with a
     cap of its own kind (it once compared ε = 4 with ρ = 2 and refused what the plan allowed)."""
@@ -224,7 +224,7 @@ def test_a_pure_release_runs_on_zcdp_and_approx_ledgers(tmp_path, run_env):
             ledger.set_budget(pure.dataset.name, cap, reason="test", terms=terms)
             planned = plan_release(pure, ledger.state(pure.dataset.name))
         assert planned.fits and planned.lifetime_spent == spent and planned.terms == terms
-        proc = run(pure_path, "--output-dir", tmp_path / f"out-{terms.kind}", "--ledger", ledger_path, env=run_env)
+        proc = run(pure_path, "--output-dir", tmp_path / f"out-{terms.kind}", "--ledger", ledger_path, env=release_env)
         assert proc.returncode == 0, proc.stderr
         with Ledger.open(resolve_location(str(ledger_path))) as ledger:
             state = ledger.state(pure.dataset.name)
