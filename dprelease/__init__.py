@@ -7,7 +7,7 @@ imported on first use, so that the CLI does not pay for importing pandas.
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.3.0"  # pyproject.toml's; 0.2 on writes and reads manifest format 2 only; 0.3: JSON keys by unit
+__version__ = "0.3.1"  # pyproject.toml's; 0.2 on writes and reads manifest format 2 only; 0.3: JSON keys by unit; 0.3.1: na_values
 __all__ = ["__version__", "read_release"]
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ import pytest
 from dprelease.data import count_exact, encode
 from dprelease.data import count as count_module
 from dprelease.data import scan
+from dprelease.data.check import check_data
 from dprelease.data.count import count_encoded
 from dprelease.data.load import read_table
 from dprelease.errors import DataError
@@ -114,6 +115,34 @@ def test_files_and_hive_directories_add_up_to_the_whole_file(tmp_path, monkeypat
             pa_csv.write_csv(table.slice(start, 6000), tmp_path / "parts" / f"part-{i}.csv")
         path, fmt = tmp_path / "parts", "csv"
     assert_same_counts(count_exact(national_spec(tmp_path, path, fmt)), reference)
+
+
+@pytest.mark.parametrize("layout", ["csv, every field quoted", "parquet, missing values as text"])
+def test_na_values_are_missing_quoted_or_not_and_in_parquet_text(tmp_path, reference, layout):
+    """The spec's ``na_values`` ("N") and empty text read as missing in a quoted CSV field and
+    in a Parquet text column as they do in an unquoted field (as pandas and R read na_values):
+    the same counts as the file as shipped. Before, a quoted "N" or a Parquet "N" was a value,
+    refused with a hint to add it to na_values, where it already was."""
+    names = ["PUMA", "SEX", "AGEP", "RAC1P", "HISP", "PINCP"]
+    table = pa_csv.read_csv(NATIONAL, convert_options=pa_csv.ConvertOptions(
+        column_types={n: pa.string() for n in names}, strings_can_be_null=False, include_columns=names))
+    pincp = table["PINCP"].to_pylist()
+    assert pincp.count("N") > 1000 and table.column("PINCP").null_count == 0  # missing values, as text
+    table = table.set_column(5, "PINCP", pa.array([None if i % 7 == 0 and v == "N" else ("" if i % 7 == 1 and v == "N"
+                                                   else v) for i, v in enumerate(pincp)], pa.string()))
+    if layout.startswith("csv"):
+        path, fmt = tmp_path / "quoted.csv", "csv"
+        pa_csv.write_csv(table, path, write_options=pa_csv.WriteOptions(quoting_style="all_valid"))
+        text = path.read_text()
+        assert ',"N"' in text and ',""' in text and '\n"' in text  # quoted "N" and "", every valid field quoted
+    else:
+        path, fmt = tmp_path / "text.parquet", "parquet"
+        pq.write_table(table, path, row_group_size=5000)
+        assert pq.read_schema(path).field("PINCP").type == pa.string()
+    spec = national_spec(tmp_path, path, fmt)
+    found = check_data(spec)  # the check before the reservation reads them alike
+    assert found.ok, found
+    assert_same_counts(count_exact(spec), reference)
 
 
 def test_memory_is_one_batch_whatever_the_rows(tmp_path, monkeypatch):

@@ -5,7 +5,8 @@ name does not start with ``.`` or ``_``; Hive-style ``KEY=value`` directories ad
 ``KEY``). It is cut into :class:`Piece`\\ s, units of counting work that can be read
 anywhere the path is visible (this process, or a Dask worker), and each piece is read in
 batches of at most :data:`BATCH_ROWS` rows: only the needed columns, every CSV value as text,
-Parquet text columns dictionary-encoded. Memory is one batch (plus a little read-ahead),
+Parquet text columns dictionary-encoded. Empty text and the spec's ``na_values`` read as nulls
+in either format (:attr:`Source.missing`). Memory is one batch (plus a little read-ahead),
 whatever the size of the data.
 
 Every piece's own columns are checked against the needed ones: a file that lacks a column is
@@ -22,6 +23,7 @@ from typing import Callable, Collection, Iterator
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
@@ -54,6 +56,12 @@ class Source:
     format: str  # csv | parquet
     na_values: tuple[str, ...] = ()
     delimiter: str = ","
+
+    @property
+    def missing(self) -> pa.Array:
+        """The text that reads as missing: empty text and the spec's ``na_values``, in a CSV field
+        quoted or not (as pandas and R read ``na_values``) and in a Parquet text column alike."""
+        return pa.array(["", *self.na_values], pa.string())
 
     def files(self) -> list[Piece]:
         """Every data file, in a stable order, each with its Hive keys; an error if there is none."""
@@ -110,6 +118,8 @@ class Source:
                                   set(dictionary))
             row = piece.first_row
             for blocks, block in enumerate(reader, 1):  # a CSV block may hold more than BATCH_ROWS rows
+                if self.format == "parquet":
+                    block = _missing_text(block, text_columns, self.missing)
                 for start in range(0, block.num_rows, BATCH_ROWS):
                     batch = block.slice(start, BATCH_ROWS)
                     if keys:
@@ -143,7 +153,34 @@ class Source:
             parse_options=pa_csv.ParseOptions(delimiter=self.delimiter),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=names, column_types={n: _ENCODED if n in dictionary else pa.string() for n in names},
-                null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=False))
+                null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=True))
+
+
+def _missing_text(batch: pa.RecordBatch, text_columns: Collection[str], missing: pa.Array) -> pa.RecordBatch:
+    """The batch with each value of ``missing`` in a text column of ``text_columns`` null, as the
+    CSV reader's ``null_values`` make them: a Parquet file's text reads as a CSV file's does.
+    Numbers and other types are left as they are (nulls are how Parquet writes a missing one)."""
+    columns, changed = list(batch.columns), False
+    for i, name in enumerate(batch.schema.names):
+        column = columns[i]
+        if name not in text_columns:
+            continue
+        if pa.types.is_dictionary(column.type) and pa.types.is_string(column.type.value_type):
+            hit = pc.is_in(column.dictionary, value_set=missing)
+            if not pc.any(hit).as_py():
+                continue
+            drop = pc.take(hit, column.indices)
+            indices = pc.if_else(drop, pa.scalar(None, column.indices.type), column.indices)
+            columns[i] = pa.DictionaryArray.from_arrays(indices, column.dictionary)
+        elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            hit = pc.is_in(column, value_set=missing.cast(column.type))
+            if not pc.any(hit).as_py():
+                continue
+            columns[i] = pc.if_else(hit, pa.scalar(None, column.type), column)
+        else:
+            continue
+        changed = True
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names) if changed else batch
 
 
 def _parquet_bytes(piece: Piece, rows: int) -> int:
