@@ -130,7 +130,8 @@ def child_ours(case: Path, engine: str) -> dict:
             except ImportError:  # a checkout from before it
                 def local_cluster(make, **options):  # type: ignore[no-untyped-def]
                     return make(processes=True, dashboard_address=None, **options)
-        cluster = local_cluster(LocalCluster, n_workers=2, threads_per_worker=1)
+        # security=None: no TLS (the run connects by address, without the cluster's credentials)
+        cluster = local_cluster(LocalCluster, n_workers=2, threads_per_worker=1, security=None)
         spec = dataclasses.replace(spec, engine=Engine(kind="dask", address=cluster.scheduler_address))
     timings: dict[str, float] = {}
     start = time.perf_counter()

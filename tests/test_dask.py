@@ -32,8 +32,8 @@ def cluster():
 
     # the scheduler's INFO chatter would reach handlers of streams pytest has already closed
     logging.getLogger("distributed").setLevel(logging.WARNING)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as local:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local:  # not Dask's 8787
         yield local
 
 
@@ -204,7 +204,61 @@ def test_the_cluster_a_run_starts_keeps_the_adaptive_allocator():
     from dprelease.data.cluster import local_cluster
 
     with local_cluster(distributed.LocalCluster, n_workers=1, threads_per_worker=1) as local, \
-            distributed.Client(local.scheduler_address) as client:
+            distributed.Client(local, set_as_default=False) as client:  # its credentials: the cluster's
         environ = client.run(lambda: {k: __import__("os").environ.get(k)
                                       for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")})
     assert list(environ.values()) == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
+
+
+async def _identity(address: str, **connection: object) -> object:
+    """Connect to a Dask server at ``address`` and ask who it is (what any client does first)."""
+    comm = await distributed.comm.connect(address, timeout=10, **connection)
+    try:
+        await comm.write({"op": "identity"})
+        return await comm.read()
+    finally:
+        await comm.close()
+
+
+@pytest.mark.slow
+def test_the_cluster_a_run_starts_admits_no_other_client():
+    """``kind: dask`` without an address: the run starts local worker processes, which listen on
+    127.0.0.1, where every local user reaches them, and a Dask client that connects runs any code
+    in those workers, beside the confidential data. Only the run's own client gets in: at the
+    scheduler and at a worker alike, a plain TCP client is dropped, a TLS client without a
+    certificate or with credentials of its own fails the handshake. Its HTTP server (not on Dask's
+    fixed 8787) answers the health check only: no dashboard, no pages of workers, tasks or logs."""
+    import asyncio
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from distributed.security import Security
+
+    from dprelease.data.cluster import Cluster
+
+    cluster = Cluster(None)  # as a run opens it
+    try:
+        client = cluster.client()
+        assert client.submit(lambda: 1 + 1, pure=False).result() == 2  # the run's own client
+        local = cluster._cluster
+        worker = next(iter(client.scheduler_info()["workers"]))
+        bare = ssl.create_default_context()
+        bare.check_hostname, bare.verify_mode = False, ssl.CERT_NONE  # trusts anything, shows no certificate
+        for address in (local.scheduler_address, worker):
+            assert address.startswith("tls://127.0.0.1:"), address
+            assert isinstance(asyncio.run(_identity(address, **local.security.get_connection_args("client"))), dict)
+            for target, connection in (("tcp://" + address.split("://", 1)[1], {}), (address, {"ssl_context": bare}),
+                                       (address, Security.temporary().get_connection_args("client"))):
+                with pytest.raises(OSError):
+                    asyncio.run(_identity(target, **connection))
+        port = local.scheduler.http_server.port
+        assert port != 8787
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
+            assert answer.status == 200
+        for page in ("/status", "/info/main/workers.html", "/json/counts.json", "/metrics"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=10)
+            assert refused.value.code == 404, page
+    finally:
+        cluster.close()

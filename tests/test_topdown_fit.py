@@ -299,7 +299,8 @@ def test_a_dask_cluster_fits_what_this_process_does(tmp_path, monkeypatch):
     monkeypatch.setattr(parents, "CHUNK_CELLS", 40)
     alone, _, _ = _published(tmp_path, workers=1)
     monkeypatch.setattr(parents, "PARALLEL_CELLS", 0)  # every level below the root to the cluster
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local:  # not 8787
         cluster = Cluster(local.scheduler_address)
         try:
             on_cluster, _, _ = _published(tmp_path, workers=parents.Workers(cluster.threads(), cluster.executor()))

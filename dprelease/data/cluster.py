@@ -57,20 +57,37 @@ class Cluster:
 
 
 def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
-    """A Dask cluster of local worker processes (``make``: ``distributed.LocalCluster``) whose
-    workers keep glibc's adaptive allocator: Dask's nannies set ``MALLOC_TRIM_THRESHOLD_`` in
-    their workers' environment by default, which fixes glibc's mmap threshold, so every large
-    array is mapped afresh and its pages faulted in; two such workers counting a 4M-row piece each
-    took 5.3–5.7 s here, 1.6–1.8 s without it. A nanny sets it in this process's own environment
-    (which its workers inherit), so a cluster started here before would pass it on: it is left out
-    of the environment while the workers start. A cluster started elsewhere is the operator's
-    (docs/scaling.md says how to start its workers)."""
+    """A Dask cluster of local worker processes (``make``: ``distributed.LocalCluster``) that
+    admits this process alone, and whose workers keep glibc's adaptive allocator.
+
+    Who may connect. Its scheduler and workers listen on 127.0.0.1, which every local user
+    reaches, and a Dask client that connects can run any code in the workers, as this user, next
+    to the confidential data they read. So they speak TLS with mutual authentication under
+    credentials made for this cluster alone (``security=True``: ``Security.temporary()``, a fresh
+    self-signed certificate and key held in this process's memory and handed to the worker
+    processes it starts): a client without them, or with others, fails the handshake, and a plain
+    TCP client is dropped. Its HTTP servers answer the health check only, on ports of their own
+    (no dashboard, no pages of workers, tasks or logs; never Dask's fixed 8787).
+    ``tests/test_dask.py::test_the_cluster_a_run_starts_admits_no_other_client``. A cluster at an
+    address is the operator's to secure (docs/scaling.md). ``security=None`` in ``options``: no
+    TLS, for a benchmark that hands the address to another process (which has no credentials).
+
+    The allocator. Dask's nannies set ``MALLOC_TRIM_THRESHOLD_`` in their workers' environment by
+    default, which fixes glibc's mmap threshold, so every large array is mapped afresh and its
+    pages faulted in; two such workers counting a 4M-row piece each took 5.3–5.7 s here, 1.6–1.8 s
+    without it. A nanny sets it in this process's own environment (which its workers inherit), so
+    a cluster started here before would pass it on: it is left out of the environment while the
+    workers start."""
     import dask
 
     saved = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    health_only = ["distributed.http.health"]
     try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-            return make(processes=True, dashboard_address=None, **options)
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                              "distributed.scheduler.http.routes": health_only,
+                              "distributed.worker.http.routes": health_only}):
+            return make(processes=True, dashboard_address=None,
+                        **{"security": True, "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"}, **options})
     finally:
         if saved is not None:
             os.environ["MALLOC_TRIM_THRESHOLD_"] = saved
