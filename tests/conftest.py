@@ -73,13 +73,19 @@ def _compile_for_children() -> None:
     editable install ships no bytecode, and where ``PYTHONDONTWRITEBYTECODE`` is set (many CI
     images set it) no child writes any either, so every child would compile them again from
     source: 0.14 s more CPU for each `dprelease run` of the demo (measured). A child still reads
-    the bytecode that is there (the variable stops writing only), and Python checks each file
-    against its source's size and modification time. ``__pycache__`` is git-ignored; no test's
-    behaviour changes, only how fast its children start."""
+    the bytecode that is there (the variable stops writing only). Each file's bytecode carries
+    its source's hash, which every import checks (an edit made within the same second as the
+    last compile, same size, would pass a check by modification time), and is written anew each
+    session (0.3 s). ``__pycache__`` is git-ignored; no test's behaviour changes, only how fast
+    its children start."""
     import compileall
+    import py_compile
 
-    for package in ("dprelease", "tests"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    if not os.access(ROOT, os.W_OK):  # a read-only checkout: the children compile, as before
+        return
+    for package in ("dprelease", "tests"):  # checked against the source's hash, not its mtime in seconds:
+        compileall.compile_dir(ROOT / package, quiet=1,  # an edit within the second is never missed
+                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
 
 
 # A test that needs one of these fixtures (directly or through another: run_env, warm_env, ...)
@@ -195,10 +201,9 @@ def release_env(tmp_path):
     orchestrators run one list of steps (:meth:`dprelease.lifecycle.release.ReleaseRun.steps`);
     ``test_orchestrators.py::test_inline_and_prefect_publish_the_same_release`` shows the same
     files, manifest and ledger rows. The end-to-end tests of a feature (a measure, a definition, a
-    reading, the ledger's refusals) use this; the tests of the Prefect path itself (``test_run``,
-    ``test_orchestrators``, ``test_schedule``, ``test_crash``, ``test_noise_spent``,
-    ``test_warm_runner``, ``test_server_auth``) use ``run_env``, and save a child ~1.2 s of CPU a
-    run (Prefect's import and its flow run) only where Prefect is not the subject."""
+    reading, the ledger's refusals) use this, and save a child ~1.2 s of CPU a run (Prefect's
+    import and its flow run) where Prefect is not the subject; the tests of the Prefect path
+    itself use ``run_env`` (tests/README.md lists them)."""
     from tests.prefect_server import quiet_prefect_env  # a plugin: imported by pytest first, and rewritten
 
     return quiet_prefect_env(tmp_path / "prefect-client")  # PREFECT_API_URL: unset for every test

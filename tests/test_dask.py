@@ -156,25 +156,27 @@ def test_an_unreachable_scheduler_is_refused_before_anything_is_spent(tmp_path, 
     assert not (tmp_path / "out" / "stream-test").exists()
 
 
-def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, release_env):
+def test_the_cli_runs_a_release_on_the_cluster(tmp_path, cluster, run_env):
+    """As a Prefect flow run (``run_env``): the one feature that brings a runtime of its own into
+    the flow (a live Dask client made by the load step, used by the fit, closed after the flow)."""
     spec = national_spec(tmp_path, NATIONAL, "csv").source
     approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", str(spec), "--approve", "--by", "t"],
-                             env=child_env(release_env), capture_output=True, text=True, timeout=120)
+                             env=child_env(run_env), capture_output=True, text=True, timeout=120)
     assert approve.returncode == 0, approve.stderr  # its invariants are exact publications: approved first
-    proc = run(spec, "--dask-address", cluster.scheduler_address, "--output-dir", tmp_path / "out", env=release_env)
+    proc = run(spec, "--dask-address", cluster.scheduler_address, "--output-dir", tmp_path / "out", env=run_env)
     assert proc.returncode == 0, proc.stderr
     release = tmp_path / "out" / "stream-test"
     assert json.loads((release / "manifest.json").read_text())["release"] == "stream-test"
     record = json.loads((tmp_path / "out" / "_internal" / "stream-test" / "run.json").read_text())
-    assert record["rows"]["read"] == 27253
+    assert record["rows"]["read"] == 27253 and record["orchestrator"]["kind"] == "prefect"
     # the spec's own engine: block says the same
     text = spec.read_text().replace("release: stream-test", "release: stream-test-2")
     spec.write_text(text + f"engine: {{kind: dask, address: \"{cluster.scheduler_address}\"}}\n")
     assert load_spec(spec).engine == Engine(kind="dask", address=cluster.scheduler_address)
     approve = subprocess.run([sys.executable, "-m", "dprelease", "plan", str(spec), "--approve", "--by", "t"],
-                             env=child_env(release_env), capture_output=True, text=True, timeout=120)
+                             env=child_env(run_env), capture_output=True, text=True, timeout=120)
     assert approve.returncode == 0, approve.stderr
-    proc = run(spec, "--output-dir", tmp_path / "out", env=release_env)
+    proc = run(spec, "--output-dir", tmp_path / "out", env=run_env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "stream-test-2" / "manifest.json").exists()
 

@@ -94,3 +94,34 @@ def test_prefect_shutdown_chatter_stays_off_the_terminal():
     assert not keep.filter(record("prefect.events.worker", logging.ERROR, exc=True))
     assert keep.filter(record("prefect.server.api", logging.INFO))
     assert keep.filter(record("dprelease", logging.ERROR, exc=True))
+
+
+def test_the_budget_artifact_has_a_row_for_every_kind_of_measurement(orchestrate, tmp_path):
+    """The table artifact of a flow run (``budget_rows``) for a release of each kind that the
+    feature modules publish inline (``release_env``, tests/README.md): pure counts at every
+    geographic level with structural zeros and invariants, ρ (zCDP), (ε, δ), means, modes and
+    sums. One row per measured table and level, each with its budget under the definition's
+    symbol and its mechanism, and JSON as Prefect stores it."""
+    import json
+    from types import SimpleNamespace
+
+    from dprelease.plan.planner import plan_release
+    from dprelease.spec import load_spec
+    from tests import test_approx, test_means, test_mode, test_sums, test_zcdp
+    from tests.conftest import ROOT
+
+    specs = [ROOT / "configs" / name for name in ("acs_demo.yaml", "acs_census.yaml", "acs_census_invariants.yaml")]
+    for module in (test_means, test_mode, test_zcdp, test_approx, test_sums):
+        directory = tmp_path / module.__name__.rsplit(".", 1)[1]
+        directory.mkdir()
+        specs.append(module.write(directory))
+    symbols, mechanisms = set(), set()
+    for path in specs:
+        plan = plan_release(load_spec(path), None)
+        rows = orchestrate.budget_rows(SimpleNamespace(plan=plan))
+        assert len(rows) == len(plan.tables) > 0, path
+        assert json.loads(json.dumps(rows)) == rows, path
+        assert all(row[plan.symbol] and row["mechanism"] and row["cells"] for row in rows), (path, rows)
+        symbols.add(plan.symbol)
+        mechanisms.update(str(row["mechanism"]) for row in rows)
+    assert symbols == {"ε", "ρ"} and mechanisms == {"discrete_laplace", "discrete_gaussian", "permute_and_flip"}
