@@ -138,16 +138,22 @@ def test_randomize_refuses_a_respondent_id_on_two_rows(tmp_path, cli):
 
 
 def test_a_blank_respondent_id_is_refused(tmp_path, cli):
-    """A quoted empty CSV id is text, not a missing value (an unquoted one is refused on reading,
-    as before), and a blank one names nobody: refused, nothing registered."""
+    """A blank id (spaces) names nobody: refused, nothing registered. A quoted empty CSV id is a
+    missing one, as an unquoted one is (empty text reads as missing, quoted or not: docs/spec.md's
+    na_values), so it is refused on reading, naming its row: nothing registered either."""
     ledger = make_ledger(tmp_path / "ledger.sqlite")
     s1 = write_spec(tmp_path, data="w1.csv", name="s1.yaml")
     blank = tmp_path / "blank.csv"
-    blank.write_text('ID,REGION,FAVOURITE,SMOKES\nr1,R1,a,yes\n"",R2,b,no\n" ",R3,c,no\nr4,R4,d,yes\n')
+    blank.write_text('ID,REGION,FAVOURITE,SMOKES\nr1,R1,a,yes\n"  ",R2,b,no\n" ",R3,c,no\nr4,R4,d,yes\n')
     message = refusal(register(cli, s1, "smokers", blank, ledger, "--id", "ID"))
     assert ("the answers to 'SMOKES' of collection 'wave-1' cannot be kept respondent by respondent by column 'ID': 2 "
             "rows have no id.") in message, message
     assert message.endswith("Nothing was registered or spent.") and untouched(ledger)
+    empty = tmp_path / "empty.csv"
+    empty.write_text('ID,REGION,FAVOURITE,SMOKES\nr1,R1,a,yes\n"",R2,b,no\nr4,R4,d,yes\n')
+    message = refusal(register(cli, s1, "smokers", empty, ledger, "--id", "ID"))
+    assert message.startswith(f"{empty}: column ID has an empty respondent id on data row 2"), message
+    assert untouched(ledger)
 
 
 @pytest.mark.parametrize("column, problem", [
