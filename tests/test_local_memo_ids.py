@@ -153,7 +153,7 @@ def test_a_blank_respondent_id_is_refused(tmp_path, cli):
     empty.write_text('ID,REGION,FAVOURITE,SMOKES\nr1,R1,a,yes\n"",R2,b,no\nr4,R4,d,yes\n')
     message = refusal(register(cli, s1, "smokers", empty, ledger, "--id", "ID"))
     assert message.startswith(f"{empty}: column ID has an empty respondent id on data row 2"), message
-    assert untouched(ledger)
+    assert message.endswith("Nothing was registered or spent.") and untouched(ledger)
 
 
 @pytest.mark.parametrize("column, problem", [

@@ -29,7 +29,7 @@ from dprelease.cli.common import (
     spec_ledger,
     spec_location,
 )
-from dprelease.errors import LedgerError, UserError
+from dprelease.errors import DataError, LedgerError, UserError
 from dprelease.ledger import DatasetState, LedgerLocation, resolve_location
 
 
@@ -243,8 +243,11 @@ def ledger_register_answers(
         keyed = opened.fingerprint(file_fingerprint(answers))
         column = id_column or (registered_id_column(opened, spec.dataset.name, memo_of, local.column) if memo_of
                                else None)
-        respondents = (read_respondents(spec, answers_source(spec, answers), column, [local.column]) if column
-                       else None)
+        try:
+            respondents = (read_respondents(spec, answers_source(spec, answers), column, [local.column]) if column
+                           else None)
+        except DataError as exc:  # an empty id or an undeclared answer, named with its file and row
+            raise DataError(f"{str(exc).rstrip('.')}. Nothing was registered or spent.") from None
         done = opened.register_answers((AnswerSet(spec.dataset.name, local.collection, local.column,
                                                   protocol_key(spec, local), local.epsilon_bound, keyed, REGISTERED,
                                                   memo_of=memo_of, statement=statement.strip()),), by=by,
