@@ -227,9 +227,9 @@ def test_the_cluster_a_run_starts_admits_no_other_client():
     """``kind: dask`` without an address: the run starts local worker processes, which listen on
     127.0.0.1, where every local user reaches them, and a Dask client that connects runs any code
     in those workers, beside the confidential data. Only the run's own client gets in: at the
-    scheduler and at a worker alike, a plain TCP client is dropped, a TLS client without a
-    certificate or with credentials of its own fails the handshake. Its HTTP server (not on Dask's
-    fixed 8787) answers the health check only: no dashboard, no pages of workers, tasks or logs."""
+    scheduler, a worker and a nanny alike, a plain TCP client is dropped, a TLS client without a
+    certificate or with credentials of its own fails the handshake. Its HTTP servers (not on Dask's
+    fixed 8787) answer the health check only: no dashboard, no pages of workers, tasks or logs."""
     import asyncio
     import ssl
     import urllib.error
@@ -244,23 +244,24 @@ def test_the_cluster_a_run_starts_admits_no_other_client():
         client = cluster.client()
         assert client.submit(lambda: 1 + 1, pure=False).result() == 2  # the run's own client
         local = cluster._cluster
-        worker = next(iter(client.scheduler_info()["workers"]))
+        worker, info = next(iter(client.scheduler_info()["workers"].items()))
         bare = ssl.create_default_context()
         bare.check_hostname, bare.verify_mode = False, ssl.CERT_NONE  # trusts anything, shows no certificate
-        for address in (local.scheduler_address, worker):
+        for address in (local.scheduler_address, worker, info["nanny"]):  # a nanny runs in this very process
             assert address.startswith("tls://127.0.0.1:"), address
             assert isinstance(asyncio.run(_identity(address, **local.security.get_connection_args("client"))), dict)
             for target, connection in (("tcp://" + address.split("://", 1)[1], {}), (address, {"ssl_context": bare}),
                                        (address, Security.temporary().get_connection_args("client"))):
                 with pytest.raises(OSError):
                     asyncio.run(_identity(target, **connection))
-        port = local.scheduler.http_server.port
-        assert port != 8787
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
-            assert answer.status == 200
-        for page in ("/status", "/info/main/workers.html", "/json/counts.json", "/metrics"):
-            with pytest.raises(urllib.error.HTTPError) as refused:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=10)
-            assert refused.value.code == 404, page
+        ports = [local.scheduler.http_server.port, info["services"]["dashboard"]]  # the scheduler's, a worker's
+        assert 8787 not in ports
+        for port in ports:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
+                assert answer.status == 200
+            for page in ("/", "/status", "/info/main/workers.html", "/json/counts.json", "/metrics"):
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=10)
+                assert refused.value.code == 404, (port, page)
     finally:
         cluster.close()

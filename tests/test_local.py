@@ -350,6 +350,14 @@ def test_randomize_refuses_bad_input(tmp_path, cli):
     result = cli("randomize", spec, "favourite", "--input", blank, "--output", tmp_path / "y.csv", "--id", "ID",
                  "--memo", tmp_path / "blank.json")
     assert result.code == 2 and "empty respondent id" in result.stderr and not (tmp_path / "y.csv").exists()
+    marked = write_spec(tmp_path, name="marked.yaml")  # "NA" reads as missing wherever the answers are read
+    marked.write_text(marked.read_text().replace("  name: survey-panel\n", '  name: survey-panel\n  na_values: ["NA"]\n'))
+    named = tmp_path / "named.csv"
+    named.write_text("ID,FAVOURITE,SMOKES\nr1,a,yes\nNA,b,no\n")
+    result = cli("randomize", marked, "favourite", "--input", named, "--output", tmp_path / "z.csv", "--id", "ID",
+                 "--memo", tmp_path / "named.json")
+    assert result.code == 2 and f"{named}: column ID has respondent id 'NA' on data row 2, one of dataset.na_values" \
+        in result.stderr and not (tmp_path / "z.csv").exists() and not (tmp_path / "named.json").exists(), result
     for where in (["--output", tmp_path / "nowhere" / "o.csv"],
                   ["--output", tmp_path / "r.csv", "--id", "ID", "--memo", tmp_path / "nowhere" / "m.json"]):
         result = cli("randomize", spec, "favourite", "--input", tmp_path / "true.csv", *where)

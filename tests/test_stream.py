@@ -145,6 +145,75 @@ def test_na_values_are_missing_quoted_or_not_and_in_parquet_text(tmp_path, refer
     assert_same_counts(count_exact(spec), reference)
 
 
+@pytest.mark.parametrize("layout", ["csv, every field quoted", "parquet text", "parquet large text",
+                                    "parquet hive, a key N"])
+def test_na_values_are_missing_in_every_text_column_and_hive_key(tmp_path, layout):
+    """The spec's ``na_values`` ("N") read as missing in a range column (POVPIP) and a categorical
+    one with a missing label (NOC) whatever the layout (quoted CSV, Parquet text, large text, a
+    Hive key's value), as in the shipped, unquoted CSV: the data check passes and the counts are
+    the same. Before, a range column stored as Parquet text kept "N" as a value."""
+    names = ["SEX", "POVPIP", "NOC", "RAC1P"]
+    table = pa_csv.read_csv(NATIONAL, convert_options=pa_csv.ConvertOptions(
+        column_types={n: pa.string() for n in names}, strings_can_be_null=False, include_columns=names))
+    assert table["POVPIP"].to_pylist().count("N") > 1000 and table["NOC"].to_pylist().count("N") > 1000
+    text = """
+release: na-test
+dataset: {{name: d, path: {path}, format: {format}, na_values: ["N"], lifetime_budget: {{epsilon: 10}}}}
+privacy: {{definition: pure, unit: row}}
+budget: {{epsilon: 1}}
+columns:
+  SEX: {{domain: [1, 2]}}
+  POVPIP: {{range: [0, 501], missing: none}}
+  NOC: {{domain: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], missing: none}}
+  RAC1P: {{domain: [1, 2, 3, 4, 5, 6, 7, 8, 9], missing: none}}
+derived:
+  POV: {{from: POVPIP, bins: [0, 100, 502], labels: [poor, not]}}
+tables:
+  - {{name: t, group_by: [SEX, POV, NOC, RAC1P], epsilon: 1}}
+"""
+
+    def spec_of(path, fmt):  # type: ignore[no-untyped-def]
+        (tmp_path / "spec.yaml").write_text(text.format(path=path, format=fmt))
+        return load_spec(tmp_path / "spec.yaml")
+
+    want = count_exact(spec_of(NATIONAL, "csv"))
+    assert want.rows_read == 27253
+    if layout.startswith("csv"):
+        path, fmt = tmp_path / "quoted.csv", "csv"
+        pa_csv.write_csv(table, path, write_options=pa_csv.WriteOptions(quoting_style="all_valid"))
+    elif layout == "parquet hive, a key N":  # RAC1P from the directory names: RAC1P=1/ ... and RAC1P=N/
+        table = table.set_column(3, "RAC1P", pa.array([None if i % 50 == 0 else v for i, v in
+                                                        enumerate(table["RAC1P"].to_pylist())], pa.string()))
+        keys = table["RAC1P"].to_pylist()
+        table = table.set_column(3, "RAC1P", pa.array(["N" if v is None else v for v in keys], pa.string()))
+        pq.write_to_dataset(table, tmp_path / "hive", partition_cols=["RAC1P"])
+        assert (tmp_path / "hive" / "RAC1P=N").is_dir()
+        path, fmt = tmp_path / "hive", "parquet"
+        want = count_exact(spec_of(_with_missing_race(tmp_path, keys), "csv"))  # the same rows, RAC1P missing
+    else:
+        path, fmt = tmp_path / "text.parquet", "parquet"
+        pq.write_table(table if layout == "parquet text" else table.cast(
+            pa.schema([pa.field(n, pa.large_string()) for n in names])), path, row_group_size=5000)
+    spec = spec_of(path, fmt)
+    found = check_data(spec)
+    assert found.ok, found
+    got = count_exact(spec)
+    for key in want.histograms:
+        np.testing.assert_array_equal(got.histograms[key], want.histograms[key], err_msg=str(key))
+    assert got.rows_read == want.rows_read
+
+
+def _with_missing_race(tmp_path, races):  # type: ignore[no-untyped-def]
+    """The shipped file with RAC1P empty where ``races`` is None (a CSV of the columns read)."""
+    names = ["SEX", "POVPIP", "NOC"]
+    table = pa_csv.read_csv(NATIONAL, convert_options=pa_csv.ConvertOptions(
+        column_types={n: pa.string() for n in names}, strings_can_be_null=False, include_columns=names))
+    table = table.append_column("RAC1P", pa.array(races, pa.string()))
+    path = tmp_path / "reference.csv"
+    pa_csv.write_csv(table, path, write_options=pa_csv.WriteOptions(quoting_style="none"))
+    return path
+
+
 def test_memory_is_one_batch_whatever_the_rows(tmp_path, monkeypatch):
     """Arrow's allocations while counting stay at a batch or two, the same for 2M and 4M rows;
     reading the file whole (the negative control) holds every row at once, and this measure

@@ -88,6 +88,11 @@ def randomize_file(spec: Spec, table_name: str, source: Path, target: Path, id_c
         raise DataError(f"{source}: column {id_column} has an empty respondent id on data row "
                         f"{next(n for n, i in enumerate(ids) if not i) + 1}; every respondent needs one to keep their "
                         "answer")
+    missing = next(((n, i) for n, i in enumerate(ids) if i in spec.dataset.na_values), None)
+    if missing is not None:  # the answers are read with them (the memo check, a run): that id would be missing there
+        raise DataError(f"{source}: column {id_column} has respondent id {missing[1]!r} on data row {missing[0] + 1}, "
+                        "one of dataset.na_values, which read as missing wherever the answers are read; give that "
+                        f"respondent another id, or take {missing[1]!r} out of dataset.na_values. Nothing was written.")
     reported = np.full(codes.size, -1, dtype=np.int64)
     if memo is not None:
         kept = memo["answers"]

@@ -62,12 +62,15 @@ def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
 
     Who may connect. Its scheduler and workers listen on 127.0.0.1, which every local user
     reaches, and a Dask client that connects can run any code in the workers, as this user, next
-    to the confidential data they read. So they speak TLS with mutual authentication under
-    credentials made for this cluster alone (``security=True``: ``Security.temporary()``, a fresh
-    self-signed certificate and key held in this process's memory and handed to the worker
-    processes it starts): a client without them, or with others, fails the handshake, and a plain
-    TCP client is dropped. Its HTTP servers answer the health check only, on ports of their own
-    (no dashboard, no pages of workers, tasks or logs; never Dask's fixed 8787).
+    to the confidential data they read (a nanny's runs in this very process). So the scheduler,
+    nannies and workers speak TLS with mutual authentication under credentials made for this
+    cluster alone (``security=True``: ``Security.temporary()``, a fresh self-signed certificate and
+    key, handed to the worker processes through the pipe they are started with; Dask writes them
+    for a moment to an owner-only temporary directory each time it builds a TLS context, as
+    Python's ``ssl`` loads keys from files only): a client without them, or with others, fails the
+    handshake, and a plain TCP client is dropped. Its HTTP servers answer the health check only
+    (and a sitemap listing it), on ports of their own: no dashboard, no pages of workers, tasks or
+    logs, never Dask's fixed 8787.
     ``tests/test_dask.py::test_the_cluster_a_run_starts_admits_no_other_client``. A cluster at an
     address is the operator's to secure (docs/scaling.md). ``security=None`` in ``options``: no
     TLS, for a benchmark that hands the address to another process (which has no credentials).

@@ -36,8 +36,10 @@ def respondent_answers(spec: Spec, src: Source, id_column: str,
             column = batch.column(id_column)
             if column.null_count:
                 row = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0]) + 1
-                raise DataError(f"{piece.path}: column {id_column} has an empty respondent id on data row {row}; "
-                                "every respondent needs one (ids are compared as written)")
+                na = f" or one of dataset.na_values {list(src.na_values)}" if src.na_values else ""
+                raise DataError(f"{piece.path}: column {id_column} has an empty respondent id on data row {row} "
+                                f"(empty text{na}: missing); every respondent needs one (ids are compared as "
+                                "written)")
             ids.extend(str(v) for v in column.to_pylist())
             for q in questions:
                 answers[q].extend(_declared(spec, piece.path, first_row, q, batch.column(q)))

@@ -6,7 +6,7 @@ name does not start with ``.`` or ``_``; Hive-style ``KEY=value`` directories ad
 anywhere the path is visible (this process, or a Dask worker), and each piece is read in
 batches of at most :data:`BATCH_ROWS` rows: only the needed columns, every CSV value as text,
 Parquet text columns dictionary-encoded. Empty text and the spec's ``na_values`` read as nulls
-in either format (:attr:`Source.missing`). Memory is one batch (plus a little read-ahead),
+in either format, in every text column and in a Hive key's value (:attr:`Source.missing`). Memory is one batch (plus a little read-ahead),
 whatever the size of the data.
 
 Every piece's own columns are checked against the needed ones: a file that lacks a column is
@@ -60,7 +60,8 @@ class Source:
     @property
     def missing(self) -> pa.Array:
         """The text that reads as missing: empty text and the spec's ``na_values``, in a CSV field
-        quoted or not (as pandas and R read ``na_values``) and in a Parquet text column alike."""
+        quoted or not (as pandas and R read ``na_values``), in a Parquet text column and in a Hive
+        key's value alike."""
         return pa.array(["", *self.na_values], pa.string())
 
     def files(self) -> list[Piece]:
@@ -112,14 +113,15 @@ class Source:
         :data:`CSV_BLOCK_BYTES` of text; a Parquet file's bytes go in proportion to its rows).
         ``dictionary``: CSV columns read as dictionary-encoded text (each block's distinct values
         once, encoded by the reader's threads: for a reader that only hashes values)."""
-        keys = dict(piece.keys)
+        missing = {"", *self.na_values}
+        keys = {k: None if v in missing else v for k, v in piece.keys}  # a Hive key's value reads as a field's
         try:
             reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys),
                                   set(dictionary))
             row = piece.first_row
             for blocks, block in enumerate(reader, 1):  # a CSV block may hold more than BATCH_ROWS rows
                 if self.format == "parquet":
-                    block = _missing_text(block, text_columns, self.missing)
+                    block = _missing_text(block, self.missing)
                 for start in range(0, block.num_rows, BATCH_ROWS):
                     batch = block.slice(start, BATCH_ROWS)
                     if keys:
@@ -156,17 +158,18 @@ class Source:
                 null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=True))
 
 
-def _missing_text(batch: pa.RecordBatch, text_columns: Collection[str], missing: pa.Array) -> pa.RecordBatch:
-    """The batch with each value of ``missing`` in a text column of ``text_columns`` null, as the
-    CSV reader's ``null_values`` make them: a Parquet file's text reads as a CSV file's does.
-    Numbers and other types are left as they are (nulls are how Parquet writes a missing one)."""
+def _missing_text(batch: pa.RecordBatch, missing: pa.Array) -> pa.RecordBatch:
+    """The batch with each value of ``missing`` null in every text column (dictionary-encoded or
+    not; whatever the column's use: categorical, range, summed, id), as the CSV reader's
+    ``null_values`` make them: a Parquet file's text reads as a CSV file's does. Numbers and
+    other types are left as they are (nulls are how Parquet writes a missing one)."""
     columns, changed = list(batch.columns), False
-    for i, name in enumerate(batch.schema.names):
-        column = columns[i]
-        if name not in text_columns:
-            continue
-        if pa.types.is_dictionary(column.type) and pa.types.is_string(column.type.value_type):
-            hit = pc.is_in(column.dictionary, value_set=missing)
+    for i, column in enumerate(columns):
+        if getattr(pa.types, "is_string_view", lambda _: False)(column.type):  # pyarrow 16+
+            column = column.cast(pa.string())
+        if pa.types.is_dictionary(column.type) and (pa.types.is_string(column.type.value_type)
+                                                    or pa.types.is_large_string(column.type.value_type)):
+            hit = pc.is_in(column.dictionary, value_set=missing.cast(column.type.value_type))
             if not pc.any(hit).as_py():
                 continue
             drop = pc.take(hit, column.indices)
