@@ -265,3 +265,33 @@ def test_the_cluster_a_run_starts_admits_no_other_client():
                 assert refused.value.code == 404, (port, page)
     finally:
         cluster.close()
+
+
+@pytest.mark.slow
+def test_the_cluster_a_run_starts_spills_into_a_directory_of_its_own(tmp_path):
+    """The workers of the cluster a run starts keep their scratch (what they spill: the data's
+    batches and partial counts) in a fresh owner-only directory of the run's, removed when the
+    run closes the cluster: never Dask's shared ``/tmp/dask-scratch-space``, which another local
+    user could have made first."""
+    import os
+    import stat
+
+    import dask
+
+    from dprelease.data.cluster import Cluster
+
+    shared = tmp_path / "shared-tmp"  # stands for the machine's /tmp, where Dask's default scratch lives
+    shared.mkdir()
+    with dask.config.set({"temporary-directory": str(shared)}):
+        cluster = Cluster(None)
+        try:
+            client = cluster.client()
+            root = cluster._scratch
+            assert root is not None and stat.S_IMODE(os.stat(root).st_mode) == 0o700
+            assert os.stat(root).st_uid == os.getuid()
+            scratch = client.run(lambda dask_worker: dask_worker.local_directory)
+            assert scratch and all(path.startswith(root + os.sep) for path in scratch.values()), (root, scratch)
+            assert client.submit(lambda: 1, pure=False).result() == 1
+        finally:
+            cluster.close()
+    assert not os.path.exists(root) and not any(shared.iterdir()), list(shared.iterdir())

@@ -13,6 +13,8 @@ Sees no data itself. Imports dask and distributed (optional: the ``dask`` extra)
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from concurrent.futures import Executor
 from typing import Any, Callable
 
@@ -26,14 +28,19 @@ class Cluster:
         self.address = address
         self._cluster: Any = None
         self._client: Any = None
+        self._scratch: str | None = None
 
     def client(self) -> Any:
         """The ``distributed.Client`` of the cluster (connected, or the cluster started, now if not yet)."""
         if self._client is None:
             from distributed import Client, LocalCluster
 
-            if self.address is None:
-                self._cluster = local_cluster(LocalCluster)
+            if self.address is None:  # the workers' scratch (spilled data) in a directory of this run's, owner-only
+                import dask
+
+                self._scratch = tempfile.mkdtemp(prefix="dprelease-dask-")
+                with dask.config.set({"temporary-directory": self._scratch}):  # the nannies' and workers' alike
+                    self._cluster = local_cluster(LocalCluster, local_directory=self._scratch)
             self._client = Client(self.address or self._cluster, set_as_default=False)
         return self._client
 
@@ -54,6 +61,9 @@ class Cluster:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
 
 def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
@@ -70,7 +80,10 @@ def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
     Python's ``ssl`` loads keys from files only): a client without them, or with others, fails the
     handshake, and a plain TCP client is dropped. Its HTTP servers answer the health check only
     (and a sitemap listing it), on ports of their own: no dashboard, no pages of workers, tasks or
-    logs, never Dask's fixed 8787.
+    logs, never Dask's fixed 8787. :class:`Cluster` gives the workers a scratch directory of the
+    run's own (``local_directory``: a fresh owner-only one, removed at the end), never Dask's
+    shared ``/tmp/dask-scratch-space``, which another local user could have made first and so own
+    whatever a worker spills there.
     ``tests/test_dask.py::test_the_cluster_a_run_starts_admits_no_other_client``. A cluster at an
     address is the operator's to secure (docs/scaling.md). ``security=None`` in ``options``: no
     TLS, for a benchmark that hands the address to another process (which has no credentials).
