@@ -118,15 +118,15 @@ def test_missing_or_non_numeric_values_are_refused(tmp_path, cli, monkeypatch):
     (tmp_path / "bad.csv").write_text("SEX,PINCP,PWGTP\n1,100,3\n2,lots,4\n")
     path.write_text(SPEC.format(data=tmp_path / "bad.csv", low=0, invariants=""))
     result = cli("run", path, "--output-dir", tmp_path / "out")  # checked row by row before the reservation
-    assert result.code == 2 and "must hold numbers" in result.stderr and "Nothing was reserved" in result.stderr
-    assert not (tmp_path / "out" / "_internal" / "acs-income-2019").exists()  # nothing reserved: no run record
+    assert result.code == 2 and "must hold numbers" in result.stderr and "Nothing was reserved" in result.stderr, result
+    assert not (tmp_path / "out" / "_internal" / "acs-income-2019").exists(), result  # nothing reserved: no run record
     # data streamed (too large to be checked row by row first): the count refuses it after the reservation
     monkeypatch.setattr("dprelease.lifecycle.refusals.WHOLE_CHECK_BYTES", 0)
     result = cli("run", path, "--output-dir", tmp_path / "out")
     assert result.code == 2 and "must hold numbers" in result.stderr, result
-    assert not (tmp_path / "out" / "acs-income-2019").exists()
+    assert not (tmp_path / "out" / "acs-income-2019").exists(), result
     records = list((tmp_path / "out" / "_internal").rglob("run.json"))
-    assert records and all("lots" not in r.read_text() for r in records)  # data values reach the terminal only
+    assert records and all("lots" not in r.read_text() for r in records), (result, records)  # the terminal only
 
 
 def test_a_release_of_sums_end_to_end(tmp_path, release_env, cli):
