@@ -193,30 +193,6 @@ def cli_process():
     return run
 
 
-@pytest.fixture
-def release_env(tmp_path):
-    """Environment for a child ``dprelease run`` on the path of a machine with no Prefect server
-    (the README's command on a fresh clone): ``auto`` runs the reserved run's steps inline, in
-    the child. What a release publishes, spends and refuses is the same either way, because both
-    orchestrators run one list of steps (:meth:`dprelease.lifecycle.release.ReleaseRun.steps`);
-    ``test_orchestrators.py::test_inline_and_prefect_publish_the_same_release`` shows the same
-    files, manifest and ledger rows. The end-to-end tests of a feature (a measure, a definition, a
-    reading, the ledger's refusals) use this, and save a child ~1.2 s of CPU a run (Prefect's
-    import and its flow run) where Prefect is not the subject; the tests of the Prefect path
-    itself use ``run_env`` (tests/README.md lists them)."""
-    from tests.prefect_server import quiet_prefect_env  # a plugin: imported by pytest first, and rewritten
-
-    return quiet_prefect_env(tmp_path / "prefect-client")  # PREFECT_API_URL: unset for every test
-
-
-@pytest.fixture(scope="module")
-def release_env_module(tmp_path_factory):
-    """``release_env`` for module-scoped fixtures (one release shared by a module's tests)."""
-    from tests.prefect_server import quiet_prefect_env
-
-    return quiet_prefect_env(tmp_path_factory.mktemp("prefect-client"))
-
-
 def write_spec(directory: Path, body: str, name: str = "spec.yaml") -> Path:
     path = directory / name
     path.write_text(body)

@@ -1,7 +1,8 @@
 """A real Prefect server on 127.0.0.1 for the tests that run whole releases in child processes.
 
 With a server, a run costs ~3 s instead of the ~10 s of an ephemeral one; one test still runs
-in ephemeral mode, as the README does. One server serves every worker of the session
+in ephemeral mode, as the README does. Here too, the children's environments: ``run_env`` (a
+flow run on this server) and ``release_env`` (no server: the steps run inline). One server serves every worker of the session
 (:func:`prefect_server`); it runs in its own process group and is killed with it.
 """
 
@@ -186,3 +187,23 @@ def run_env_module(prefect_server, tmp_path_factory):
     """``run_env`` for module-scoped fixtures (one release shared by a module's tests)."""
     client_home = tmp_path_factory.mktemp("prefect-client")
     return {**quiet_prefect_env(client_home), "PREFECT_API_URL": prefect_server}
+
+
+@pytest.fixture
+def release_env(tmp_path):
+    """Environment for a child ``dprelease run`` on the path of a machine with no Prefect server
+    (the README's command on a fresh clone): ``auto`` runs the reserved run's steps inline, in
+    the child. What a release publishes, spends and refuses is the same either way, because both
+    orchestrators run one list of steps (:meth:`dprelease.lifecycle.release.ReleaseRun.steps`);
+    ``test_orchestrators.py::test_inline_and_prefect_publish_the_same_release`` shows the same
+    files, manifest and ledger rows. The end-to-end tests of a feature (a measure, a definition, a
+    reading, the ledger's refusals) use this, and save a child ~1.2 s of CPU a run (Prefect's
+    import and its flow run) where Prefect is not the subject; the tests of the Prefect path
+    itself use ``run_env`` (tests/README.md lists them)."""
+    return quiet_prefect_env(tmp_path / "prefect-client")  # PREFECT_API_URL: unset for every test
+
+
+@pytest.fixture(scope="module")
+def release_env_module(tmp_path_factory):
+    """``release_env`` for module-scoped fixtures (one release shared by a module's tests)."""
+    return quiet_prefect_env(tmp_path_factory.mktemp("prefect-client"))

@@ -36,11 +36,8 @@ class Cluster:
             from distributed import Client, LocalCluster
 
             if self.address is None:  # the workers' scratch (spilled data) in a directory of this run's, owner-only
-                import dask
-
                 self._scratch = tempfile.mkdtemp(prefix="dprelease-dask-")
-                with dask.config.set({"temporary-directory": self._scratch}):  # the nannies' and workers' alike
-                    self._cluster = local_cluster(LocalCluster, local_directory=self._scratch)
+                self._cluster = local_cluster(LocalCluster, local_directory=self._scratch)
             self._client = Client(self.address or self._cluster, set_as_default=False)
         return self._client
 
@@ -80,10 +77,10 @@ def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
     Python's ``ssl`` loads keys from files only): a client without them, or with others, fails the
     handshake, and a plain TCP client is dropped. Its HTTP servers answer the health check only
     (and a sitemap listing it), on ports of their own: no dashboard, no pages of workers, tasks or
-    logs, never Dask's fixed 8787. :class:`Cluster` gives the workers a scratch directory of the
-    run's own (``local_directory``: a fresh owner-only one, removed at the end), never Dask's
-    shared ``/tmp/dask-scratch-space``, which another local user could have made first and so own
-    whatever a worker spills there.
+    logs, never Dask's fixed 8787. Given a ``local_directory`` (:class:`Cluster` makes a fresh
+    owner-only one for the run and removes it at the end), the nannies and workers keep all their
+    scratch there, never in Dask's shared ``/tmp/dask-scratch-space``, which another local user
+    could have made first and so own whatever a worker spills there.
     ``tests/test_dask.py::test_the_cluster_a_run_starts_admits_no_other_client``. A cluster at an
     address is the operator's to secure (docs/scaling.md). ``security=None`` in ``options``: no
     TLS, for a benchmark that hands the address to another process (which has no credentials).
@@ -99,9 +96,10 @@ def local_cluster(make: Callable[..., Any], **options: Any) -> Any:
     saved = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     health_only = ["distributed.http.health"]
     try:
+        scratch = {"temporary-directory": options["local_directory"]} if options.get("local_directory") else {}
         with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
                               "distributed.scheduler.http.routes": health_only,
-                              "distributed.worker.http.routes": health_only}):
+                              "distributed.worker.http.routes": health_only, **scratch}):
             return make(processes=True, dashboard_address=None,
                         **{"security": True, "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"}, **options})
     finally:

@@ -6,8 +6,8 @@ name does not start with ``.`` or ``_``; Hive-style ``KEY=value`` directories ad
 anywhere the path is visible (this process, or a Dask worker), and each piece is read in
 batches of at most :data:`BATCH_ROWS` rows: only the needed columns, every CSV value as text,
 Parquet text columns dictionary-encoded. Empty text and the spec's ``na_values`` read as nulls
-in either format, in every text column and in a Hive key's value (:attr:`Source.missing`). Memory is one batch (plus a little read-ahead),
-whatever the size of the data.
+in either format, in every text column and in a Hive key's value (:attr:`Source.missing`).
+Memory is one batch (plus a little read-ahead), whatever the size of the data.
 
 Every piece's own columns are checked against the needed ones: a file that lacks a column is
 an error, never a column of nulls.
@@ -58,11 +58,11 @@ class Source:
     delimiter: str = ","
 
     @property
-    def missing(self) -> pa.Array:
+    def missing(self) -> tuple[str, ...]:
         """The text that reads as missing: empty text and the spec's ``na_values``, in a CSV field
         quoted or not (as pandas and R read ``na_values``), in a Parquet text column and in a Hive
         key's value alike."""
-        return pa.array(["", *self.na_values], pa.string())
+        return ("", *self.na_values)
 
     def files(self) -> list[Piece]:
         """Every data file, in a stable order, each with its Hive keys; an error if there is none."""
@@ -113,15 +113,16 @@ class Source:
         :data:`CSV_BLOCK_BYTES` of text; a Parquet file's bytes go in proportion to its rows).
         ``dictionary``: CSV columns read as dictionary-encoded text (each block's distinct values
         once, encoded by the reader's threads: for a reader that only hashes values)."""
-        missing = {"", *self.na_values}
+        missing = self.missing
         keys = {k: None if v in missing else v for k, v in piece.keys}  # a Hive key's value reads as a field's
+        missing_text = pa.array(missing, pa.string())
         try:
             reader = self._reader(piece, [n for n in names if n not in keys], text_columns, list(keys),
                                   set(dictionary))
             row = piece.first_row
             for blocks, block in enumerate(reader, 1):  # a CSV block may hold more than BATCH_ROWS rows
                 if self.format == "parquet":
-                    block = _missing_text(block, self.missing)
+                    block = _missing_text(block, missing_text)
                 for start in range(0, block.num_rows, BATCH_ROWS):
                     batch = block.slice(start, BATCH_ROWS)
                     if keys:
@@ -155,7 +156,7 @@ class Source:
             parse_options=pa_csv.ParseOptions(delimiter=self.delimiter),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=names, column_types={n: _ENCODED if n in dictionary else pa.string() for n in names},
-                null_values=["", *self.na_values], strings_can_be_null=True, quoted_strings_can_be_null=True))
+                null_values=list(self.missing), strings_can_be_null=True, quoted_strings_can_be_null=True))
 
 
 def _missing_text(batch: pa.RecordBatch, missing: pa.Array) -> pa.RecordBatch:
